@@ -1,0 +1,13 @@
+//! The I/O layer (OpenZFS's zio and vdev_queue): checksums, compression, the
+//! per-device scheduler and the threads that issue to devices.
+
+pub mod block;
+pub mod checksum;
+pub mod compress;
+pub mod pipeline;
+pub mod queue;
+
+pub use block::{Prepared, WriteProps};
+pub use compress::CompressSetting;
+pub use pipeline::{DirtyGauge, Leaf, LeafStats, WriteGroup};
+pub use queue::{IoClass, IoKind, QueueLimits};

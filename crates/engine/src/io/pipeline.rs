@@ -1,0 +1,349 @@
+//! Issuing I/O to leaf devices.
+//!
+//! Each leaf device has a [`VdevQueue`] (the scheduler) and a fixed set of
+//! issue threads. A caller enqueues a read or write with its I/O class; every
+//! thread loops taking the next [`Issue`] the scheduler allows — which may be
+//! several adjacent requests merged into one — performing it with one
+//! positional scatter/gather system call, and reporting completion. Because the
+//! device calls are synchronous, the number of operations truly in flight is
+//! the number of threads inside a device call, which the scheduler bounds per
+//! class; `tarn_vdev_threads` bounds the total.
+//!
+//! Writes are grouped: the txg sync enqueues every block of a txg into one
+//! [`WriteGroup`] and waits for the group. Each completed write calls the
+//! group's callback with the dirty bytes its block carried, which is how dirty
+//! data retires the moment its physical write lands (the write throttle depends
+//! on that). Reads wait on a [`ReadSlot`] for their own buffer.
+//!
+//! Invariants: every enqueued request completes exactly once (success or
+//! error), including when the leaf shuts down; a thread never holds the queue
+//! lock during a device call.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::queue::{IoClass, IoKind, Issue, QueueLimits, QueueStats, QueuedIo, VdevQueue};
+use crate::sys::buf::AlignedBuf;
+use crate::sys::device::BlockDevice;
+
+/// Completion of a set of writes.
+pub struct WriteGroup {
+    st: Mutex<(u64, Option<String>)>,
+    cv: Condvar,
+    on_written: Option<Box<dyn Fn(u64) + Send + Sync>>,
+}
+
+impl WriteGroup {
+    /// `on_written(bytes)` runs as each write completes successfully, with the
+    /// dirty bytes that write retires.
+    pub fn new(on_written: Option<Box<dyn Fn(u64) + Send + Sync>>) -> Arc<Self> {
+        Arc::new(WriteGroup { st: Mutex::new((0, None)), cv: Condvar::new(), on_written })
+    }
+
+    fn add(&self) {
+        self.st.lock().0 += 1;
+    }
+
+    fn done(&self, res: &io::Result<()>, retire: u64, what: &dyn Fn() -> String) {
+        if res.is_ok() {
+            if let Some(f) = &self.on_written {
+                f(retire);
+            }
+        }
+        let mut st = self.st.lock();
+        if let Err(e) = res {
+            st.1.get_or_insert_with(|| format!("{}: {}", what(), e));
+        }
+        st.0 -= 1;
+        if st.0 == 0 {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Waits for every write of the group; the first error if any failed.
+    pub fn wait(&self) -> Result<(), String> {
+        let mut st = self.st.lock();
+        while st.0 > 0 {
+            self.cv.wait(&mut st);
+        }
+        match &st.1 {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Where a read's data arrives.
+pub struct ReadSlot {
+    res: Mutex<Option<io::Result<AlignedBuf>>>,
+    cv: Condvar,
+}
+
+impl ReadSlot {
+    fn new() -> Arc<Self> {
+        Arc::new(ReadSlot { res: Mutex::new(None), cv: Condvar::new() })
+    }
+    fn fill(&self, r: io::Result<AlignedBuf>) {
+        *self.res.lock() = Some(r);
+        self.cv.notify_all();
+    }
+    fn wait(&self) -> io::Result<AlignedBuf> {
+        let mut g = self.res.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            self.cv.wait(&mut g);
+        }
+    }
+}
+
+enum Req {
+    Write { buf: Arc<AlignedBuf>, group: Arc<WriteGroup>, retire: u64 },
+    Read { slot: Arc<ReadSlot> },
+}
+
+/// Operation counters of one leaf, as `zpool status` / `iostat` show them.
+#[derive(Debug, Default)]
+pub struct LeafStats {
+    pub read_ops: AtomicU64,
+    pub write_ops: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub checksum_errors: AtomicU64,
+    /// Requests that were carried by a merged operation (aggregation at work).
+    pub merged_requests: AtomicU64,
+    pub flushes: AtomicU64,
+}
+
+/// Reports the pool's dirty level to the scheduler (async-write depth).
+pub type DirtyGauge = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
+
+struct Shared {
+    name: String,
+    dev: Arc<dyn BlockDevice>,
+    q: Mutex<VdevQueue<Req>>,
+    cv: Condvar,
+    stop: AtomicBool,
+    epoch: Instant,
+    gauge: DirtyGauge,
+    stats: LeafStats,
+}
+
+/// One leaf device with its scheduler and issue threads.
+pub struct Leaf {
+    sh: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Leaf {
+    pub fn new(name: String, dev: Arc<dyn BlockDevice>, limits: QueueLimits, nthreads: u32, gauge: DirtyGauge) -> Self {
+        let sh = Arc::new(Shared {
+            name,
+            dev,
+            q: Mutex::new(VdevQueue::new(limits)),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            epoch: Instant::now(),
+            gauge,
+            stats: LeafStats::default(),
+        });
+        let threads = (0..nthreads)
+            .map(|i| {
+                let sh = sh.clone();
+                std::thread::Builder::new()
+                    .name(format!("tarn-io-{}", i))
+                    .spawn(move || worker(&sh))
+                    .expect("spawning an I/O thread")
+            })
+            .collect();
+        Leaf { sh, threads: Mutex::new(threads) }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.sh.name
+    }
+
+    pub fn device(&self) -> &Arc<dyn BlockDevice> {
+        &self.sh.dev
+    }
+
+    pub fn stats(&self) -> &LeafStats {
+        &self.sh.stats
+    }
+
+    pub fn queue_stats(&self) -> QueueStats {
+        self.sh.q.lock().stats()
+    }
+
+    pub fn set_limits(&self, l: QueueLimits) {
+        self.sh.q.lock().set_limits(l);
+        self.sh.cv.notify_all();
+    }
+
+    fn enqueue(&self, class: IoClass, kind: IoKind, offset: u64, len: u64, req: Req) {
+        let now = self.sh.epoch.elapsed().as_nanos() as u64;
+        let mut q = self.sh.q.lock();
+        q.enqueue(QueuedIo::new(class, kind, offset, len, req), now);
+        drop(q);
+        self.sh.cv.notify_one();
+    }
+
+    /// Queues a write of all of `buf` at `offset`.
+    pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64) {
+        group.add();
+        let len = buf.len() as u64;
+        self.enqueue(class, IoKind::Write, offset, len, Req::Write { buf, group: group.clone(), retire });
+    }
+
+    /// Reads `len` bytes at `offset` through the scheduler and waits.
+    pub fn read(&self, class: IoClass, offset: u64, len: u64) -> io::Result<AlignedBuf> {
+        let slot = ReadSlot::new();
+        self.enqueue(class, IoKind::Read, offset, len, Req::Read { slot: slot.clone() });
+        slot.wait()
+    }
+
+    /// Flushes the device's write cache (not queued: it orders against every
+    /// write that completed before it, which is all the sync path needs).
+    pub fn flush(&self) -> io::Result<()> {
+        self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        self.sh.dev.flush()
+    }
+
+    /// Writes directly, outside the scheduler (labels and uberblocks, which the
+    /// sync path writes alone after everything else has completed).
+    pub fn write_now(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
+        self.sh.stats.write_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.sh.dev.write_at(buf, offset).inspect_err(|_| {
+            self.sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    pub fn note_checksum_error(&self) {
+        self.sh.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Stops the issue threads after the queue drains.
+    pub fn shutdown(&self) {
+        self.sh.stop.store(true, Ordering::SeqCst);
+        self.sh.cv.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Leaf {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn worker(sh: &Shared) {
+    loop {
+        let issue = {
+            let mut q = sh.q.lock();
+            loop {
+                let (dirty, max) = (sh.gauge)();
+                q.set_dirty(dirty, max);
+                if let Some(i) = q.next_issue(sh.epoch.elapsed().as_nanos() as u64) {
+                    break i;
+                }
+                if sh.stop.load(Ordering::SeqCst) && q.is_empty() {
+                    return;
+                }
+                sh.cv.wait_for(&mut q, Duration::from_millis(100));
+            }
+        };
+        let class = issue.class;
+        perform(sh, issue);
+        sh.q.lock().complete(class);
+        // A completion may let another class (or this one) issue.
+        sh.cv.notify_one();
+    }
+}
+
+fn perform(sh: &Shared, issue: Issue<Req>) {
+    if issue.parts.len() > 1 {
+        sh.stats.merged_requests.fetch_add(issue.parts.len() as u64, Ordering::Relaxed);
+    }
+    match issue.kind {
+        IoKind::Write => perform_write(sh, issue),
+        IoKind::Read => perform_read(sh, issue),
+    }
+}
+
+fn perform_write(sh: &Shared, issue: Issue<Req>) {
+    let res = {
+        let bufs: Vec<&[u8]> = issue
+            .parts
+            .iter()
+            .map(|(_, _, r)| match r {
+                Req::Write { buf, .. } => &buf[..],
+                Req::Read { .. } => &[][..],
+            })
+            .collect();
+        sh.dev.writev_at(&bufs, issue.offset)
+    };
+    sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
+    if res.is_ok() {
+        sh.stats.write_bytes.fetch_add(issue.len, Ordering::Relaxed);
+    } else {
+        sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let what = || format!("write of {} bytes at {} on {}", issue.len, issue.offset, sh.name);
+    for (_, _, r) in issue.parts.iter() {
+        if let Req::Write { group, retire, .. } = r {
+            let r2 = match &res {
+                Ok(()) => Ok(()),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            };
+            group.done(&r2, *retire, &what);
+        }
+    }
+}
+
+fn perform_read(sh: &Shared, issue: Issue<Req>) {
+    // One buffer per request plus throwaway buffers for the gaps between them.
+    let mut bufs: Vec<AlignedBuf> = Vec::with_capacity(issue.parts.len() * 2);
+    let mut is_gap: Vec<bool> = Vec::with_capacity(issue.parts.len() * 2);
+    let mut pos = issue.offset;
+    for (off, len, _) in issue.parts.iter() {
+        if *off > pos {
+            bufs.push(AlignedBuf::zeroed((*off - pos) as usize));
+            is_gap.push(true);
+        }
+        bufs.push(AlignedBuf::zeroed(*len as usize));
+        is_gap.push(false);
+        pos = off + len;
+    }
+    let res = {
+        let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        sh.dev.readv_at(&mut slices, issue.offset)
+    };
+    sh.stats.read_ops.fetch_add(1, Ordering::Relaxed);
+    if res.is_ok() {
+        sh.stats.read_bytes.fetch_add(issue.len, Ordering::Relaxed);
+    } else {
+        sh.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut data = bufs.into_iter().zip(is_gap).filter(|(_, g)| !g).map(|(b, _)| b);
+    for (_, _, r) in issue.parts.into_iter() {
+        let buf = data.next();
+        if let Req::Read { slot } = r {
+            match (&res, buf) {
+                (Ok(()), Some(b)) => slot.fill(Ok(b)),
+                (Err(e), _) => slot.fill(Err(io::Error::new(e.kind(), format!("{}: {}", sh.name, e)))),
+                (Ok(()), None) => slot.fill(Err(io::Error::other("read buffer missing"))),
+            }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! tarn's storage engine: a copy-on-write, checksummed pool in the design of
+//! OpenZFS, in one crate with one module per layer (see docs/architecture.md
+//! and docs/glossary.md for the OpenZFS counterpart of each):
+//!
+//! - [`sys`]     devices: real files and block devices, the fault-injecting device
+//! - [`io`]      checksums, compression, the per-device I/O scheduler, issue threads
+//! - [`arc`]     the block cache
+//! - [`txg`]     transaction groups, dirty-data accounting, the write throttle
+//! - [`object`]  objects, object sets, transactions and their sync
+//! - [`pool`]    labels, allocation, import/export, the txg sync sequence
+//! - [`tunables`] every tunable, with its OpenZFS name
+
+pub mod arc;
+pub mod error;
+pub mod io;
+pub mod object;
+pub mod pool;
+pub mod sys;
+pub mod tunables;
+pub mod txg;
+
+pub use error::{Error, ErrorKind, Result};
+pub use object::{ObjectInfo, Objset, ObjsetProps, Tx};
+pub use pool::{CreateOptions, OpenOptions, Pool};
+pub use tunables::Tunables;

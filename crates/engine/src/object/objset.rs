@@ -1,0 +1,595 @@
+//! An object set in memory: object allocation, the open-context operations
+//! (create, write, read, truncate, free) and the sync of a whole set.
+//!
+//! Object numbers are dnode slot numbers. New objects take slots from a
+//! cursor, reserving enough for a dnode with a block pointer; an object that
+//! could be stored inline grows its reservation while the slots after it are
+//! still unclaimed (the usual case when files are created and written one
+//! after another). Slots of freed objects are not reused yet.
+//!
+//! Lock order: an object's lock, then the object set's lock, then the dnode
+//! array's (object 0) lock. The sync path takes them one at a time.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use tarn_ondisk::bp::{BlockPtr, ObjectType};
+use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, SLOTS_PER_BLOCK, SLOT_SIZE};
+
+use super::state::{slot, ObjState, Source};
+use super::sync::{new_dnode, sync_objects, DnodeUpdate, SyncCtx};
+use super::Object;
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::{block, WriteGroup, WriteProps};
+use crate::pool::core::PoolCore;
+use crate::sys::buf::AlignedBuf;
+use crate::txg::{TxHold, TXG_SIZE};
+
+/// Slots reserved for a new object: a dnode header and one block pointer.
+const DEFAULT_SLOTS: usize = 3;
+/// Largest object offset (2^62): keeps block arithmetic far from overflow.
+pub const MAX_OBJECT_BYTES: u64 = 1 << 62;
+
+/// A transaction: membership of the open txg. Dropping it releases the txg.
+pub struct Tx {
+    core: Arc<PoolCore>,
+    hold: Option<TxHold>,
+    txg: u64,
+}
+
+impl Tx {
+    pub(crate) fn begin(core: &Arc<PoolCore>) -> Result<Tx> {
+        core.check_writable()?;
+        let hold = core.txg.assign()?;
+        let txg = hold.txg;
+        Ok(Tx { core: core.clone(), hold: Some(hold), txg })
+    }
+    pub fn txg(&self) -> u64 {
+        self.txg
+    }
+    pub fn commit(self) {}
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if let Some(h) = self.hold.take() {
+            self.core.txg.release(h);
+        }
+    }
+}
+
+/// Properties that shape how an object set writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjsetProps {
+    pub write: WriteProps,
+    pub recordsize: u32,
+}
+
+/// What `inspect` and callers learn about an object.
+#[derive(Clone, Debug)]
+pub struct ObjectInfo {
+    pub id: u64,
+    pub otype: ObjectType,
+    pub size: u64,
+    pub blksz: u32,
+    pub maxblkid: u64,
+    pub nlevels: u8,
+    pub used_bytes: u64,
+    pub inline: bool,
+    pub slots: usize,
+    pub dnode: Dnode,
+}
+
+struct OsState {
+    objects: HashMap<u64, Arc<Object>>,
+    dirty: [BTreeSet<u64>; TXG_SIZE],
+    next_object: u64,
+    object_count: u64,
+    used_bytes: u64,
+    root_bp: BlockPtr,
+    /// Objects synced in each txg, cleaned up when the txg's writes land.
+    syncing: [Vec<Arc<Object>>; TXG_SIZE],
+}
+
+pub struct Objset {
+    pub(crate) core: Arc<PoolCore>,
+    /// The dataset record number in the meta object set (0 for the MOS itself).
+    pub id: u64,
+    pub name: RwLock<String>,
+    ostype: ObjsetType,
+    props: RwLock<ObjsetProps>,
+    meta: Arc<Object>,
+    st: Mutex<OsState>,
+}
+
+impl Objset {
+    /// Opens an object set from its root block (a hole: a new, empty set).
+    pub(crate) fn open(core: Arc<PoolCore>, id: u64, name: &str, root: &BlockPtr, ostype: ObjsetType, props: ObjsetProps) -> Result<Arc<Self>> {
+        let phys = if root.is_hole() {
+            ObjsetPhys {
+                ostype,
+                meta_dnode: {
+                    let mut d = Dnode::new(ObjectType::DnodeArray, DNODE_BLOCK_SIZE as u32, 0);
+                    d.datablksz = DNODE_BLOCK_SIZE as u32;
+                    d
+                },
+                next_object: 1,
+                object_count: 0,
+                used_bytes: 0,
+            }
+        } else {
+            let data = core.read_block(root, crate::io::IoClass::SyncRead, &|| format!("root block of object set '{}'", name))?;
+            ObjsetPhys::decode(&data)?
+        };
+        let meta = Arc::new(Object { id: 0, st: Mutex::new(ObjState::new(phys.meta_dnode.clone(), 3)) });
+        Ok(Arc::new(Objset {
+            core,
+            id,
+            name: RwLock::new(name.to_string()),
+            ostype,
+            props: RwLock::new(props),
+            meta,
+            st: Mutex::new(OsState {
+                objects: HashMap::new(),
+                dirty: Default::default(),
+                next_object: phys.next_object.max(1),
+                object_count: phys.object_count,
+                used_bytes: phys.used_bytes,
+                root_bp: *root,
+                syncing: Default::default(),
+            }),
+        }))
+    }
+
+    pub fn begin(&self) -> Result<Tx> {
+        Tx::begin(&self.core)
+    }
+
+    pub fn props(&self) -> ObjsetProps {
+        *self.props.read()
+    }
+
+    pub fn set_props(&self, p: ObjsetProps) {
+        *self.props.write() = p;
+    }
+
+    pub fn root_bp(&self) -> BlockPtr {
+        self.st.lock().root_bp
+    }
+
+    pub fn object_count(&self) -> u64 {
+        self.st.lock().object_count
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.st.lock().used_bytes
+    }
+
+    pub fn next_object(&self) -> u64 {
+        self.st.lock().next_object
+    }
+
+    fn what(&self, obj: u64) -> String {
+        format!("object {} of '{}'", obj, self.name.read())
+    }
+
+    /// Creates an object; returns its number.
+    pub fn create(&self, tx: &Tx, otype: ObjectType) -> Result<u64> {
+        self.create_with_slots(tx, otype, DEFAULT_SLOTS)
+    }
+
+    pub fn create_with_slots(&self, tx: &Tx, otype: ObjectType, slots: usize) -> Result<u64> {
+        if !(1..=tarn_ondisk::dnode::MAX_SLOTS).contains(&slots) || otype == ObjectType::None {
+            return Err(Error::invalid(format!("cannot create an object of type {} with {} slots", otype.name(), slots)));
+        }
+        let recordsize = self.props().recordsize;
+        let mut st = self.st.lock();
+        let mut id = st.next_object;
+        let in_block = (id % SLOTS_PER_BLOCK as u64) as usize;
+        if in_block + slots > SLOTS_PER_BLOCK {
+            id += (SLOTS_PER_BLOCK - in_block) as u64;
+        }
+        st.next_object = id + slots as u64;
+        st.object_count += 1;
+        let mut os = ObjState::new(new_dnode(otype, recordsize, tx.txg()), slots);
+        os.rec(tx.txg()).created = true;
+        st.objects.insert(id, Arc::new(Object { id, st: Mutex::new(os) }));
+        st.dirty[slot(tx.txg())].insert(id);
+        Ok(id)
+    }
+
+    /// The in-memory object `obj`, loading its dnode if needed.
+    pub(crate) fn object(&self, obj: u64) -> Result<Arc<Object>> {
+        if obj == 0 {
+            return Err(Error::invalid(format!("{} is the dnode array", self.what(obj))));
+        }
+        let mut st = self.st.lock();
+        if let Some(o) = st.objects.get(&obj) {
+            return Ok(o.clone());
+        }
+        if obj >= st.next_object {
+            return Err(Error::not_found(format!("{} does not exist", self.what(obj))));
+        }
+        let (dn, slots) = self.load_dnode(obj)?;
+        let o = Arc::new(Object { id: obj, st: Mutex::new(ObjState::new(dn, slots)) });
+        st.objects.insert(obj, o.clone());
+        Ok(o)
+    }
+
+    fn load_dnode(&self, obj: u64) -> Result<(Dnode, usize)> {
+        let blkid = obj / SLOTS_PER_BLOCK as u64;
+        let off = (obj % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
+        let mut buf = vec![0u8; DNODE_BLOCK_SIZE];
+        let src = self.meta.st.lock().resolve(&self.core, blkid)?;
+        ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read()))?;
+        let dn = Dnode::decode(&buf[off..]).map_err(|e| Error::from(e).context(self.what(obj)))?;
+        let dn = dn.ok_or_else(|| Error::not_found(format!("{} does not exist", self.what(obj))))?;
+        let slots = dn.slots().max(DEFAULT_SLOTS.min(SLOTS_PER_BLOCK - off / SLOT_SIZE));
+        Ok((dn, slots))
+    }
+
+    fn mark_dirty(&self, obj: u64, txg: u64) {
+        self.st.lock().dirty[slot(txg)].insert(obj);
+    }
+
+    /// Writes `data` at `offset` of object `obj`.
+    pub fn write(&self, tx: &Tx, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.core.check_space(data.len() as u64)?;
+        self.write_txg(tx.txg(), obj, offset, data)
+    }
+
+    /// Writes into `txg` directly: for the sync path, which updates records
+    /// of the txg it is syncing (no hold, no throttle, no space check — the
+    /// slop reserve is there for exactly this).
+    pub(crate) fn write_txg(&self, txg: u64, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_OBJECT_BYTES)
+            .ok_or_else(|| Error::invalid(format!("write past the largest object size on {}", self.what(obj))))?;
+        let o = self.object(obj)?;
+        let props = self.props();
+        let mut added = 0u64;
+        let mut st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was freed", self.what(obj))));
+        }
+        self.grow_blksz(&mut st, obj, end, props.recordsize, txg, &mut added)?;
+        let bs = st.blksz as u64;
+        for blkid in offset / bs..=(end - 1) / bs {
+            let bstart = blkid * bs;
+            let a = offset.max(bstart) - bstart;
+            let b = end.min(bstart + bs) - bstart;
+            let full = a == 0 && b == bs;
+            let buf = self.dirty_block(&mut st, obj, txg, blkid, full, &mut added)?;
+            let src = (bstart + a - offset) as usize;
+            buf[a as usize..b as usize].copy_from_slice(&data[src..src + (b - a) as usize]);
+        }
+        st.size = st.size.max(end);
+        st.maxblkid = st.maxblkid.max((end - 1) / bs);
+        self.sync_rec_header(&mut st, txg);
+        self.reserve_inline(&mut st, obj);
+        drop(st);
+        self.core.txg.dirty_add(txg, added);
+        self.mark_dirty(obj, txg);
+        Ok(())
+    }
+
+    fn sync_rec_header(&self, st: &mut ObjState, txg: u64) {
+        let (size, blksz, maxblkid) = (st.size, st.blksz, st.maxblkid);
+        let r = st.rec(txg);
+        r.size = size;
+        r.blksz = blksz;
+        r.maxblkid = maxblkid;
+    }
+
+    /// While an object has one block, that block grows to fit its data, up to
+    /// the record size (so small objects do not occupy whole records).
+    fn grow_blksz(&self, st: &mut ObjState, obj: u64, end: u64, recordsize: u32, txg: u64, added: &mut u64) -> Result<()> {
+        if st.maxblkid > 0 || st.size > st.blksz as u64 {
+            return Ok(());
+        }
+        let target = if end <= recordsize as u64 { end.div_ceil(512) * 512 } else { recordsize as u64 } as u32;
+        if target <= st.blksz {
+            return Ok(());
+        }
+        let src = st.resolve(&self.core, 0)?;
+        let mut buf = AlignedBuf::zeroed(target as usize);
+        ObjState::fetch(&self.core, &src, &mut buf[..st.blksz as usize], &|| self.what(obj))?;
+        let prev = st.rec(txg).blocks.insert(0, Arc::new(buf)).map_or(0, |b| b.len() as u64);
+        *added += target as u64 - prev;
+        st.blksz = target;
+        Ok(())
+    }
+
+    /// The txg's dirty copy of block `blkid`, made on first touch.
+    fn dirty_block<'a>(&self, st: &'a mut ObjState, obj: u64, txg: u64, blkid: u64, full: bool, added: &mut u64) -> Result<&'a mut AlignedBuf> {
+        let bs = st.blksz as usize;
+        if !st.rec(txg).blocks.contains_key(&blkid) {
+            let mut buf = AlignedBuf::zeroed(bs);
+            if !full {
+                let src = st.resolve(&self.core, blkid)?;
+                ObjState::fetch(&self.core, &src, &mut buf, &|| self.what(obj))?;
+            }
+            st.rec(txg).blocks.insert(blkid, Arc::new(buf));
+            *added += bs as u64;
+        }
+        let b = st.rec(txg).blocks.get_mut(&blkid).ok_or_else(|| Error::corrupt("dirty block vanished"))?;
+        Ok(Arc::make_mut(b))
+    }
+
+    /// Claims the dnode slots an inline copy of the object would need, if
+    /// they directly follow its own and nobody has them yet.
+    fn reserve_inline(&self, st: &mut ObjState, obj: u64) {
+        let max = self.core.tunables.read().tarn_inline_max_bytes;
+        if st.maxblkid > 0 || st.size > max {
+            return;
+        }
+        let need = (tarn_ondisk::dnode::DNODE_HEADER + st.bonus.len() + st.size as usize).div_ceil(SLOT_SIZE);
+        if need <= st.slots {
+            return;
+        }
+        let mut os = self.st.lock();
+        let in_block = (obj % SLOTS_PER_BLOCK as u64) as usize;
+        if os.next_object == obj + st.slots as u64 && in_block + need <= SLOTS_PER_BLOCK {
+            os.next_object = obj + need as u64;
+            st.slots = need;
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset` (short at the end of the object).
+    pub fn read(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let o = self.object(obj)?;
+        let mut st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was freed", self.what(obj))));
+        }
+        let end = offset.saturating_add(len as u64).min(st.size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let bs = st.blksz as u64;
+        let mut srcs = Vec::new();
+        for blkid in offset / bs..=(end - 1) / bs {
+            srcs.push((blkid, st.resolve(&self.core, blkid)?));
+        }
+        drop(st);
+        let mut out = vec![0u8; (end - offset) as usize];
+        let mut blockbuf = vec![0u8; bs as usize];
+        for (blkid, src) in srcs {
+            let bstart = blkid * bs;
+            let a = offset.max(bstart) - bstart;
+            let b = end.min(bstart + bs) - bstart;
+            let dst = (bstart + a - offset) as usize;
+            let what = || format!("block {} of {}", blkid, self.what(obj));
+            if let Source::Zero = src {
+                continue;
+            }
+            ObjState::fetch(&self.core, &src, &mut blockbuf, &what)?;
+            out[dst..dst + (b - a) as usize].copy_from_slice(&blockbuf[a as usize..b as usize]);
+        }
+        Ok(out)
+    }
+
+    /// Sets the object's size, freeing blocks past it.
+    pub fn truncate(&self, tx: &Tx, obj: u64, size: u64) -> Result<()> {
+        self.truncate_txg(tx.txg(), obj, size)
+    }
+
+    pub(crate) fn truncate_txg(&self, txg: u64, obj: u64, size: u64) -> Result<()> {
+        if size > MAX_OBJECT_BYTES {
+            return Err(Error::invalid(format!("size {} too large for {}", size, self.what(obj))));
+        }
+        let o = self.object(obj)?;
+        let mut added = 0;
+        let mut st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was freed", self.what(obj))));
+        }
+        if size < st.size {
+            let bs = st.blksz as u64;
+            if size % bs != 0 {
+                let buf = self.dirty_block(&mut st, obj, txg, size / bs, false, &mut added)?;
+                buf[(size % bs) as usize..].fill(0);
+            }
+            let first_free = size.div_ceil(bs);
+            if first_free <= st.maxblkid || size == 0 {
+                let r = st.rec(txg);
+                r.blocks.retain(|&b, _| b < first_free);
+                r.frees.push((first_free, u64::MAX));
+            }
+            st.maxblkid = first_free.saturating_sub(1);
+        }
+        st.size = size;
+        self.sync_rec_header(&mut st, txg);
+        drop(st);
+        self.core.txg.dirty_add(txg, added);
+        self.mark_dirty(obj, txg);
+        Ok(())
+    }
+
+    /// Frees the object and all its blocks.
+    pub fn free(&self, tx: &Tx, obj: u64) -> Result<()> {
+        let o = self.object(obj)?;
+        let mut st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was already freed", self.what(obj))));
+        }
+        st.freed = true;
+        st.rec(tx.txg()).freed = true;
+        drop(st);
+        let mut os = self.st.lock();
+        os.object_count = os.object_count.saturating_sub(1);
+        os.dirty[slot(tx.txg())].insert(obj);
+        Ok(())
+    }
+
+    pub fn info(&self, obj: u64) -> Result<ObjectInfo> {
+        let o = self.object(obj)?;
+        let st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was freed", self.what(obj))));
+        }
+        Ok(ObjectInfo {
+            id: obj,
+            otype: st.dn.otype,
+            size: st.size,
+            blksz: st.blksz,
+            maxblkid: st.maxblkid,
+            nlevels: st.dn.nlevels,
+            used_bytes: st.dn.used_bytes,
+            inline: st.dn.inline.is_some(),
+            slots: st.slots,
+            dnode: st.dn.clone(),
+        })
+    }
+
+    /// Block pointers of the synced tree, level by level, for `inspect`:
+    /// (level, block index, pointer) for every non-hole pointer.
+    pub fn tree(&self, obj: u64, limit: usize) -> Result<Vec<(u8, u64, BlockPtr)>> {
+        let o = if obj == 0 { self.meta.clone() } else { self.object(obj)? };
+        let mut st = o.st.lock();
+        let mut out = Vec::new();
+        let Some(top) = st.dn.blkptr else { return Ok(out) };
+        let nl = st.dn.nlevels;
+        out.push((nl - 1, 0, top));
+        let mut stack = vec![(nl - 1, 0u64)];
+        while let Some((l, idx)) = stack.pop() {
+            if l == 0 || out.len() >= limit {
+                continue;
+            }
+            st.ensure_path(&self.core, idx << (10 * l as u32))?;
+            let bps = st.ind.get(&(l, idx)).map(|b| b.bps.clone()).unwrap_or_default();
+            for (c, bp) in bps.iter().enumerate().rev() {
+                if !bp.is_hole() {
+                    stack.push((l - 1, (idx << 10) + c as u64));
+                }
+            }
+            for (c, bp) in bps.iter().enumerate() {
+                if !bp.is_hole() && out.len() < limit {
+                    out.push((l - 1, (idx << 10) + c as u64, *bp));
+                }
+            }
+        }
+        out.sort_by_key(|(l, i, _)| (std::cmp::Reverse(*l), *i));
+        Ok(out)
+    }
+
+    /// The dnode array's dnode as of the last sync.
+    pub fn meta_dnode(&self) -> Dnode {
+        self.meta.st.lock().dn.clone()
+    }
+
+    /// True when the txg has changes for this object set.
+    pub fn is_dirty(&self, txg: u64) -> bool {
+        !self.st.lock().dirty[slot(txg)].is_empty()
+    }
+
+    /// Writes this object set's changes of `txg`; returns its new root block
+    /// pointer, or None when nothing changed.
+    pub(crate) fn sync(&self, txg: u64, group: &Arc<WriteGroup>) -> Result<Option<BlockPtr>> {
+        let objs: Vec<Arc<Object>> = {
+            let mut st = self.st.lock();
+            let ids = std::mem::take(&mut st.dirty[slot(txg)]);
+            ids.iter().filter_map(|id| st.objects.get(id).cloned()).collect()
+        };
+        if objs.is_empty() {
+            return Ok(None);
+        }
+        let inline_max = self.core.tunables.read().tarn_inline_max_bytes;
+        let ctx = SyncCtx { core: &self.core, txg, group, props: self.props().write, inline_max };
+        let updates = sync_objects(&ctx, &objs)?;
+        let mut used: i64 = updates.iter().map(|u| u.used_delta).sum();
+        used += self.patch_dnodes(txg, &updates)?;
+        let meta_ctx = SyncCtx { core: &self.core, txg, group, props: WriteProps::METADATA, inline_max: 0 };
+        let meta_updates = sync_objects(&meta_ctx, std::slice::from_ref(&self.meta))?;
+        used += meta_updates.iter().map(|u| u.used_delta).sum::<i64>();
+        let bp = self.write_root(txg, group, used)?;
+        let mut st = self.st.lock();
+        let mut all = objs;
+        all.push(self.meta.clone());
+        st.syncing[slot(txg)] = all;
+        Ok(Some(bp))
+    }
+
+    /// Copies synced dnodes into the dnode array (syncing context).
+    fn patch_dnodes(&self, txg: u64, updates: &[DnodeUpdate]) -> Result<i64> {
+        let mut meta = self.meta.st.lock();
+        for u in updates {
+            let blkid = u.id / SLOTS_PER_BLOCK as u64;
+            let off = (u.id % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
+            if !meta.rec(txg).blocks.contains_key(&blkid) {
+                let src = meta.resolve(&self.core, blkid)?;
+                let mut buf = AlignedBuf::zeroed(DNODE_BLOCK_SIZE);
+                ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {}", blkid))?;
+                meta.rec(txg).blocks.insert(blkid, Arc::new(buf));
+            }
+            let r = meta.rec(txg);
+            let buf = Arc::make_mut(r.blocks.get_mut(&blkid).ok_or_else(|| Error::corrupt("dnode block vanished"))?);
+            let n = u.slots * SLOT_SIZE;
+            match &u.encoded {
+                Some(e) => buf[off..off + n].copy_from_slice(e),
+                None => buf[off..off + n].fill(0),
+            }
+            meta.maxblkid = meta.maxblkid.max(blkid);
+        }
+        meta.size = (meta.maxblkid + 1) * DNODE_BLOCK_SIZE as u64;
+        meta.blksz = DNODE_BLOCK_SIZE as u32;
+        let (size, maxblkid) = (meta.size, meta.maxblkid);
+        let r = meta.rec(txg);
+        r.size = size;
+        r.blksz = DNODE_BLOCK_SIZE as u32;
+        r.maxblkid = maxblkid;
+        Ok(0)
+    }
+
+    fn write_root(&self, txg: u64, group: &Arc<WriteGroup>, used_delta: i64) -> Result<BlockPtr> {
+        let meta_dnode = self.meta.st.lock().dn.clone();
+        let (phys, old) = {
+            let mut st = self.st.lock();
+            st.used_bytes = (st.used_bytes as i64 + used_delta).max(0) as u64;
+            let phys = ObjsetPhys {
+                ostype: self.ostype,
+                meta_dnode,
+                next_object: st.next_object,
+                object_count: st.object_count,
+                used_bytes: st.used_bytes,
+            };
+            (phys, st.root_bp)
+        };
+        let buf = Arc::new(AlignedBuf::from_slice(&phys.encode()));
+        let prep = block::prepare(&buf, buf.len(), ObjectType::Objset, 0, txg, WriteProps::METADATA, self.core.sector);
+        let bp = self.core.write_block(prep, txg, 1, group, 0, None)?;
+        self.core.free_block(&old, txg)?;
+        self.st.lock().root_bp = bp;
+        Ok(bp)
+    }
+
+    /// After `txg`'s writes have landed: drop its dirty records and forget
+    /// freed objects.
+    pub(crate) fn sync_done(&self, txg: u64) {
+        let objs = std::mem::take(&mut self.st.lock().syncing[slot(txg)]);
+        let mut gone = Vec::new();
+        for o in &objs {
+            let mut st = o.st.lock();
+            if st.dirty[slot(txg)].as_ref().is_some_and(|r| r.txg == txg) {
+                st.dirty[slot(txg)] = None;
+            }
+            if st.freed && !st.has_dirty() {
+                gone.push(o.id);
+            }
+        }
+        let mut st = self.st.lock();
+        for id in gone {
+            st.objects.remove(&id);
+        }
+    }
+
+    /// Whether an error is the kind a caller should treat as "no such object".
+    pub fn is_not_found(e: &Error) -> bool {
+        e.kind == ErrorKind::NotFound
+    }
+}

@@ -1,0 +1,236 @@
+//! One object in memory: its synced dnode, its cached indirect blocks and its
+//! per-txg dirty records — and the lookups that combine them.
+//!
+//! An object's content at any moment is the newest of: the dirty record of the
+//! open txg, those of txgs still quiescing or syncing, and the block tree on
+//! disk. A dirty record holds whole logical blocks (copy-on-write: a partial
+//! write first copies the current block) and the block ranges freed in that
+//! txg. Records stay until their txg's sync has finished writing, so readers
+//! never see a block pointer whose write has not landed.
+//!
+//! Invariants:
+//! - at most one dirty record per txg slot, and its txg is open, quiescing or
+//!   syncing;
+//! - every dirty block buffer is exactly the object's block size in its txg,
+//!   rounded to 512 bytes;
+//! - cached indirect blocks are keyed (level, index) and level >= 1.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use tarn_ondisk::bp::{BlockPtr, BP_SIZE};
+use tarn_ondisk::dnode::{Dnode, BPS_PER_INDIRECT, INDIRECT_BLOCK_SIZE};
+
+use crate::error::{Error, Result};
+use crate::io::IoClass;
+use crate::pool::core::PoolCore;
+use crate::sys::buf::AlignedBuf;
+use crate::txg::TXG_SIZE;
+
+pub(crate) const IND_SHIFT: u32 = 10;
+const _: () = assert!(1u64 << IND_SHIFT == BPS_PER_INDIRECT);
+
+/// Changes to one object within one txg.
+pub(crate) struct DirtyRec {
+    pub txg: u64,
+    pub blocks: BTreeMap<u64, Arc<AlignedBuf>>,
+    /// Block ranges [start, end) freed in this txg, in order of the frees.
+    pub frees: Vec<(u64, u64)>,
+    pub size: u64,
+    pub blksz: u32,
+    pub maxblkid: u64,
+    pub created: bool,
+    pub freed: bool,
+    pub bonus: Option<Vec<u8>>,
+}
+
+pub(crate) struct IndBlock {
+    pub bps: Vec<BlockPtr>,
+    pub dirty: bool,
+}
+
+impl IndBlock {
+    pub fn holes() -> Self {
+        IndBlock { bps: vec![BlockPtr::default(); BPS_PER_INDIRECT as usize], dirty: false }
+    }
+
+    pub fn decode(data: &[u8]) -> Result<Self> {
+        if data.len() != INDIRECT_BLOCK_SIZE {
+            return Err(Error::corrupt(format!("indirect block of {} bytes", data.len())));
+        }
+        let bps = data.chunks_exact(BP_SIZE).map(BlockPtr::decode).collect::<Result<Vec<_>, _>>()?;
+        Ok(IndBlock { bps, dirty: false })
+    }
+
+    pub fn encode(&self) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(INDIRECT_BLOCK_SIZE);
+        for (i, bp) in self.bps.iter().enumerate() {
+            bp.encode(&mut b[i * BP_SIZE..(i + 1) * BP_SIZE]);
+        }
+        b
+    }
+}
+
+/// Where a block's current content comes from.
+pub(crate) enum Source {
+    Dirty(Arc<AlignedBuf>),
+    Zero,
+    Inline(Vec<u8>),
+    Bp(BlockPtr),
+}
+
+pub(crate) struct ObjState {
+    /// The dnode as of the last sync (block tree, sizes).
+    pub dn: Dnode,
+    /// Current logical view, including unsynced changes.
+    pub size: u64,
+    pub blksz: u32,
+    pub maxblkid: u64,
+    pub freed: bool,
+    pub bonus: Vec<u8>,
+    /// Dnode slots reserved for this object.
+    pub slots: usize,
+    pub ind: HashMap<(u8, u64), IndBlock>,
+    pub dirty: [Option<DirtyRec>; TXG_SIZE],
+}
+
+pub(crate) fn slot(txg: u64) -> usize {
+    (txg % TXG_SIZE as u64) as usize
+}
+
+impl ObjState {
+    pub fn new(dn: Dnode, slots: usize) -> Self {
+        ObjState {
+            size: dn.size,
+            blksz: dn.datablksz,
+            maxblkid: dn.maxblkid,
+            freed: false,
+            bonus: dn.bonus.clone(),
+            slots,
+            dn,
+            ind: HashMap::new(),
+            dirty: Default::default(),
+        }
+    }
+
+    /// The dirty record for `txg`, created on first use.
+    pub fn rec(&mut self, txg: u64) -> &mut DirtyRec {
+        let (size, blksz, maxblkid) = (self.size, self.blksz, self.maxblkid);
+        let r = &mut self.dirty[slot(txg)];
+        if r.as_ref().is_some_and(|r| r.txg != txg) {
+            // A record of txg - 4 would still be here only if its sync never
+            // ran, which the txg engine rules out.
+            panic!("dirty record slot of txg {} still holds another txg", txg);
+        }
+        r.get_or_insert_with(|| DirtyRec {
+            txg,
+            blocks: BTreeMap::new(),
+            frees: Vec::new(),
+            size,
+            blksz,
+            maxblkid,
+            created: false,
+            freed: false,
+            bonus: None,
+        })
+    }
+
+    pub fn has_dirty(&self) -> bool {
+        self.dirty.iter().any(|r| r.is_some())
+    }
+
+    /// Dirty records, newest first.
+    fn recs_newest_first(&self) -> Vec<&DirtyRec> {
+        let mut v: Vec<&DirtyRec> = self.dirty.iter().flatten().collect();
+        v.sort_by(|a, b| b.txg.cmp(&a.txg));
+        v
+    }
+
+    /// The current content of block `blkid`.
+    pub fn resolve(&mut self, core: &PoolCore, blkid: u64) -> Result<Source> {
+        for r in self.recs_newest_first() {
+            if let Some(b) = r.blocks.get(&blkid) {
+                return Ok(Source::Dirty(b.clone()));
+            }
+            if r.frees.iter().any(|&(s, e)| blkid >= s && blkid < e) {
+                return Ok(Source::Zero);
+            }
+        }
+        if let Some(d) = &self.dn.inline {
+            return Ok(if blkid == 0 { Source::Inline(d.clone()) } else { Source::Zero });
+        }
+        Ok(match self.tree_bp(core, blkid)? {
+            Some(bp) if !bp.is_hole() => Source::Bp(bp),
+            _ => Source::Zero,
+        })
+    }
+
+    /// L0 block pointers covered by the top block pointer.
+    pub fn span(&self) -> u64 {
+        if self.dn.nlevels == 0 {
+            return 0;
+        }
+        1u64.checked_shl(IND_SHIFT * (self.dn.nlevels as u32 - 1)).unwrap_or(u64::MAX)
+    }
+
+    /// The synced tree's pointer for `blkid` (None: beyond the tree).
+    pub fn tree_bp(&mut self, core: &PoolCore, blkid: u64) -> Result<Option<BlockPtr>> {
+        let Some(top) = self.dn.blkptr else { return Ok(None) };
+        if blkid >= self.span() {
+            return Ok(None);
+        }
+        if self.dn.nlevels == 1 {
+            return Ok(Some(top));
+        }
+        self.ensure_path(core, blkid)?;
+        let key = (1u8, blkid >> IND_SHIFT);
+        Ok(self.ind.get(&key).map(|b| b.bps[(blkid & (BPS_PER_INDIRECT - 1)) as usize]))
+    }
+
+    /// Loads the indirect blocks on the path to `blkid`, top down.
+    pub fn ensure_path(&mut self, core: &PoolCore, blkid: u64) -> Result<()> {
+        let nl = self.dn.nlevels;
+        for l in (1..nl).rev() {
+            let key = (l, blkid >> (IND_SHIFT * l as u32));
+            if self.ind.contains_key(&key) {
+                continue;
+            }
+            let parent = if l == nl - 1 {
+                self.dn.blkptr.unwrap_or_default()
+            } else {
+                let pk = (l + 1, blkid >> (IND_SHIFT * (l as u32 + 1)));
+                let idx = (key.1 & (BPS_PER_INDIRECT - 1)) as usize;
+                self.ind.get(&pk).map(|b| b.bps[idx]).unwrap_or_default()
+            };
+            let block = if parent.is_hole() {
+                IndBlock::holes()
+            } else {
+                let data = core.read_block(&parent, IoClass::SyncRead, &|| {
+                    format!("indirect block L{} #{}", l, key.1)
+                })?;
+                IndBlock::decode(&data)?
+            };
+            self.ind.insert(key, block);
+        }
+        Ok(())
+    }
+
+    /// Reads a block's content into `out` (zero-filled beyond what it has).
+    pub fn fetch(core: &PoolCore, src: &Source, out: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+        let copy = |out: &mut [u8], d: &[u8]| {
+            let n = out.len().min(d.len());
+            out[..n].copy_from_slice(&d[..n]);
+            out[n..].fill(0);
+        };
+        match src {
+            Source::Zero => out.fill(0),
+            Source::Dirty(b) => copy(out, b),
+            Source::Inline(d) => copy(out, d),
+            Source::Bp(bp) => {
+                let d = core.read_block(bp, IoClass::SyncRead, what)?;
+                copy(out, &d)
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,286 @@
+//! Writing one txg of an object's changes: the syncing side of the object layer.
+//!
+//! For each dirty object of the txg, in three phases:
+//!   A. snapshot its dirty record (blocks, frees, final size) under its lock;
+//!   B. prepare every dirty block — zero detection, compression, checksum —
+//!      in parallel across all objects (rayon), without any lock;
+//!   C. under the object's lock again: apply the frees, allocate and queue the
+//!      blocks in block order (so consecutive blocks get adjacent addresses and
+//!      the scheduler merges their writes), rewrite the dirty indirect blocks
+//!      bottom-up, and encode the new dnode.
+//! Freed blocks go to the allocator's deferred-free list. A small object whose
+//! data fits its reserved dnode slots is stored inline instead of in a block.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use tarn_ondisk::bp::{BlockPtr, ObjectType};
+use tarn_ondisk::dnode::{Dnode, BPS_PER_INDIRECT, INDIRECT_BLOCK_SIZE, MAX_LEVELS, SLOT_SIZE};
+
+use super::state::{slot, IndBlock, ObjState, IND_SHIFT};
+use super::Object;
+use crate::error::{Error, Result};
+use crate::io::{block, Prepared, WriteGroup, WriteProps};
+use crate::pool::core::PoolCore;
+use crate::sys::buf::AlignedBuf;
+
+pub(crate) struct SyncCtx<'a> {
+    pub core: &'a PoolCore,
+    pub txg: u64,
+    pub group: &'a Arc<WriteGroup>,
+    pub props: WriteProps,
+    pub inline_max: u64,
+}
+
+/// What a synced object contributes to its dnode block.
+pub(crate) struct DnodeUpdate {
+    pub id: u64,
+    /// The dnode padded to its reserved slots; None when the object was freed.
+    pub encoded: Option<Vec<u8>>,
+    pub slots: usize,
+    /// Change of the object's allocated bytes in this txg.
+    pub used_delta: i64,
+}
+
+struct Work {
+    obj: Arc<Object>,
+    otype: ObjectType,
+    blocks: Vec<(u64, Arc<AlignedBuf>)>,
+    inline: bool,
+}
+
+/// Syncs `objs` for ctx.txg; objects without a record for it are skipped.
+pub(crate) fn sync_objects(ctx: &SyncCtx, objs: &[Arc<Object>]) -> Result<Vec<DnodeUpdate>> {
+    let work: Vec<Work> = objs.iter().filter_map(|o| snapshot(ctx, o)).collect();
+    let jobs: Vec<(usize, usize)> = work
+        .iter()
+        .enumerate()
+        .flat_map(|(w, wk)| (0..wk.blocks.len()).filter(move |_| !wk.inline).map(move |b| (w, b)))
+        .collect();
+    let sector = ctx.core.sector;
+    let prepared: Vec<Prepared> = jobs
+        .par_iter()
+        .map(|&(w, b)| {
+            let (_, buf) = &work[w].blocks[b];
+            block::prepare(buf, buf.len(), work[w].otype, 0, ctx.txg, ctx.props, sector)
+        })
+        .collect();
+    let mut prepared = prepared.into_iter();
+    let mut out = Vec::with_capacity(work.len());
+    for wk in work.iter() {
+        let n = if wk.inline { 0 } else { wk.blocks.len() };
+        let mine: Vec<Prepared> = prepared.by_ref().take(n).collect();
+        out.push(finish_object(ctx, wk, mine)?);
+    }
+    Ok(out)
+}
+
+fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
+    let st = o.st.lock();
+    let rec = st.dirty[slot(ctx.txg)].as_ref().filter(|r| r.txg == ctx.txg)?;
+    let blocks: Vec<(u64, Arc<AlignedBuf>)> = rec.blocks.iter().map(|(k, v)| (*k, v.clone())).collect();
+    let inline = !rec.freed && wants_inline(ctx, &st, rec.maxblkid, rec.size);
+    Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, inline })
+}
+
+fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64) -> bool {
+    if maxblkid != 0 || size > ctx.inline_max || st.dn.otype == ObjectType::DnodeArray {
+        return false;
+    }
+    let need = (tarn_ondisk::dnode::DNODE_HEADER + st.bonus.len() + size as usize).div_ceil(SLOT_SIZE);
+    need <= st.slots
+}
+
+fn finish_object(ctx: &SyncCtx, wk: &Work, prepared: Vec<Prepared>) -> Result<DnodeUpdate> {
+    let mut st = wk.obj.st.lock();
+    let mut used: i64 = 0;
+    let rec = st.dirty[slot(ctx.txg)].as_ref().ok_or_else(|| Error::corrupt("dirty record vanished"))?;
+    let (frees, size, blksz, maxblkid, freed) = (rec.frees.clone(), rec.size, rec.blksz, rec.maxblkid, rec.freed);
+    let bonus = rec.bonus.clone();
+    if freed {
+        used -= free_range(ctx, &mut st, 0, u64::MAX)?;
+        return Ok(DnodeUpdate { id: wk.obj.id, encoded: None, slots: st.slots, used_delta: used });
+    }
+    for (s, e) in frees {
+        used -= free_range(ctx, &mut st, s, e)?;
+    }
+    if wk.inline {
+        used -= free_range(ctx, &mut st, 0, u64::MAX)?;
+        let data = wk.blocks.iter().find(|(b, _)| *b == 0).map(|(_, d)| d[..size as usize].to_vec());
+        let old = st.dn.inline.take().unwrap_or_default();
+        let mut d = data.unwrap_or(old);
+        d.resize(size as usize, 0);
+        st.dn.inline = Some(d);
+        st.dn.blkptr = None;
+        st.dn.nlevels = 0;
+    } else {
+        used += leave_inline(ctx, &mut st, wk, blksz)?;
+        for ((blkid, buf), prep) in wk.blocks.iter().zip(prepared) {
+            used += install(ctx, &mut st, *blkid, prep, buf.len() as u64)?;
+        }
+        used += write_indirects(ctx, &mut st)?;
+    }
+    st.dn.size = size;
+    st.dn.datablksz = blksz;
+    st.dn.maxblkid = maxblkid;
+    if let Some(b) = bonus {
+        st.dn.bonus = b;
+    }
+    st.dn.used_bytes = (st.dn.used_bytes as i64 + used).max(0) as u64;
+    let slots = st.slots;
+    let mut enc = vec![0u8; slots * SLOT_SIZE];
+    let n = st.dn.slots();
+    if n > slots {
+        return Err(Error::corrupt(format!("object {} needs {} dnode slots, has {}", wk.obj.id, n, slots)));
+    }
+    st.dn.encode(&mut enc[..n * SLOT_SIZE]);
+    Ok(DnodeUpdate { id: wk.obj.id, encoded: Some(enc), slots, used_delta: used })
+}
+
+/// An inline object that no longer fits inline: its block 0 must be written
+/// even when this txg did not dirty it (an extending truncate).
+fn leave_inline(ctx: &SyncCtx, st: &mut ObjState, wk: &Work, blksz: u32) -> Result<i64> {
+    let Some(data) = st.dn.inline.take() else { return Ok(0) };
+    st.dn.nlevels = 1;
+    st.dn.blkptr = Some(BlockPtr::hole(blksz, st.dn.otype, 0));
+    if wk.blocks.iter().any(|(b, _)| *b == 0) {
+        return Ok(0);
+    }
+    let mut buf = AlignedBuf::zeroed(blksz as usize);
+    let n = data.len().min(buf.len());
+    buf[..n].copy_from_slice(&data[..n]);
+    let buf = Arc::new(buf);
+    let prep = block::prepare(&buf, buf.len(), st.dn.otype, 0, ctx.txg, ctx.props, ctx.core.sector);
+    install(ctx, st, 0, prep, 0)
+}
+
+/// Writes one level-0 block and links it into the tree; returns the change in
+/// allocated bytes.
+fn install(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire: u64) -> Result<i64> {
+    let hole = prep.phys.is_none();
+    let new = ctx.core.write_block(prep, ctx.txg, ctx.props.copies, ctx.group, retire, None)?;
+    if hole {
+        // Nothing will be written, so nothing would retire these bytes.
+        ctx.core.txg.dirty_retire(ctx.txg, retire);
+    }
+    let mut used = new.asize_total() as i64;
+    if st.dn.nlevels == 0 {
+        st.dn.nlevels = 1;
+        st.dn.blkptr = Some(BlockPtr::hole(new.lsize, st.dn.otype, 0));
+    }
+    grow_levels(st, blkid)?;
+    let old = if st.dn.nlevels == 1 {
+        st.dn.blkptr.replace(new).unwrap_or_default()
+    } else {
+        st.ensure_path(ctx.core, blkid)?;
+        let ind = st.ind.get_mut(&(1, blkid >> IND_SHIFT)).ok_or_else(|| Error::corrupt("L1 missing"))?;
+        ind.dirty = true;
+        std::mem::replace(&mut ind.bps[(blkid & (BPS_PER_INDIRECT - 1)) as usize], new)
+    };
+    used -= old.asize_total() as i64;
+    ctx.core.free_block(&old, ctx.txg)?;
+    Ok(used)
+}
+
+/// Adds levels on top until the tree covers `blkid`.
+fn grow_levels(st: &mut ObjState, blkid: u64) -> Result<()> {
+    while blkid >= st.span() {
+        if st.dn.nlevels >= MAX_LEVELS {
+            return Err(Error::invalid(format!("block {} beyond the largest object", blkid)));
+        }
+        let old_top = st.dn.blkptr.unwrap_or_default();
+        let level = st.dn.nlevels;
+        let mut ind = IndBlock::holes();
+        ind.bps[0] = old_top;
+        ind.dirty = true;
+        st.ind.insert((level, 0), ind);
+        st.dn.nlevels += 1;
+        st.dn.blkptr = Some(BlockPtr::hole(INDIRECT_BLOCK_SIZE as u32, st.dn.otype, level));
+    }
+    Ok(())
+}
+
+/// Frees the blocks in [start, end) of the synced tree; returns bytes freed.
+fn free_range(ctx: &SyncCtx, st: &mut ObjState, start: u64, end: u64) -> Result<i64> {
+    if st.dn.nlevels == 0 {
+        if start == 0 {
+            st.dn.inline = None;
+        }
+        return Ok(0);
+    }
+    if st.dn.nlevels == 1 {
+        if start > 0 {
+            return Ok(0);
+        }
+        let old = st.dn.blkptr.replace(BlockPtr::hole(st.dn.datablksz, st.dn.otype, 0)).unwrap_or_default();
+        ctx.core.free_block(&old, ctx.txg)?;
+        return Ok(old.asize_total() as i64);
+    }
+    let mut freed: i64 = 0;
+    // Explicit stack of indirect blocks (level, index) to visit; its depth is
+    // bounded by MAX_LEVELS × BPS_PER_INDIRECT.
+    let mut stack = vec![(st.dn.nlevels - 1, 0u64)];
+    while let Some((l, idx)) = stack.pop() {
+        st.ensure_path(ctx.core, idx << (IND_SHIFT * l as u32))?;
+        let child_span = 1u64 << (IND_SHIFT * (l as u32 - 1));
+        let ind = st.ind.get_mut(&(l, idx)).ok_or_else(|| Error::corrupt("indirect block missing"))?;
+        for c in 0..BPS_PER_INDIRECT {
+            let first = ((idx << IND_SHIFT) + c).saturating_mul(child_span);
+            let last = first.saturating_add(child_span - 1);
+            let bp = ind.bps[c as usize];
+            if last < start || first >= end || bp.is_hole() {
+                continue;
+            }
+            if l == 1 {
+                ctx.core.free_block(&bp, ctx.txg)?;
+                freed += bp.asize_total() as i64;
+                ind.bps[c as usize] = BlockPtr::default();
+                ind.dirty = true;
+            } else {
+                stack.push((l - 1, (idx << IND_SHIFT) + c));
+            }
+        }
+    }
+    Ok(freed)
+}
+
+/// Writes the dirty indirect blocks bottom-up; returns the change in bytes.
+fn write_indirects(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
+    let mut used: i64 = 0;
+    for l in 1..st.dn.nlevels {
+        let mut keys: Vec<u64> = st.ind.iter().filter(|((lv, _), b)| *lv == l && b.dirty).map(|((_, i), _)| *i).collect();
+        keys.sort_unstable();
+        for idx in keys {
+            let (buf, fill) = {
+                let ind = st.ind.get_mut(&(l, idx)).ok_or_else(|| Error::corrupt("indirect block missing"))?;
+                ind.dirty = false;
+                (Arc::new(ind.encode()), ind.bps.iter().map(|b| b.fill).sum::<u64>())
+            };
+            let mut prep = block::prepare(&buf, buf.len(), st.dn.otype, l, ctx.txg, WriteProps::METADATA, ctx.core.sector);
+            if !prep.bp.is_hole() {
+                prep.bp.fill = fill;
+            }
+            let new = ctx.core.write_block(prep, ctx.txg, ctx.props.copies.max(1), ctx.group, 0, None)?;
+            used += new.asize_total() as i64;
+            let old = if l == st.dn.nlevels - 1 {
+                st.dn.blkptr.replace(new).unwrap_or_default()
+            } else {
+                let p = st.ind.get_mut(&(l + 1, idx >> IND_SHIFT)).ok_or_else(|| Error::corrupt("parent missing"))?;
+                p.dirty = true;
+                std::mem::replace(&mut p.bps[(idx & (BPS_PER_INDIRECT - 1)) as usize], new)
+            };
+            used -= old.asize_total() as i64;
+            ctx.core.free_block(&old, ctx.txg)?;
+        }
+    }
+    Ok(used)
+}
+
+/// A fresh dnode for a new object.
+pub(crate) fn new_dnode(otype: ObjectType, recordsize: u32, txg: u64) -> Dnode {
+    let mut dn = Dnode::new(otype, recordsize, txg);
+    dn.blkptr = None;
+    dn.nlevels = 0;
+    dn.inline = None;
+    dn
+}

@@ -1,0 +1,1110 @@
+//! # Metaslab allocator
+//!
+//! ## Purpose
+//! Decides where every block of the pool goes, tracks which space is
+//! allocated, free or *deferred* (freed but not yet reusable), produces the
+//! per-txg space-log records and full checkpoints that persist that state
+//! (encoded by `spacelog`), and rebuilds the state on import.  Modelled on
+//! OpenZFS `metaslab.c` with the log-spacemap feature; simplified where
+//! userspace and copy-on-write-only workloads allow.
+//!
+//! ## Layout
+//! * The pool ([`Allocator`]) has top-level vdevs, indexed by vdev id.
+//! * Each vdev ([`VdevSpace`]) offers `[start, start+size)` and is cut into
+//!   metaslabs of `2^metaslab_shift` bytes (the last may be shorter).
+//!   Metaslabs exist so that allocation decisions are local: each has its own
+//!   free [`RangeTree`], a weight, and two cursors.  Metaslab boundaries are
+//!   purely an in-memory device — nothing on disk depends on them (records
+//!   and checkpoints hold absolute extents), so the shift may change between
+//!   imports.
+//! * Metaslab size: `highbit(size / 200)` (≈100–200 metaslabs, like OpenZFS
+//!   `vdev_metaslab_set_size`), clamped to `[2^26, 2^34]`, and grown further
+//!   only if a vdev would otherwise exceed 131072 metaslabs.
+//!
+//! ## Allocation policy (and why)
+//! 1. **Stripe across vdevs with a rotor.**  Allocation starts at the rotor
+//!    vdev and stays there until about `aliquot` bytes (default 1 MiB, OpenZFS
+//!    `metaslab_aliquot`) were allocated, then the rotor moves on.  1 MiB
+//!    matches the I/O aggregation limit: each vdev receives runs of at least
+//!    1 MiB of adjacent blocks, which the I/O scheduler merges into full-size
+//!    I/Os, while consecutive MiBs land on different vdevs to use them in
+//!    parallel.  Each vdev's quota is `aliquot + bias`, with
+//!    `bias = (ratio - 100) * aliquot / 100` and
+//!    `ratio = 100 * vdev_free * nvdevs / pool_free` (OpenZFS `mg_bias`), so
+//!    emptier vdevs receive more and the pool converges to even fullness.
+//!    A vdev that cannot satisfy a request is skipped and the rotor moves to
+//!    the vdev that could.
+//! 2. **Two size classes.**  Requests smaller than `small_block_bytes`
+//!    (default `max(64 KiB, 4 sectors)`) are "small".  64 KiB is above
+//!    typical metadata (16 KiB dnode blocks, compressed indirect blocks,
+//!    small files) and below the 128 KiB default record size, so that
+//!    streaming data — even compressed ~2:1 — stays in the large class.
+//!    Each class has its own active metaslab per vdev and its own cursor per
+//!    metaslab, so metadata written in the same txg as a large sequential
+//!    write does not land in the middle of its run.
+//! 3. **Cursor first-fit inside the active metaslab.**  The next allocation
+//!    starts exactly where the previous one of the same class ended
+//!    (`RangeTree::first_fit_from`), so a stream of 1 MiB blocks is laid out
+//!    back to back; holes before the cursor are only revisited after wrapping.
+//!    Alignment is the sector size only — blocks are not power-of-two
+//!    aligned, that would waste space between differently sized blocks.
+//! 4. **Metaslab choice by weight.**  Weight = (largest free segment, free
+//!    bytes), kept in a per-vdev ordered index so choosing is O(log n).  The
+//!    large class takes the *heaviest* metaslab (longest runs; ties broken
+//!    towards low offsets, which are the faster outer tracks of a disk).  The
+//!    small class takes the *lightest metaslab that still fits* (ties towards
+//!    high offsets): small blocks fill holes in already-fragmented metaslabs
+//!    instead of breaking up big free regions.  Each class avoids the other
+//!    class's active metaslab unless it is the only candidate.  A class
+//!    switches metaslab only when its active one cannot fit the request.
+//! 5. **No gang blocks.**  A request must fit in one free segment of one
+//!    metaslab.  If no allowed vdev has such a segment — pool full, or free
+//!    space fragmented into pieces smaller than the request — `alloc` returns
+//!    [`AllocError::NoSpace`].  Since metaslabs are at least 64 MiB, any
+//!    request up to 64 MiB fits on an empty metaslab, i.e. a 16 MiB block
+//!    plus parity overhead up to 4× (raidz3 on 4 disks, the worst case).
+//! 6. **Exclusion is strict.**  Vdevs in `exclude` are never used; a caller
+//!    placing a second copy that wants "another vdev if possible" retries
+//!    with an empty `exclude` after `NoSpace`.
+//!
+//! ## Deferred frees and txgs
+//! A block freed in txg N stays *deferred* until `txg_synced(N + 2)`
+//! (OpenZFS `TXG_DEFER_SIZE`), so a crash can still roll back to either of
+//! the two previous uberblocks without finding their blocks overwritten.
+//! Deferred space is neither free nor allocated.  Allocations and frees must
+//! name an *open* txg, i.e. one greater than the highest txg passed to
+//! [`Allocator::txg_synced`]; this is what guarantees that one txg's record
+//! set never contains the same range twice.
+//!
+//! ## Space log records
+//! Every allocation and free is also added to a per-txg, per-vdev record
+//! `RangeTree`, so adjacent extents coalesce (a 1 GiB sequential write is one
+//! record).  [`Allocator::take_records`] hands them out sorted by
+//! (vdev, offset) and forgets them.  Protocol for writing txg N's log block:
+//! `records_upper_bound(N, k)` → allocate the log block (k extents) in txg N →
+//! `take_records(N)` → encode → write.  Replay applies a record set's
+//! allocations, then its frees (frees are deferred, so nothing freed in a txg
+//! can have been reallocated in the same txg), then releases deferrals older
+//! than `current_txg - 2`.
+//!
+//! ## Checkpoints
+//! [`Allocator::checkpoint`] returns the free ranges (coalesced across
+//! metaslab boundaries, so the form is canonical) and the deferred ranges
+//! with their txgs; `Checkpoint::txg` is the highest txg the allocator has
+//! seen.  A checkpoint written during the sync of txg C must be taken after
+//! every allocation of txg C (including its own blocks) and replaces the log
+//! of txg C; import loads it and replays logs with txg > C.
+//!
+//! ## Invariants (checked by [`Allocator::check_invariants`])
+//! 1. Per vdev: `free + deferred + allocated == size`, with `free` the sum of
+//!    the metaslab trees and `allocated` a counter maintained independently.
+//! 2. Metaslabs tile `[start, start+size)` in order; each free segment lies
+//!    inside its metaslab and is sector aligned; every tree is coalesced.
+//! 3. Deferred ranges are disjoint from free space, and the per-txg deferred
+//!    trees are pairwise disjoint with their union equal to `deferred_all`.
+//! 4. Each metaslab's cached weight matches its tree, and the weight index
+//!    holds exactly one key per metaslab.
+//! 5. No internal inconsistency has been detected (`fault` is empty); paths
+//!    that cannot return an error (`txg_synced`) record one there.
+//!
+//! ## Complexity
+//! `alloc`, `free` and `is_allocated` are O(log n) in the number of free
+//! segments (the first-fit scan is capped at `FIRST_FIT_MAX_PROBES`), plus
+//! O(number of vdevs) for the rotor; an extent spanning metaslabs costs one
+//! O(log n) step per metaslab touched.  `txg_synced` is O(log n) per
+//! released range.  `checkpoint`, `space` and `check_invariants` are linear.
+//! Every loop is bounded by the number of vdevs, metaslabs or ranges.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use super::range_tree::{RangeTree, HISTOGRAM_BUCKETS};
+use super::spacelog::{encoded_records_upper_bound_for, Checkpoint, Extent, TxgRecords, VdevCheckpoint};
+
+/// Smallest supported sector shift (512 B).
+pub const MIN_ASHIFT: u8 = 9;
+/// Largest supported sector shift (64 KiB).
+pub const MAX_ASHIFT: u8 = 16;
+/// Sector shift used when the caller has no better information (4 KiB).
+pub const DEFAULT_ASHIFT: u8 = 12;
+/// Metaslab count the default size aims for.
+pub const TARGET_METASLABS_PER_VDEV: u64 = 200;
+/// Smallest default metaslab (64 MiB): holds a 16 MiB block with 4× parity.
+pub const MIN_METASLAB_SHIFT: u8 = 26;
+/// Largest default metaslab (16 GiB) unless the count limit forces more.
+pub const MAX_METASLAB_SHIFT: u8 = 34;
+/// Hard cap on metaslabs per vdev (OpenZFS `zfs_vdev_ms_count_limit`).
+pub const MAX_METASLABS_PER_VDEV: u64 = 1 << 17;
+/// Requests below this are "small" (see module docs).
+pub const DEFAULT_SMALL_BLOCK_BYTES: u64 = 64 << 10;
+/// Bytes allocated on one vdev before the rotor moves on.
+pub const DEFAULT_ALIQUOT: u64 = 1 << 20;
+/// A free in txg N becomes allocatable when txg N + TXG_DEFER_SIZE synced.
+pub const TXG_DEFER_SIZE: u64 = 2;
+/// Vdev ids must be below this (bounds memory when loading a checkpoint).
+pub const MAX_VDEVS: u32 = 1 << 16;
+
+const SMALL: usize = 0;
+const LARGE: usize = 1;
+
+/// OpenZFS `zfs_frag_table`: fragmentation % attributed to free space held
+/// in segments of 2^9 (512 B) … 2^24 (16 MiB) bytes; larger segments are 0.
+const FRAG_TABLE: [u64; 16] = [100, 100, 98, 95, 90, 80, 70, 60, 50, 40, 30, 20, 15, 10, 5, 0];
+
+/// Errors from the allocator.  Except for `Internal`, a failed call leaves
+/// the allocator unchanged (replay/load: see their docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocError {
+    /// No allowed vdev has a free segment large enough (gang blocks are not
+    /// supported, so fragmentation alone can cause this).
+    NoSpace,
+    /// Zero-byte allocation request.
+    InvalidSize(u64),
+    UnknownVdev(u32),
+    VdevExists(u32),
+    /// Bad vdev geometry or configuration.
+    InvalidVdev(String),
+    /// Allocation or free in a txg that has already synced.
+    TxgNotOpen { txg: u64, synced: u64 },
+    /// Extent is zero-length, misaligned or outside the vdev.
+    BadExtent { vdev: u32, offset: u64, len: u64 },
+    /// Free of space that is not (entirely) allocated: a double free.
+    NotAllocated { vdev: u32, offset: u64, len: u64 },
+    /// Checkpoint or log record contradicts the current state.
+    Inconsistent(String),
+    /// A broken internal invariant (a bug); see `check_invariants`.
+    Internal(String),
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocError::NoSpace => write!(f, "no space"),
+            AllocError::InvalidSize(s) => write!(f, "invalid allocation size {s}"),
+            AllocError::UnknownVdev(v) => write!(f, "unknown vdev {v}"),
+            AllocError::VdevExists(v) => write!(f, "vdev {v} already exists"),
+            AllocError::InvalidVdev(m) => write!(f, "invalid vdev: {m}"),
+            AllocError::TxgNotOpen { txg, synced } => {
+                write!(f, "txg {txg} is not open (txg {synced} already synced)")
+            }
+            AllocError::BadExtent { vdev, offset, len } => {
+                write!(f, "bad extent {vdev}:{offset:#x}+{len:#x}")
+            }
+            AllocError::NotAllocated { vdev, offset, len } => {
+                write!(f, "extent {vdev}:{offset:#x}+{len:#x} is not allocated (double free?)")
+            }
+            AllocError::Inconsistent(m) => write!(f, "inconsistent space state: {m}"),
+            AllocError::Internal(m) => write!(f, "internal allocator error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+/// Per-vdev allocation parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllocConfig {
+    /// Sector shift, `MIN_ASHIFT..=MAX_ASHIFT`.
+    pub ashift: u8,
+    /// Metaslab size is `2^metaslab_shift` bytes.
+    pub metaslab_shift: u8,
+    /// Requests strictly below this many bytes use the small class.
+    pub small_block_bytes: u64,
+}
+
+fn metaslab_count(size: u64, shift: u8) -> u64 {
+    if shift >= 64 {
+        return u64::from(size > 0);
+    }
+    (size >> shift) + u64::from(size & ((1u64 << shift) - 1) != 0)
+}
+
+impl AllocConfig {
+    /// The default configuration for a vdev of `size` bytes (see module docs).
+    pub fn for_vdev(size: u64, ashift: u8) -> AllocConfig {
+        let target = size / TARGET_METASLABS_PER_VDEV;
+        let highbit = (64 - target.leading_zeros()) as u8;
+        let mut shift = highbit.clamp(MIN_METASLAB_SHIFT, MAX_METASLAB_SHIFT);
+        while shift < 63 && metaslab_count(size, shift) > MAX_METASLABS_PER_VDEV {
+            shift += 1;
+        }
+        let sector = 1u64 << ashift.min(MAX_ASHIFT);
+        AllocConfig {
+            ashift,
+            metaslab_shift: shift,
+            small_block_bytes: DEFAULT_SMALL_BLOCK_BYTES.max(4 * sector),
+        }
+    }
+
+    /// Sector size in bytes.
+    pub fn sector_size(&self) -> u64 {
+        1u64 << self.ashift.min(MAX_ASHIFT)
+    }
+
+    /// Validate this config for a vdev at `[start, start+size)`; returns the
+    /// metaslab count.
+    fn validate(&self, start: u64, size: u64) -> Result<u64, AllocError> {
+        let bad = |m: String| Err(AllocError::InvalidVdev(m));
+        if !(MIN_ASHIFT..=MAX_ASHIFT).contains(&self.ashift) {
+            return bad(format!("ashift {} outside {MIN_ASHIFT}..={MAX_ASHIFT}", self.ashift));
+        }
+        if self.metaslab_shift < self.ashift || self.metaslab_shift > 63 {
+            return bad(format!("metaslab_shift {} invalid", self.metaslab_shift));
+        }
+        let mask = self.sector_size() - 1;
+        if size == 0 || size & mask != 0 || start & mask != 0 {
+            return bad(format!("start {start:#x} / size {size:#x} not sector aligned or empty"));
+        }
+        if start.checked_add(size).is_none() {
+            return bad("start + size overflows".into());
+        }
+        let count = metaslab_count(size, self.metaslab_shift);
+        if count > MAX_METASLABS_PER_VDEV {
+            return bad(format!("{count} metaslabs exceed {MAX_METASLABS_PER_VDEV}"));
+        }
+        Ok(count)
+    }
+}
+
+/// Space totals for one vdev or the whole pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SpaceSummary {
+    pub size: u64,
+    pub allocated: u64,
+    /// Allocatable bytes (deferred frees are *not* counted as free).
+    pub free: u64,
+    /// Freed bytes waiting for their txg + 2 to sync.
+    pub deferred: u64,
+    /// Largest single allocation that could currently succeed.
+    pub largest_free: u64,
+    /// 0 (free space in ≥ 16 MiB segments) … 100 (all in ≤ 1 KiB segments);
+    /// 0 when nothing is free.  OpenZFS's histogram-based metric.
+    pub fragmentation_pct: u32,
+    pub metaslab_count: u64,
+}
+
+/// [`Allocator::space`] result.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpaceStats {
+    pub total: SpaceSummary,
+    /// `(vdev id, summary)` in vdev id order.
+    pub vdevs: Vec<(u32, SpaceSummary)>,
+}
+
+/// Fragmentation % from a free-segment histogram (segment-count per
+/// power-of-two size): space-weighted average of `FRAG_TABLE`.
+fn fragmentation(hist: &[u64; HISTOGRAM_BUCKETS]) -> u32 {
+    let (mut total, mut weighted) = (0u128, 0u128);
+    for (i, &count) in hist.iter().enumerate() {
+        let space = u128::from(count) << i;
+        let frag = match i {
+            0..=8 => 100,
+            9..=24 => FRAG_TABLE[i - 9],
+            _ => 0,
+        };
+        total += space;
+        weighted += space * u128::from(frag);
+    }
+    if total == 0 {
+        return 0;
+    }
+    (weighted / total) as u32
+}
+
+/// Ordering key of a metaslab in the weight index: heavier sorts later; among
+/// equal weights the lower index sorts later (so "heaviest" prefers low
+/// offsets and "lightest" prefers high offsets).
+type WeightKey = (u64, u64, u32);
+
+#[derive(Debug, Clone)]
+struct Metaslab {
+    start: u64,
+    size: u64,
+    free: RangeTree,
+    /// Cached (largest free segment, free bytes).
+    weight: (u64, u64),
+    /// Where the next allocation of each class starts looking.
+    cursor: [u64; 2],
+}
+
+impl Metaslab {
+    fn end(&self) -> u64 {
+        self.start + self.size
+    }
+
+    fn computed_weight(&self) -> (u64, u64) {
+        (self.free.largest().map_or(0, |(_, l)| l), self.free.space())
+    }
+}
+
+fn weight_key(w: (u64, u64), idx: usize) -> WeightKey {
+    (w.0, w.1, u32::MAX - idx as u32)
+}
+
+fn key_index(k: &WeightKey) -> usize {
+    (u32::MAX - k.2) as usize
+}
+
+/// Splits `[cur, end)` at metaslab boundaries: yields `(index, off, len)`.
+struct Pieces {
+    base: u64,
+    shift: u8,
+    cur: u64,
+    end: u64,
+}
+
+impl Iterator for Pieces {
+    type Item = (usize, u64, u64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.cur >= self.end {
+            return None;
+        }
+        let idx = (self.cur - self.base) >> self.shift;
+        let ms_end = u128::from(self.base) + (u128::from(idx + 1) << self.shift);
+        let piece_end = ms_end.min(u128::from(self.end)) as u64;
+        let piece = (idx as usize, self.cur, piece_end - self.cur);
+        self.cur = piece_end;
+        Some(piece)
+    }
+}
+
+/// Space state of one top-level vdev.
+#[derive(Debug, Clone)]
+pub struct VdevSpace {
+    id: u32,
+    start: u64,
+    size: u64,
+    cfg: AllocConfig,
+    metaslabs: Vec<Metaslab>,
+    by_weight: BTreeSet<WeightKey>,
+    /// Active metaslab of each class (`SMALL`, `LARGE`).
+    active: [Option<usize>; 2],
+    free_bytes: u64,
+    allocated: u64,
+    /// txg freed in → ranges; released by `release_through`.
+    deferred: BTreeMap<u64, RangeTree>,
+    /// Union of `deferred`, for O(log n) double-free checks.
+    deferred_all: RangeTree,
+}
+
+impl VdevSpace {
+    /// A vdev whose space is entirely free (`all_free`) or entirely allocated.
+    fn new(id: u32, start: u64, size: u64, cfg: AllocConfig, all_free: bool) -> Result<Self, AllocError> {
+        let count = cfg.validate(start, size)?;
+        let ms_size = 1u64 << cfg.metaslab_shift;
+        let mut vs = VdevSpace {
+            id,
+            start,
+            size,
+            cfg,
+            metaslabs: Vec::with_capacity(count as usize),
+            by_weight: BTreeSet::new(),
+            active: [None, None],
+            free_bytes: 0,
+            allocated: size,
+            deferred: BTreeMap::new(),
+            deferred_all: RangeTree::new(),
+        };
+        for i in 0..count {
+            let ms_start = start + i * ms_size;
+            let len = (start + size - ms_start).min(ms_size);
+            vs.metaslabs.push(Metaslab {
+                start: ms_start,
+                size: len,
+                free: RangeTree::new(),
+                weight: (0, 0),
+                cursor: [ms_start; 2],
+            });
+            vs.by_weight.insert(weight_key((0, 0), i as usize));
+        }
+        if all_free {
+            vs.add_free(start, size).map_err(AllocError::Internal)?;
+            vs.allocated = 0;
+        }
+        Ok(vs)
+    }
+
+    /// Vdev id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Allocatable range `(start, size)`.
+    pub fn range(&self) -> (u64, u64) {
+        (self.start, self.size)
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> AllocConfig {
+        self.cfg
+    }
+
+    /// Number of metaslabs.
+    pub fn metaslab_count(&self) -> usize {
+        self.metaslabs.len()
+    }
+
+    fn sector(&self) -> u64 {
+        self.cfg.sector_size()
+    }
+
+    /// Apply `f` to metaslab `idx`'s tree, keeping weight index and free
+    /// byte count in step with whatever `f` changed.
+    fn update_ms<R, E>(&mut self, idx: usize, f: impl FnOnce(&mut RangeTree) -> Result<R, E>) -> Result<R, E> {
+        let ms = &mut self.metaslabs[idx];
+        let (old_weight, old_space) = (ms.weight, ms.free.space());
+        let result = f(&mut ms.free);
+        ms.weight = ms.computed_weight();
+        let (new_weight, new_space) = (ms.weight, ms.free.space());
+        if new_weight != old_weight {
+            self.by_weight.remove(&weight_key(old_weight, idx));
+            self.by_weight.insert(weight_key(new_weight, idx));
+        }
+        self.free_bytes = self.free_bytes - old_space + new_space;
+        result
+    }
+
+    /// Pieces of an extent that is already known to lie inside the vdev.
+    fn pieces(&self, off: u64, len: u64) -> Pieces {
+        Pieces { base: self.start, shift: self.cfg.metaslab_shift, cur: off, end: off + len }
+    }
+
+    fn in_bounds(&self, off: u64, len: u64) -> bool {
+        matches!(off.checked_add(len), Some(end) if off >= self.start && end <= self.start + self.size)
+    }
+
+    /// Non-empty, sector-aligned and inside the vdev.
+    fn check_extent(&self, off: u64, len: u64) -> Result<(), AllocError> {
+        let mask = self.sector() - 1;
+        if len == 0 || off & mask != 0 || len & mask != 0 || !self.in_bounds(off, len) {
+            return Err(AllocError::BadExtent { vdev: self.id, offset: off, len });
+        }
+        Ok(())
+    }
+
+    fn overlaps_free(&self, off: u64, len: u64) -> bool {
+        self.pieces(off, len).any(|(i, o, l)| self.metaslabs[i].free.overlaps(o, l))
+    }
+
+    fn is_free(&self, off: u64, len: u64) -> bool {
+        self.pieces(off, len).all(|(i, o, l)| self.metaslabs[i].free.contains(o, l))
+    }
+
+    /// Make an in-bounds range free (all or nothing).
+    fn add_free(&mut self, off: u64, len: u64) -> Result<(), String> {
+        if self.overlaps_free(off, len) {
+            return Err(format!("vdev {}: {off:#x}+{len:#x} is already free", self.id));
+        }
+        for (i, o, l) in self.pieces(off, len) {
+            self.update_ms(i, |t| t.add(o, l)).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Take an in-bounds range out of free space (all or nothing).
+    fn take_free(&mut self, off: u64, len: u64) -> Result<(), String> {
+        if !self.is_free(off, len) {
+            return Err(format!("vdev {}: {off:#x}+{len:#x} is not free", self.id));
+        }
+        for (i, o, l) in self.pieces(off, len) {
+            self.update_ms(i, |t| t.remove(o, l)).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Allocate `size` bytes rounded up to the sector size; `None` if this
+    /// vdev has no segment large enough.
+    fn alloc(&mut self, size: u64) -> Result<Option<(u64, u64)>, AllocError> {
+        let mask = self.sector() - 1;
+        let Some(len) = size.checked_add(mask).map(|v| v & !mask) else {
+            return Ok(None);
+        };
+        let class = if len < self.cfg.small_block_bytes { SMALL } else { LARGE };
+        if let Some(idx) = self.active[class] {
+            if let Some(off) = self.alloc_in(idx, class, len)? {
+                return Ok(Some((off, len)));
+            }
+        }
+        let Some(idx) = self.select(class, len) else {
+            return Ok(None);
+        };
+        self.active[class] = Some(idx);
+        Ok(self.alloc_in(idx, class, len)?.map(|off| (off, len)))
+    }
+
+    /// Cursor first-fit inside metaslab `idx`.
+    fn alloc_in(&mut self, idx: usize, class: usize, len: u64) -> Result<Option<u64>, AllocError> {
+        let sector = self.sector();
+        let ms = &self.metaslabs[idx];
+        if ms.weight.0 < len {
+            return Ok(None);
+        }
+        let Some(off) = ms.free.first_fit_from(ms.cursor[class], len, sector) else {
+            return Ok(None);
+        };
+        self.update_ms(idx, |t| t.remove(off, len))
+            .map_err(|e| AllocError::Internal(format!("vdev {}: first fit returned unusable range: {e}", self.id)))?;
+        self.metaslabs[idx].cursor[class] = off + len;
+        self.allocated += len;
+        Ok(Some(off))
+    }
+
+    /// Pick a metaslab for `class` that can hold `len` (policy point 4).
+    fn select(&self, class: usize, len: u64) -> Option<usize> {
+        let mut cands: [Option<&WeightKey>; 2] = [None, None];
+        if class == LARGE {
+            let heaviest = self.by_weight.iter().rev().take_while(|k| k.0 >= len);
+            cands.iter_mut().zip(heaviest).for_each(|(c, k)| *c = Some(k));
+        } else {
+            let lightest_fitting = self.by_weight.range((len, 0, 0)..);
+            cands.iter_mut().zip(lightest_fitting).for_each(|(c, k)| *c = Some(k));
+        }
+        let other = self.active[1 - class];
+        let first = key_index(cands[0]?);
+        if Some(first) != other {
+            return Some(first);
+        }
+        Some(cands[1].map_or(first, key_index))
+    }
+
+    /// Defer a free of allocated space until `txg` + 2 has synced.
+    fn defer_free(&mut self, off: u64, len: u64, txg: u64) -> Result<(), AllocError> {
+        self.check_extent(off, len)?;
+        if self.overlaps_free(off, len) || self.deferred_all.overlaps(off, len) {
+            return Err(AllocError::NotAllocated { vdev: self.id, offset: off, len });
+        }
+        let internal = |e: super::range_tree::RangeError| AllocError::Internal(e.to_string());
+        self.deferred_all.add(off, len).map_err(internal)?;
+        self.deferred.entry(txg).or_default().add(off, len).map_err(internal)?;
+        self.allocated -= len;
+        Ok(())
+    }
+
+    /// Make every deferral with txg ≤ `limit` allocatable.
+    fn release_through(&mut self, limit: u64) -> Result<(), String> {
+        let keep = match limit.checked_add(1) {
+            Some(first_kept) => self.deferred.split_off(&first_kept),
+            None => BTreeMap::new(),
+        };
+        let release = std::mem::replace(&mut self.deferred, keep);
+        for tree in release.values() {
+            for (off, len) in tree.iter() {
+                self.deferred_all.remove(off, len).map_err(|e| e.to_string())?;
+                self.add_free(off, len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replay an allocation record: the extent must be entirely free.
+    fn replay_alloc(&mut self, off: u64, len: u64) -> Result<(), AllocError> {
+        self.check_extent(off, len).map_err(|e| AllocError::Inconsistent(format!("alloc record: {e}")))?;
+        self.take_free(off, len).map_err(AllocError::Inconsistent)?;
+        self.allocated += len;
+        Ok(())
+    }
+
+    /// Fill a freshly created all-allocated vdev from its checkpoint.
+    fn load(&mut self, v: &VdevCheckpoint) -> Result<(), AllocError> {
+        let bad = |m: String| AllocError::Inconsistent(format!("checkpoint vdev {}: {m}", v.vdev));
+        for &(off, len) in &v.free {
+            self.check_extent(off, len).map_err(|e| bad(e.to_string()))?;
+            self.add_free(off, len).map_err(bad)?;
+            self.allocated -= len;
+        }
+        for &(txg, off, len) in &v.deferred {
+            self.check_extent(off, len).map_err(|e| bad(e.to_string()))?;
+            if self.overlaps_free(off, len) {
+                return Err(bad(format!("deferred {off:#x}+{len:#x} overlaps free space")));
+            }
+            self.deferred_all.add(off, len).map_err(|e| bad(format!("deferred: {e}")))?;
+            self.deferred.entry(txg).or_default().add(off, len).map_err(|e| bad(e.to_string()))?;
+            self.allocated -= len;
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> VdevCheckpoint {
+        let mut free: Vec<(u64, u64)> = Vec::new();
+        for (s, l) in self.metaslabs.iter().flat_map(|ms| ms.free.iter()) {
+            match free.last_mut() {
+                Some(last) if last.0 + last.1 == s => last.1 += l,
+                _ => free.push((s, l)),
+            }
+        }
+        let deferred = self
+            .deferred
+            .iter()
+            .flat_map(|(&txg, t)| t.iter().map(move |(o, l)| (txg, o, l)))
+            .collect();
+        VdevCheckpoint { vdev: self.id, start: self.start, size: self.size, ashift: self.cfg.ashift, free, deferred }
+    }
+
+    fn histogram(&self) -> [u64; HISTOGRAM_BUCKETS] {
+        let mut hist = [0u64; HISTOGRAM_BUCKETS];
+        for ms in &self.metaslabs {
+            for (h, c) in hist.iter_mut().zip(ms.free.histogram()) {
+                *h += c;
+            }
+        }
+        hist
+    }
+
+    fn summary(&self) -> SpaceSummary {
+        SpaceSummary {
+            size: self.size,
+            allocated: self.allocated,
+            free: self.free_bytes,
+            deferred: self.deferred_all.space(),
+            largest_free: self.by_weight.iter().next_back().map_or(0, |k| k.0),
+            fragmentation_pct: fragmentation(&self.histogram()),
+            metaslab_count: self.metaslabs.len() as u64,
+        }
+    }
+
+    fn is_allocated(&self, off: u64, len: u64) -> bool {
+        len > 0
+            && self.in_bounds(off, len)
+            && !self.overlaps_free(off, len)
+            && !self.deferred_all.overlaps(off, len)
+    }
+
+    /// Invariants 1–4 of the module docs.
+    fn check(&self) -> Result<(), String> {
+        self.check_metaslabs()?;
+        self.check_deferred()?;
+        let total = u128::from(self.free_bytes) + u128::from(self.allocated) + u128::from(self.deferred_all.space());
+        if total != u128::from(self.size) {
+            return Err(format!(
+                "free {} + allocated {} + deferred {} != size {}",
+                self.free_bytes,
+                self.allocated,
+                self.deferred_all.space(),
+                self.size
+            ));
+        }
+        if self.active.iter().flatten().any(|&i| i >= self.metaslabs.len()) {
+            return Err("active metaslab index out of range".into());
+        }
+        Ok(())
+    }
+
+    fn check_metaslabs(&self) -> Result<(), String> {
+        let (mask, mut expect_start, mut free) = (self.sector() - 1, self.start, 0u64);
+        if self.by_weight.len() != self.metaslabs.len() {
+            return Err("weight index size != metaslab count".into());
+        }
+        for (i, ms) in self.metaslabs.iter().enumerate() {
+            if ms.start != expect_start || ms.size == 0 || ms.size > 1u64 << self.cfg.metaslab_shift {
+                return Err(format!("metaslab {i} does not tile the vdev"));
+            }
+            ms.free.check().map_err(|e| format!("metaslab {i}: {e}"))?;
+            for (s, l) in ms.free.iter() {
+                if s < ms.start || s + l > ms.end() || s & mask != 0 || l & mask != 0 {
+                    return Err(format!("metaslab {i}: segment {s:#x}+{l:#x} misplaced"));
+                }
+            }
+            if ms.weight != ms.computed_weight() || !self.by_weight.contains(&weight_key(ms.weight, i)) {
+                return Err(format!("metaslab {i}: weight inconsistent"));
+            }
+            free += ms.free.space();
+            expect_start = ms.end();
+        }
+        if expect_start != self.start + self.size || free != self.free_bytes {
+            return Err("metaslabs do not cover the vdev or free count drifted".into());
+        }
+        Ok(())
+    }
+
+    fn check_deferred(&self) -> Result<(), String> {
+        self.deferred_all.check()?;
+        let mut union = RangeTree::new();
+        for (txg, tree) in &self.deferred {
+            tree.check()?;
+            for (o, l) in tree.iter() {
+                union.add(o, l).map_err(|e| format!("deferred txg {txg} overlaps another txg: {e}"))?;
+            }
+        }
+        if union != self.deferred_all {
+            return Err("deferred_all differs from union of per-txg deferrals".into());
+        }
+        for (o, l) in self.deferred_all.iter() {
+            if self.check_extent(o, l).is_err() || self.overlaps_free(o, l) {
+                return Err(format!("deferred {o:#x}+{l:#x} out of bounds or overlaps free space"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Records collected for one txg, per vdev, coalesced.
+#[derive(Debug, Clone, Default)]
+struct PendingTxg {
+    allocs: BTreeMap<u32, RangeTree>,
+    frees: BTreeMap<u32, RangeTree>,
+}
+
+fn flatten(m: &BTreeMap<u32, RangeTree>) -> Vec<Extent> {
+    m.iter()
+        .flat_map(|(&vdev, t)| t.iter().map(move |(offset, len)| Extent { vdev, offset, len }))
+        .collect()
+}
+
+/// The pool-wide allocator (see module docs).
+#[derive(Debug, Clone)]
+pub struct Allocator {
+    vdevs: Vec<Option<Box<VdevSpace>>>,
+    rotor: usize,
+    /// Bytes allocated since the rotor last moved.
+    rotor_bytes: u64,
+    aliquot: u64,
+    pending: BTreeMap<u64, PendingTxg>,
+    /// Highest txg passed to `txg_synced` (or implied by import).
+    synced_txg: Option<u64>,
+    /// Highest txg seen anywhere; becomes `Checkpoint::txg`.
+    hwm_txg: u64,
+    /// Txg of the checkpoint loaded or the last record set replayed.
+    replayed_txg: Option<u64>,
+    /// First internal inconsistency detected on a path that cannot fail.
+    fault: Option<String>,
+}
+
+impl Default for Allocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Allocator {
+    /// An empty pool (no vdevs).
+    pub fn new() -> Self {
+        Allocator {
+            vdevs: Vec::new(),
+            rotor: 0,
+            rotor_bytes: 0,
+            aliquot: DEFAULT_ALIQUOT,
+            pending: BTreeMap::new(),
+            synced_txg: None,
+            hwm_txg: 0,
+            replayed_txg: None,
+            fault: None,
+        }
+    }
+
+    /// Bytes allocated on one vdev before the rotor moves on.
+    pub fn aliquot(&self) -> u64 {
+        self.aliquot
+    }
+
+    /// Change the aliquot (minimum 1 byte).
+    pub fn set_aliquot(&mut self, bytes: u64) {
+        self.aliquot = bytes.max(1);
+    }
+
+    /// Add an entirely free top-level vdev with the default configuration.
+    pub fn add_vdev(&mut self, vdev: u32, start: u64, size: u64, ashift: u8) -> Result<(), AllocError> {
+        self.add_vdev_with_config(vdev, start, size, AllocConfig::for_vdev(size, ashift))
+    }
+
+    /// Add an entirely free top-level vdev with an explicit configuration.
+    pub fn add_vdev_with_config(&mut self, vdev: u32, start: u64, size: u64, cfg: AllocConfig) -> Result<(), AllocError> {
+        if vdev >= MAX_VDEVS {
+            return Err(AllocError::InvalidVdev(format!("vdev id {vdev} >= {MAX_VDEVS}")));
+        }
+        if self.vdev(vdev).is_some() {
+            return Err(AllocError::VdevExists(vdev));
+        }
+        let vs = VdevSpace::new(vdev, start, size, cfg, true)?;
+        let idx = vdev as usize;
+        if self.vdevs.len() <= idx {
+            self.vdevs.resize_with(idx + 1, || None);
+        }
+        self.vdevs[idx] = Some(Box::new(vs));
+        Ok(())
+    }
+
+    /// Ids of all vdevs, ascending.
+    pub fn vdev_ids(&self) -> Vec<u32> {
+        self.vdevs.iter().flatten().map(|v| v.id).collect()
+    }
+
+    /// One vdev's space state.
+    pub fn vdev(&self, vdev: u32) -> Option<&VdevSpace> {
+        self.vdevs.get(vdev as usize).and_then(|v| v.as_deref())
+    }
+
+    fn vdev_mut(&mut self, vdev: u32) -> Result<&mut VdevSpace, AllocError> {
+        self.vdevs
+            .get_mut(vdev as usize)
+            .and_then(|v| v.as_deref_mut())
+            .ok_or(AllocError::UnknownVdev(vdev))
+    }
+
+    fn check_open_txg(&self, txg: u64) -> Result<(), AllocError> {
+        match self.synced_txg {
+            Some(synced) if txg <= synced => Err(AllocError::TxgNotOpen { txg, synced }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Allocate `size` bytes (rounded up to the chosen vdev's sector size)
+    /// in txg `txg`, never on a vdev listed in `exclude`.  Returns
+    /// `(vdev, offset, allocated len)`.  See the module docs for the policy.
+    pub fn alloc(&mut self, size: u64, txg: u64, exclude: &[u32]) -> Result<(u32, u64, u64), AllocError> {
+        if size == 0 {
+            return Err(AllocError::InvalidSize(size));
+        }
+        self.check_open_txg(txg)?;
+        let n = self.vdevs.len();
+        let rotor = if self.rotor < n { self.rotor } else { 0 };
+        let mut rotor_failed = false;
+        for step in 0..n {
+            let idx = (rotor + step) % n;
+            let Some(vs) = self.vdevs[idx].as_deref_mut() else {
+                rotor_failed |= step == 0;
+                continue;
+            };
+            if exclude.contains(&vs.id) {
+                continue;
+            }
+            match vs.alloc(size)? {
+                Some((off, len)) => {
+                    let vdev = vs.id;
+                    self.advance_rotor(idx, rotor, rotor_failed, len);
+                    self.hwm_txg = self.hwm_txg.max(txg);
+                    self.record(txg, vdev, off, len, true)?;
+                    return Ok((vdev, off, len));
+                }
+                None => rotor_failed |= step == 0,
+            }
+        }
+        Err(AllocError::NoSpace)
+    }
+
+    /// Rotor bookkeeping after allocating `len` bytes on vdev index `idx`.
+    fn advance_rotor(&mut self, idx: usize, rotor: usize, rotor_failed: bool, len: u64) {
+        if idx != rotor {
+            if !rotor_failed {
+                // The rotor vdev was only excluded (e.g. second copy of a
+                // block): its turn is not over.
+                return;
+            }
+            self.rotor = idx;
+            self.rotor_bytes = 0;
+        }
+        self.rotor_bytes = self.rotor_bytes.saturating_add(len);
+        if self.rotor_bytes >= self.quota(idx) {
+            self.rotor = (idx + 1) % self.vdevs.len().max(1);
+            self.rotor_bytes = 0;
+        }
+    }
+
+    /// `aliquot + bias` for vdev index `idx` (OpenZFS `mg_bias`).
+    fn quota(&self, idx: usize) -> u64 {
+        let (mut total, mut groups) = (0i128, 0i128);
+        for vs in self.vdevs.iter().flatten() {
+            total += i128::from(vs.free_bytes);
+            groups += 1;
+        }
+        let mine = self.vdevs[idx].as_deref().map_or(0, |v| i128::from(v.free_bytes));
+        let ratio = mine * groups * 100 / (total + 1);
+        let aliquot = i128::from(self.aliquot);
+        let bias = (ratio - 100) * aliquot / 100;
+        (aliquot + bias).clamp(1, i128::from(u64::MAX)) as u64
+    }
+
+    fn record(&mut self, txg: u64, vdev: u32, off: u64, len: u64, alloc: bool) -> Result<(), AllocError> {
+        let p = self.pending.entry(txg).or_default();
+        let map = if alloc { &mut p.allocs } else { &mut p.frees };
+        if let Err(e) = map.entry(vdev).or_default().add(off, len) {
+            let msg = format!("txg {txg} record for vdev {vdev}: {e}");
+            self.fault.get_or_insert_with(|| msg.clone());
+            return Err(AllocError::Internal(msg));
+        }
+        Ok(())
+    }
+
+    /// Free an allocated extent in txg `txg`.  The space stays deferred until
+    /// `txg_synced(txg + 2)`.  Errors (nothing changed) if the extent is
+    /// misaligned, outside the vdev, or not entirely allocated.
+    pub fn free(&mut self, vdev: u32, offset: u64, len: u64, txg: u64) -> Result<(), AllocError> {
+        self.check_open_txg(txg)?;
+        self.vdev_mut(vdev)?.defer_free(offset, len, txg)?;
+        self.hwm_txg = self.hwm_txg.max(txg);
+        self.record(txg, vdev, offset, len, false)
+    }
+
+    /// `txg` has fully synced: frees of `txg - 2` and earlier become
+    /// allocatable, and `txg` and earlier are closed for alloc/free.
+    /// Idempotent; an older `txg` than already seen releases nothing new.
+    pub fn txg_synced(&mut self, txg: u64) {
+        self.synced_txg = Some(self.synced_txg.map_or(txg, |s| s.max(txg)));
+        self.hwm_txg = self.hwm_txg.max(txg);
+        if let Some(limit) = txg.checked_sub(TXG_DEFER_SIZE) {
+            self.release_through(limit);
+        }
+    }
+
+    fn release_through(&mut self, limit: u64) {
+        for vs in self.vdevs.iter_mut().flatten() {
+            if let Err(e) = vs.release_through(limit) {
+                self.fault.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Number of (coalesced) allocation and free extents recorded for `txg`.
+    pub fn pending_record_counts(&self, txg: u64) -> (usize, usize) {
+        self.pending.get(&txg).map_or((0, 0), |p| {
+            let count = |m: &BTreeMap<u32, RangeTree>| m.values().map(RangeTree::count).sum();
+            (count(&p.allocs), count(&p.frees))
+        })
+    }
+
+    /// Bytes that `encode_records(take_records(txg))` will need at most after
+    /// `extra_extents` further allocations/frees in `txg` (e.g. the log block
+    /// itself).  Much tighter than the count-only bound.
+    pub fn records_upper_bound(&self, txg: u64, extra_extents: usize) -> usize {
+        let snapshot = self.pending.get(&txg).map_or_else(TxgRecords::default, |p| TxgRecords {
+            txg,
+            allocs: flatten(&p.allocs),
+            frees: flatten(&p.frees),
+        });
+        let unit_cap = |vdev: u32| self.vdev(vdev).map_or(0, |v| u32::from(v.cfg.ashift));
+        encoded_records_upper_bound_for(&snapshot, extra_extents, &unit_cap)
+    }
+
+    /// Everything allocated and freed in `txg` so far, sorted by (vdev,
+    /// offset) with adjacent extents coalesced.  The records are forgotten.
+    pub fn take_records(&mut self, txg: u64) -> TxgRecords {
+        self.hwm_txg = self.hwm_txg.max(txg);
+        let p = self.pending.remove(&txg).unwrap_or_default();
+        TxgRecords { txg, allocs: flatten(&p.allocs), frees: flatten(&p.frees) }
+    }
+
+    /// Replace the whole state with a checkpoint (import step 1).  Vdevs
+    /// already added with identical geometry keep their configuration; other
+    /// vdevs get the default.  Pending records, rotor and cursors are reset.
+    /// On error nothing is changed.
+    pub fn load_checkpoint(&mut self, cp: &Checkpoint) -> Result<(), AllocError> {
+        let mut vdevs: Vec<Option<Box<VdevSpace>>> = Vec::new();
+        for v in &cp.vdevs {
+            if v.vdev >= MAX_VDEVS {
+                return Err(AllocError::Inconsistent(format!("checkpoint vdev id {} too large", v.vdev)));
+            }
+            let idx = v.vdev as usize;
+            if vdevs.len() <= idx {
+                vdevs.resize_with(idx + 1, || None);
+            }
+            if vdevs[idx].is_some() {
+                return Err(AllocError::Inconsistent(format!("checkpoint lists vdev {} twice", v.vdev)));
+            }
+            let cfg = match self.vdev(v.vdev) {
+                Some(old) if (old.start, old.size, old.cfg.ashift) == (v.start, v.size, v.ashift) => old.cfg,
+                _ => AllocConfig::for_vdev(v.size, v.ashift),
+            };
+            let mut vs = VdevSpace::new(v.vdev, v.start, v.size, cfg, false)?;
+            vs.load(v)?;
+            vdevs[idx] = Some(Box::new(vs));
+        }
+        *self = Allocator {
+            vdevs,
+            aliquot: self.aliquot,
+            synced_txg: Some(cp.txg),
+            hwm_txg: cp.txg,
+            replayed_txg: Some(cp.txg),
+            ..Allocator::new()
+        };
+        Ok(())
+    }
+
+    /// Apply one logged txg (import step 2, in increasing txg order, only
+    /// txgs after the checkpoint).  `current_txg` is the txg of the
+    /// uberblock being imported; after applying, deferrals of txgs up to
+    /// `current_txg - 2` are released, so frees of the last two txgs stay
+    /// deferred.  Errors if the record set is out of order, newer than
+    /// `current_txg`, allocates non-free space or frees non-allocated space;
+    /// each extent is applied atomically, but after an error the allocator
+    /// holds a partially replayed state and must be discarded.
+    pub fn replay(&mut self, recs: &TxgRecords, current_txg: u64) -> Result<(), AllocError> {
+        let order = |m: String| Err(AllocError::Inconsistent(m));
+        if recs.txg > current_txg {
+            return order(format!("log of txg {} is newer than current txg {current_txg}", recs.txg));
+        }
+        if let Some(prev) = self.replayed_txg.filter(|&p| recs.txg <= p) {
+            return order(format!("log of txg {} replayed after txg {prev}", recs.txg));
+        }
+        for e in &recs.allocs {
+            self.vdev_mut(e.vdev)?.replay_alloc(e.offset, e.len)?;
+        }
+        for e in &recs.frees {
+            let vs = self.vdev_mut(e.vdev)?;
+            vs.defer_free(e.offset, e.len, recs.txg)
+                .map_err(|err| AllocError::Inconsistent(format!("txg {} free record: {err}", recs.txg)))?;
+        }
+        self.replayed_txg = Some(recs.txg);
+        self.txg_synced(current_txg);
+        match &self.fault {
+            Some(f) => Err(AllocError::Internal(f.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The full free-space state (free and deferred ranges per vdev).
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint { txg: self.hwm_txg, vdevs: self.vdevs.iter().flatten().map(|v| v.checkpoint()).collect() }
+    }
+
+    /// Space accounting per vdev and for the pool.
+    pub fn space(&self) -> SpaceStats {
+        let mut stats = SpaceStats::default();
+        let mut hist = [0u64; HISTOGRAM_BUCKETS];
+        for vs in self.vdevs.iter().flatten() {
+            let s = vs.summary();
+            let t = &mut stats.total;
+            t.size += s.size;
+            t.allocated += s.allocated;
+            t.free += s.free;
+            t.deferred += s.deferred;
+            t.largest_free = t.largest_free.max(s.largest_free);
+            t.metaslab_count += s.metaslab_count;
+            for (h, c) in hist.iter_mut().zip(vs.histogram()) {
+                *h += c;
+            }
+            stats.vdevs.push((vs.id, s));
+        }
+        stats.total.fragmentation_pct = fragmentation(&hist);
+        stats
+    }
+
+    /// True iff `len > 0`, the extent lies inside vdev `vdev`, and none of
+    /// its bytes is free or deferred — i.e. it is live space that a
+    /// verification walk may find referenced.  Alignment is not required.
+    pub fn is_allocated(&self, vdev: u32, offset: u64, len: u64) -> bool {
+        self.vdev(vdev).is_some_and(|v| v.is_allocated(offset, len))
+    }
+
+    /// Verify every invariant in the module docs (linear time; for tests
+    /// and debug checks).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(f) = &self.fault {
+            return Err(format!("fault recorded: {f}"));
+        }
+        for (i, v) in self.vdevs.iter().enumerate() {
+            if let Some(vs) = v {
+                if vs.id as usize != i {
+                    return Err(format!("vdev {} stored at index {i}", vs.id));
+                }
+                vs.check().map_err(|e| format!("vdev {i}: {e}"))?;
+            }
+        }
+        if self.rotor > self.vdevs.len() {
+            return Err("rotor out of range".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,37 @@
+//! Pools (OpenZFS's SPA): devices, labels, allocation, the txg sync and
+//! import/export.
+//!
+//! A pool is a stripe of top-level vdevs, each a single file or block device.
+//! Creating one writes a label set to every device and syncs txg 1 holding an
+//! empty meta object set (the pool directory) and an empty root dataset.
+//! Opening (import) reads every label, takes the newest valid config, then the
+//! newest uberblock whose checksum, guid sum and tree verify — falling back to
+//! older ones — and rebuilds the allocator from the space checkpoint and log.
+//!
+//! ## The sync of one txg
+//! ```text
+//!  1. root dataset: dirty objects → data blocks, indirect blocks, dnode blocks, root block
+//!  2. its dataset record in the meta object set takes the new root pointer
+//!  3. meta object set: same steps → new MOS root
+//!  4. wait for all those writes (dirty data retires as each lands)
+//!  5. space log block (or every N txgs a checkpoint); wait
+//!  6. flush every device
+//!  7. uberblock into ring slot txg % 32 of all four labels of every device; flush
+//!  8. the allocator releases frees two txgs old; dirty records are dropped
+//! ```
+//! An uberblock is written only after everything it points to is durable. If
+//! any write or flush fails, the pool is suspended: writers get an error, no
+//! later uberblock is written, and what is on disk stays the last good txg.
+//!
+//! Invariants, checked before every uberblock write ([`Pool::check_invariants`]
+//! in debug builds): the allocator's own invariants; the txg engine's; the new
+//! uberblock's txg is above the previous one.
+
+pub mod alloc;
+pub mod core;
+pub mod label;
+#[allow(clippy::module_inception)]
+mod pool;
+pub mod spacemap;
+
+pub use pool::{discover, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};

@@ -1,0 +1,964 @@
+//! Creating, opening, syncing and closing a pool. See the module docs of
+//! `pool` for the sync sequence and import rules.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock};
+use tarn_ondisk::bp::{BlockPtr, ChecksumType, ObjectType};
+use tarn_ondisk::dnode::ObjsetType;
+use tarn_ondisk::kv::{self, KvMap};
+use tarn_ondisk::label::{self, LabelConfig, PoolState, VdevKind, VdevNode};
+use tarn_ondisk::uberblock::{Uberblock, FORMAT_VERSION};
+
+use super::alloc::metaslab::{AllocConfig, Allocator};
+use super::core::{PoolCore, TopVdev};
+use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
+use super::spacemap;
+use crate::arc::BlockCache;
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, WriteGroup, WriteProps};
+use crate::object::{Objset, ObjsetProps};
+use crate::sys::device::BlockDevice;
+use crate::sys::file::FileDevice;
+use crate::tunables::Tunables;
+use crate::txg::{ThrottleParams, TxgEngine};
+
+/// The pool directory is the first object of the meta object set.
+const POOL_DIR_OBJ: u64 = 1;
+const KEY_ROOT: &str = "root_dataset";
+const KEY_BP: &str = "bp";
+
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub ashift: u8,
+    /// Create the files (sparse) with this size; otherwise they must exist.
+    pub size: Option<u64>,
+    /// Use devices that carry another pool's labels.
+    pub force: bool,
+    pub tunables: Tunables,
+    /// Properties of the root dataset (`-O`).
+    pub root_props: Vec<(String, String)>,
+    /// Pool properties (`-o`).
+    pub pool_props: Vec<(String, String)>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions { ashift: 12, size: None, force: false, tunables: Tunables::default(), root_props: vec![], pool_props: vec![] }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Open without writing anything (no lock, no sync thread).
+    pub readonly: bool,
+    pub tunables: Tunables,
+}
+
+/// A device as `status` shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct VdevStatus {
+    pub id: u32,
+    pub path: String,
+    pub state: String,
+    pub size: u64,
+    pub allocated: u64,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    pub direct_io: bool,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub guid: u64,
+    pub state: String,
+    pub txg: u64,
+    pub size: u64,
+    pub allocated: u64,
+    pub free: u64,
+    pub fragmentation_pct: u32,
+    pub vdevs: Vec<VdevStatus>,
+    pub error: Option<String>,
+}
+
+struct SyncState {
+    ub: Uberblock,
+    cp_chain: Vec<BlockPtr>,
+    log_chain: Vec<BlockPtr>,
+    logs_since_cp: u64,
+}
+
+pub(crate) struct Shared {
+    pub core: Arc<PoolCore>,
+    pub mos: Arc<Objset>,
+    pub root: Arc<Objset>,
+    root_record: u64,
+    sync: Mutex<SyncState>,
+    config: Mutex<LabelConfig>,
+    pool_props: Mutex<KvMap>,
+    /// Devices with the open-file lock, kept alive as long as the pool.
+    _locks: Vec<Arc<FileDevice>>,
+}
+
+/// An open pool.
+pub struct Pool {
+    sh: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    closed: Mutex<bool>,
+}
+
+/// Validates a pool name the way zpool does.
+pub fn validate_pool_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("invalid pool name '{}': {}", name, why)));
+    let Some(first) = name.chars().next() else { return bad("name is empty") };
+    if name.len() > 255 {
+        return bad("name is longer than 255 characters");
+    }
+    if !first.is_ascii_alphabetic() {
+        return bad("name must begin with a letter");
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "_-.: ".contains(*c)) || *c == ' ') {
+        return bad(&format!("invalid character '{}'", c));
+    }
+    for reserved in ["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"] {
+        if name.starts_with(reserved) && name[reserved.len()..].chars().all(|c| c.is_ascii_digit()) {
+            return bad("name is reserved");
+        }
+    }
+    if name.starts_with('c') && name[1..].chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        return bad("name may not look like a device (c0...)");
+    }
+    Ok(())
+}
+
+fn new_guid(salt: &str) -> u64 {
+    let mut h = blake3::Hasher::new();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    h.update(&now.to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    h.update(salt.as_bytes());
+    let mut urandom = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut urandom);
+    }
+    h.update(&urandom);
+    let b = h.finalize();
+    u64::from_le_bytes(b.as_bytes()[..8].try_into().expect("8 bytes")).max(1)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+pub(crate) fn queue_limits(t: &Tunables) -> QueueLimits {
+    let mut q = QueueLimits::default();
+    q.min_active[IoClass::SyncRead.index()] = t.zfs_vdev_sync_read_min_active;
+    q.max_active[IoClass::SyncRead.index()] = t.zfs_vdev_sync_read_max_active;
+    q.min_active[IoClass::SyncWrite.index()] = t.zfs_vdev_sync_write_min_active;
+    q.max_active[IoClass::SyncWrite.index()] = t.zfs_vdev_sync_write_max_active;
+    q.min_active[IoClass::AsyncRead.index()] = t.zfs_vdev_async_read_min_active;
+    q.max_active[IoClass::AsyncRead.index()] = t.zfs_vdev_async_read_max_active;
+    q.min_active[IoClass::AsyncWrite.index()] = t.zfs_vdev_async_write_min_active;
+    q.max_active[IoClass::AsyncWrite.index()] = t.zfs_vdev_async_write_max_active;
+    q.min_active[IoClass::Scrub.index()] = t.zfs_vdev_scrub_min_active;
+    q.max_active[IoClass::Scrub.index()] = t.zfs_vdev_scrub_max_active;
+    q.max_active_total = t.zfs_vdev_max_active;
+    q.aggregation_limit_bytes = t.zfs_vdev_aggregation_limit;
+    q.read_gap_limit_bytes = t.zfs_vdev_read_gap_limit;
+    q.write_gap_limit_bytes = t.zfs_vdev_write_gap_limit;
+    q.async_write_active_min_dirty_percent = t.zfs_vdev_async_write_active_min_dirty_percent;
+    q.async_write_active_max_dirty_percent = t.zfs_vdev_async_write_active_max_dirty_percent;
+    q
+}
+
+/// Root dataset properties from a dataset record.
+fn objset_props(rec: &KvMap) -> Result<ObjsetProps> {
+    let compress = CompressSetting::parse(kv::get_str(rec, "prop:compression").unwrap_or("lz4"))?;
+    let checksum = match kv::get_str(rec, "prop:checksum").unwrap_or("fletcher4") {
+        "on" | "fletcher4" => ChecksumType::Fletcher4,
+        "blake3" => ChecksumType::Blake3,
+        "off" => ChecksumType::Off,
+        other => return Err(Error::invalid(format!("bad checksum '{}': expected on, fletcher4, blake3 or off", other))),
+    };
+    let recordsize = match kv::get_str(rec, "prop:recordsize") {
+        Some(s) => parse_recordsize(s)?,
+        None => 128 << 10,
+    };
+    let copies = match kv::get_str(rec, "prop:copies") {
+        Some(s) => s.parse::<u8>().ok().filter(|c| (1..=3).contains(c)).ok_or_else(|| Error::invalid(format!("bad copies '{}': expected 1, 2 or 3", s)))?,
+        None => 1,
+    };
+    Ok(ObjsetProps { write: WriteProps { compress, checksum, copies }, recordsize })
+}
+
+/// Parses a record size: a power of two from 512 to 16M.
+pub fn parse_recordsize(s: &str) -> Result<u32> {
+    let v = crate::tunables::parse_size(s).unwrap_or(0);
+    if !(512..=16 << 20).contains(&v) || !v.is_power_of_two() {
+        return Err(Error::invalid(format!("bad recordsize '{}': a power of two from 512 to 16M", s)));
+    }
+    Ok(v as u32)
+}
+
+/// Validates and stores a dataset property into a record.
+pub fn set_dataset_prop(rec: &mut KvMap, name: &str, value: &str) -> Result<()> {
+    match name {
+        "compression" | "checksum" | "recordsize" | "copies" => {}
+        _ => return Err(Error::invalid(format!("unknown or read-only dataset property '{}'", name))),
+    }
+    let mut trial = rec.clone();
+    kv::put_str(&mut trial, &format!("prop:{}", name), value);
+    objset_props(&trial)?;
+    *rec = trial;
+    Ok(())
+}
+
+impl Pool {
+    /// Creates a pool on files or block devices at `paths`.
+    pub fn create(name: &str, paths: &[PathBuf], opts: &CreateOptions) -> Result<Pool> {
+        validate_pool_name(name)?;
+        if paths.is_empty() {
+            return Err(Error::invalid("a pool needs at least one device"));
+        }
+        let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
+        let mut locks = Vec::new();
+        for p in paths {
+            let fd = match opts.size {
+                Some(sz) => FileDevice::create(p, sz),
+                None => FileDevice::open(p),
+            }
+            .map_err(|e| Error::io(format!("cannot use '{}'", p.display()), e))?;
+            fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
+            let fd = Arc::new(fd);
+            locks.push(fd.clone());
+            devs.push((p.display().to_string(), fd));
+        }
+        Self::create_on(name, devs, locks, opts)
+    }
+
+    /// Creates a pool on already opened devices (tests use fault devices).
+    pub fn create_on(name: &str, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &CreateOptions) -> Result<Pool> {
+        validate_pool_name(name)?;
+        opts.tunables.validate()?;
+        if !(9..=16).contains(&opts.ashift) {
+            return Err(Error::invalid(format!("ashift {} out of range 9..16", opts.ashift)));
+        }
+        let pool_guid = new_guid(name);
+        let mut leaves = Vec::new();
+        for (i, (path, dev)) in devs.iter().enumerate() {
+            check_new_device(path, dev.as_ref(), opts.force)?;
+            let size = label::usable_device_size(dev.size_bytes());
+            let asize = size - label::LABELS_FRONT - label::LABELS_BACK;
+            let cfg = AllocConfig::for_vdev(asize, opts.ashift);
+            leaves.push(VdevNode {
+                kind: VdevKind::File,
+                id: i as u32,
+                guid: new_guid(path),
+                ashift: opts.ashift,
+                nparity: 0,
+                asize,
+                metaslab_shift: cfg.metaslab_shift,
+                path: path.clone(),
+                children: vec![],
+            });
+        }
+        let tree = VdevNode { kind: VdevKind::Root, id: 0, guid: pool_guid, ashift: opts.ashift, nparity: 0, asize: 0, metaslab_shift: 0, path: String::new(), children: leaves };
+        let config = LabelConfig {
+            pool_guid,
+            pool_name: name.to_string(),
+            state: PoolState::Active,
+            config_txg: 1,
+            format_version: FORMAT_VERSION,
+            features_incompat: 0,
+            features_compat: 0,
+            hostname: hostname(),
+            device_guid: 0,
+            top_guid: 0,
+            tree,
+        };
+        for (_, dev) in &devs {
+            clear_labels(dev.as_ref()).map_err(|e| Error::io(format!("clearing labels of {}", dev.name()), e))?;
+        }
+        let mut rootrec = KvMap::new();
+        for (k, v) in &opts.root_props {
+            set_dataset_prop(&mut rootrec, k, v)?;
+        }
+        let mut pool_props = KvMap::new();
+        for (k, v) in &opts.pool_props {
+            set_pool_prop(&mut pool_props, k, v)?;
+        }
+        let ub = Uberblock {
+            version: FORMAT_VERSION,
+            txg: 0,
+            guid_sum: config.tree.guid_sum(),
+            timestamp: now_secs(),
+            pool_guid,
+            mos: BlockPtr::default(),
+            space_log: BlockPtr::default(),
+            space_cp: BlockPtr::default(),
+            space_cp_txg: 0,
+            features_active: 0,
+        };
+        let sh = ShellShared::assemble(config.clone(), devs, locks, &opts.tunables, false, ub)?;
+        sh.write_configs(&config)?;
+        let (mos, root) = sh.core_objsets_new(rootrec.clone())?;
+        let sh = Arc::new(sh.finish(mos, root));
+        let pool = Pool::start(sh);
+        pool.init_directory(rootrec, pool_props)?;
+        pool.sync()?;
+        Ok(pool)
+    }
+
+    fn init_directory(&self, mut rootrec: KvMap, pool_props: KvMap) -> Result<()> {
+        let tx = self.sh.mos.begin()?;
+        let dir = self.sh.mos.create(&tx, ObjectType::KvMap)?;
+        debug_assert_eq!(dir, POOL_DIR_OBJ);
+        let rec = self.sh.mos.create(&tx, ObjectType::DatasetRecord)?;
+        assert_eq!(rec, self.sh.root_record, "root dataset record lands in its fixed object");
+        let mut d = pool_props;
+        kv::put_u64(&mut d, KEY_ROOT, rec);
+        self.sh.mos.write(&tx, dir, 0, &kv::encode(&d))?;
+        kv::put_str(&mut rootrec, "name", &self.sh.core.name);
+        kv::put_u64(&mut rootrec, "creation_txg", tx.txg());
+        kv::put_u64(&mut rootrec, "creation_time", now_secs());
+        self.sh.mos.write(&tx, rec, 0, &kv::encode(&rootrec))?;
+        *self.sh.pool_props.lock() = d;
+        tx.commit();
+        Ok(())
+    }
+
+    /// Opens (imports) the pool whose devices are at `paths`.
+    pub fn open(paths: &[PathBuf], opts: &OpenOptions) -> Result<Pool> {
+        let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
+        let mut locks = Vec::new();
+        for p in paths {
+            let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
+            if !opts.readonly {
+                fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
+            }
+            let fd = Arc::new(fd);
+            locks.push(fd.clone());
+            devs.push((p.display().to_string(), fd));
+        }
+        Self::open_on(devs, locks, opts)
+    }
+
+    /// Opens a pool on already opened devices.
+    pub fn open_on(devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions) -> Result<Pool> {
+        opts.tunables.validate()?;
+        let (config, devs) = match_devices(devs)?;
+        let mut ubs = Vec::new();
+        for (_, d) in &devs {
+            ubs.extend(read_labels(d.as_ref()).uberblocks);
+        }
+        let guid_sum = config.tree.guid_sum();
+        ubs.retain(|u| u.pool_guid == config.pool_guid && u.guid_sum == guid_sum);
+        ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
+        ubs.dedup_by(|a, b| a == b);
+        if ubs.is_empty() {
+            return Err(Error::corrupt(format!("pool '{}': no valid uberblock on any device", config.pool_name)));
+        }
+        let mut errors = Vec::new();
+        for ub in ubs {
+            match Self::try_open(&config, devs.clone(), locks.clone(), opts, ub.clone()) {
+                Ok(p) => {
+                    if !errors.is_empty() {
+                        eprintln!("tarn: pool '{}': rewound to txg {} ({})", config.pool_name, ub.txg, errors.join("; "));
+                    }
+                    return Ok(p);
+                }
+                Err(e) => errors.push(format!("txg {}: {}", ub.txg, e)),
+            }
+        }
+        Err(Error::corrupt(format!("pool '{}' cannot be opened: {}", config.pool_name, errors.join("; "))))
+    }
+
+    fn try_open(config: &LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions, ub: Uberblock) -> Result<Pool> {
+        let mut cfg = config.clone();
+        cfg.state = PoolState::Active;
+        let sh = ShellShared::assemble(cfg.clone(), devs, locks, &opts.tunables, opts.readonly, ub.clone())?;
+        let (cp, logs) = spacemap::load(&sh.core, &ub.space_cp, &ub.space_log, ub.txg)?;
+        {
+            let mut s = sh.sync.lock();
+            s.cp_chain = cp;
+            s.log_chain = logs;
+            s.logs_since_cp = s.log_chain.len() as u64;
+        }
+        sh.core.refresh_space();
+        let (mos, root, props) = sh.core_objsets_open(&ub)?;
+        let sh = Arc::new(sh.finish(mos, root));
+        *sh.pool_props.lock() = props;
+        if !opts.readonly {
+            cfg.config_txg = ub.txg + 1;
+            sh.write_configs(&cfg)?;
+        }
+        Ok(Pool::start(sh))
+    }
+
+    fn start(sh: Arc<Shared>) -> Pool {
+        let thread = if sh.core.readonly {
+            None
+        } else {
+            let s2 = sh.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name(format!("tarn-sync-{}", sh.core.name))
+                    .spawn(move || s2.sync_loop())
+                    .expect("spawning the sync thread"),
+            )
+        };
+        Pool { sh, thread: Mutex::new(thread), closed: Mutex::new(false) }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.sh.core.name
+    }
+
+    pub fn guid(&self) -> u64 {
+        self.sh.core.guid
+    }
+
+    /// The root dataset's object set.
+    pub fn root(&self) -> &Arc<Objset> {
+        &self.sh.root
+    }
+
+    /// The meta object set (for inspection).
+    pub fn mos(&self) -> &Arc<Objset> {
+        &self.sh.mos
+    }
+
+    pub fn core(&self) -> &Arc<PoolCore> {
+        &self.sh.core
+    }
+
+    pub fn uberblock(&self) -> Uberblock {
+        self.sh.sync.lock().ub.clone()
+    }
+
+    pub fn config(&self) -> LabelConfig {
+        self.sh.config.lock().clone()
+    }
+
+    /// Waits until everything written so far is on disk.
+    pub fn sync(&self) -> Result<()> {
+        self.sh.core.check_writable()?;
+        self.sh.core.txg.wait_synced(0)
+    }
+
+    /// Changes a tunable on the live pool.
+    pub fn set_tunable(&self, name: &str, value: &str) -> Result<()> {
+        let t = {
+            let mut t = self.sh.core.tunables.write();
+            t.set(name, value)?;
+            t.clone()
+        };
+        self.sh.core.txg.set_params(ThrottleParams::from_tunables(&t));
+        for v in &self.sh.core.vdevs {
+            v.leaf.set_limits(queue_limits(&t));
+        }
+        self.sh.core.cache.set_limit(t.tarn_cache_bytes);
+        Ok(())
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        let core = &self.sh.core;
+        let space = core.alloc.lock().space();
+        let error = core.txg.failure();
+        let vdevs = core
+            .vdevs
+            .iter()
+            .map(|v| {
+                let s = v.leaf.stats();
+                let vs = space.vdevs.iter().find(|(id, _)| *id == v.id).map(|(_, s)| *s).unwrap_or_default();
+                VdevStatus {
+                    id: v.id,
+                    path: v.path.clone(),
+                    state: if error.is_some() { "FAULTED".into() } else { "ONLINE".into() },
+                    size: vs.size,
+                    allocated: vs.allocated,
+                    read_errors: s.read_errors.load(Ordering::Relaxed),
+                    write_errors: s.write_errors.load(Ordering::Relaxed),
+                    checksum_errors: s.checksum_errors.load(Ordering::Relaxed),
+                    direct_io: false,
+                }
+            })
+            .collect();
+        PoolStatus {
+            name: core.name.clone(),
+            guid: core.guid,
+            state: if error.is_some() { "SUSPENDED".into() } else { "ONLINE".into() },
+            txg: self.uberblock().txg,
+            size: space.total.size,
+            allocated: space.total.allocated,
+            free: space.total.free + space.total.deferred,
+            fragmentation_pct: space.total.fragmentation_pct,
+            vdevs,
+            error,
+        }
+    }
+
+    /// Pool properties as (name, value, source).
+    pub fn properties(&self) -> Vec<(String, String, String)> {
+        let st = self.status();
+        let ub = self.uberblock();
+        let cap = if st.size > 0 { st.allocated * 100 / st.size } else { 0 };
+        let ashift = self.config().tree.children.first().map_or(12, |c| c.ashift);
+        let mut v: Vec<(String, String, String)> = vec![
+            ("name".into(), st.name.clone(), "-".into()),
+            ("size".into(), st.size.to_string(), "-".into()),
+            ("allocated".into(), st.allocated.to_string(), "-".into()),
+            ("free".into(), st.free.to_string(), "-".into()),
+            ("capacity".into(), format!("{}%", cap), "-".into()),
+            ("fragmentation".into(), format!("{}%", st.fragmentation_pct), "-".into()),
+            ("health".into(), st.state.clone(), "-".into()),
+            ("guid".into(), st.guid.to_string(), "-".into()),
+            ("version".into(), format!("{}", FORMAT_VERSION), "-".into()),
+            ("ashift".into(), ashift.to_string(), "local".into()),
+            ("txg".into(), ub.txg.to_string(), "-".into()),
+            ("readonly".into(), if self.sh.core.readonly { "on" } else { "off" }.into(), "-".into()),
+        ];
+        let props = self.sh.pool_props.lock();
+        for (name, default) in POOL_PROPS {
+            match kv::get_str(&props, &format!("prop:{}", name)) {
+                Some(val) => v.push((name.to_string(), val.to_string(), "local".into())),
+                None => v.push((name.to_string(), default.to_string(), "default".into())),
+            }
+        }
+        v
+    }
+
+    /// Sets a settable pool property (persisted in the pool directory).
+    pub fn set_property(&self, name: &str, value: &str) -> Result<()> {
+        let mut props = self.sh.pool_props.lock().clone();
+        set_pool_prop(&mut props, name, value)?;
+        let tx = self.sh.mos.begin()?;
+        let bytes = kv::encode(&props);
+        self.sh.mos.write(&tx, POOL_DIR_OBJ, 0, &bytes)?;
+        self.sh.mos.truncate(&tx, POOL_DIR_OBJ, bytes.len() as u64)?;
+        tx.commit();
+        *self.sh.pool_props.lock() = props;
+        self.sync()
+    }
+
+    /// Syncs, marks every label exported and closes.
+    pub fn export(self) -> Result<()> {
+        self.close_with(PoolState::Exported)
+    }
+
+    /// Marks the pool destroyed in its labels and closes it.
+    pub fn destroy(self) -> Result<()> {
+        self.close_with(PoolState::Destroyed)
+    }
+
+    fn close_with(&self, state: PoolState) -> Result<()> {
+        self.close()?;
+        let mut cfg = self.sh.config.lock().clone();
+        cfg.state = state;
+        cfg.config_txg = self.uberblock().txg + 1;
+        self.sh.write_configs(&cfg)
+    }
+
+    /// Syncs what is dirty and stops the pool's threads. Called by drop too.
+    pub fn close(&self) -> Result<()> {
+        let mut closed = self.closed.lock();
+        if *closed {
+            return Ok(());
+        }
+        *closed = true;
+        let res = if self.sh.core.readonly || self.sh.core.txg.failure().is_some() {
+            Ok(())
+        } else {
+            self.sh.core.txg.wait_synced(0)
+        };
+        self.sh.core.txg.shutdown();
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+        for v in &self.sh.core.vdevs {
+            v.leaf.shutdown();
+        }
+        match self.sh.core.txg.failure() {
+            Some(f) if res.is_ok() && !self.sh.core.readonly => Err(Error::new(ErrorKind::Suspended, f)),
+            _ => res,
+        }
+    }
+
+    /// Runs every invariant check that walks whole structures.
+    pub fn check_invariants(&self) -> Result<()> {
+        self.sh.core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
+        self.sh.core.txg.check_invariants().map_err(|e| Error::corrupt(format!("txg: {}", e)))
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// Settable pool properties and their defaults.
+const POOL_PROPS: &[(&str, &str)] = &[("comment", ""), ("failmode", "wait")];
+
+fn set_pool_prop(props: &mut KvMap, name: &str, value: &str) -> Result<()> {
+    match name {
+        "comment" => {
+            if value.len() > 32 || value.chars().any(|c| c.is_control()) {
+                return Err(Error::invalid("comment must be at most 32 printable characters"));
+            }
+        }
+        "failmode" => {
+            if value != "wait" {
+                return Err(Error::invalid("failmode: tarn supports only 'wait' (suspend the pool on an I/O failure)"));
+            }
+        }
+        "ashift" => return Err(Error::invalid("ashift is set at creation: use 'tarn pool create -o ashift=N'")),
+        _ => return Err(Error::invalid(format!("unknown or read-only pool property '{}'", name))),
+    }
+    kv::put_str(props, &format!("prop:{}", name), value);
+    Ok(())
+}
+
+fn check_new_device(path: &str, dev: &dyn BlockDevice, force: bool) -> Result<()> {
+    if dev.size_bytes() < label::MIN_DEVICE_BYTES {
+        return Err(Error::invalid(format!(
+            "'{}' is too small: {} bytes, a device needs at least {} (65 MiB)",
+            path,
+            dev.size_bytes(),
+            label::MIN_DEVICE_BYTES
+        )));
+    }
+    if let Some(c) = read_labels(dev).config {
+        if c.state != PoolState::Destroyed && !force {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("'{}' is part of {} pool '{}'; use -f to overwrite it", path, c.state.name().to_lowercase(), c.pool_name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Orders `devs` by vdev id according to the newest config among them.
+fn match_devices(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<(LabelConfig, Vec<(String, Arc<dyn BlockDevice>)>)> {
+    let mut labelled = Vec::new();
+    for (p, d) in devs {
+        match read_labels(d.as_ref()).config {
+            Some(c) => labelled.push((p, d, c)),
+            None => return Err(Error::not_found(format!("'{}' has no valid tarn label", p))),
+        }
+    }
+    let best = labelled.iter().map(|(_, _, c)| c).max_by_key(|c| c.config_txg).cloned().ok_or_else(|| Error::invalid("no devices given"))?;
+    let mut ordered = Vec::new();
+    for leaf in best.tree.children.iter() {
+        let found = labelled.iter().find(|(_, _, c)| c.pool_guid == best.pool_guid && c.device_guid == leaf.guid);
+        match found {
+            Some((p, d, _)) => ordered.push((p.clone(), d.clone())),
+            None => {
+                return Err(Error::not_found(format!(
+                    "pool '{}': device {} (guid {:016x}, last seen at '{}') is missing",
+                    best.pool_name, leaf.id, leaf.guid, leaf.path
+                )))
+            }
+        }
+    }
+    Ok((best, ordered))
+}
+
+impl ShellShared {
+    fn assemble(config: LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, tunables: &Tunables, readonly: bool, ub: Uberblock) -> Result<ShellShared> {
+        let txg = Arc::new(TxgEngine::new(&config.pool_name, ub.txg, ThrottleParams::from_tunables(tunables)));
+        let limits = queue_limits(tunables);
+        let mut alloc = Allocator::new();
+        let mut vdevs = Vec::new();
+        let mut sector = 512usize;
+        for (leafcfg, (path, dev)) in config.tree.children.iter().zip(devs) {
+            let size = label::usable_device_size(dev.size_bytes());
+            let t2 = txg.clone();
+            let gauge: crate::io::DirtyGauge = Arc::new(move || (t2.dirty_total(), t2.params().dirty_max));
+            let leaf = Leaf::new(path.clone(), dev, limits.clone(), tunables.tarn_vdev_threads, gauge);
+            alloc
+                .add_vdev(leafcfg.id, label::LABELS_FRONT, leafcfg.asize, leafcfg.ashift)
+                .map_err(|e| Error::invalid(format!("vdev {} ('{}'): {}", leafcfg.id, path, e)))?;
+            sector = sector.max(1 << leafcfg.ashift);
+            vdevs.push(TopVdev { id: leafcfg.id, guid: leafcfg.guid, ashift: leafcfg.ashift, path, dev_size: size, leaf });
+        }
+        let core = Arc::new(PoolCore {
+            name: config.pool_name.clone(),
+            guid: config.pool_guid,
+            vdevs,
+            alloc: Mutex::new(alloc),
+            txg,
+            tunables: RwLock::new(tunables.clone()),
+            cache: BlockCache::new(tunables.tarn_cache_bytes),
+            sector,
+            readonly,
+            size_bytes: Default::default(),
+            free_bytes: Default::default(),
+        });
+        core.refresh_space();
+        Ok(ShellShared {
+            core,
+            sync: Mutex::new(SyncState { ub, cp_chain: vec![], log_chain: vec![], logs_since_cp: 0 }),
+            config: Mutex::new(config),
+            pool_props: Mutex::new(KvMap::new()),
+            locks,
+        })
+    }
+}
+
+/// A pool under construction: everything but its object sets.
+struct ShellShared {
+    core: Arc<PoolCore>,
+    sync: Mutex<SyncState>,
+    config: Mutex<LabelConfig>,
+    pool_props: Mutex<KvMap>,
+    locks: Vec<Arc<FileDevice>>,
+}
+
+impl ShellShared {
+    fn write_configs(&self, cfg: &LabelConfig) -> Result<()> {
+        write_configs(&self.core, cfg)?;
+        *self.config.lock() = cfg.clone();
+        Ok(())
+    }
+
+    fn core_objsets_new(&self, rootrec: KvMap) -> Result<(Arc<Objset>, Arc<Objset>)> {
+        let mos = Objset::open(self.core.clone(), 0, &format!("{}/$MOS", self.core.name), &BlockPtr::default(), ObjsetType::Meta, ObjsetProps { write: WriteProps::METADATA, recordsize: 128 << 10 })?;
+        let root = Objset::open(self.core.clone(), ROOT_RECORD, &self.core.name, &BlockPtr::default(), ObjsetType::Dataset, objset_props(&rootrec)?)?;
+        Ok((mos, root))
+    }
+
+    fn core_objsets_open(&self, ub: &Uberblock) -> Result<(Arc<Objset>, Arc<Objset>, KvMap)> {
+        let name = self.core.name.clone();
+        let mos = Objset::open(self.core.clone(), 0, &format!("{}/$MOS", name), &ub.mos, ObjsetType::Meta, ObjsetProps { write: WriteProps::METADATA, recordsize: 128 << 10 })?;
+        let dir = read_kv(&mos, POOL_DIR_OBJ).map_err(|e| e.context("pool directory"))?;
+        let rec_obj = kv::get_u64(&dir, KEY_ROOT).ok_or_else(|| Error::corrupt("pool directory names no root dataset"))?;
+        let rec = read_kv(&mos, rec_obj).map_err(|e| e.context("root dataset record"))?;
+        let bp = rec.get(KEY_BP).ok_or_else(|| Error::corrupt("root dataset record has no block pointer"))?;
+        let bp = BlockPtr::decode(bp)?;
+        let root = Objset::open(self.core.clone(), rec_obj, &name, &bp, ObjsetType::Dataset, objset_props(&rec)?)?;
+        Ok((mos, root, dir))
+    }
+
+    fn finish(self, mos: Arc<Objset>, root: Arc<Objset>) -> Shared {
+        Shared { core: self.core, mos, root, root_record: ROOT_RECORD, sync: self.sync, config: self.config, pool_props: self.pool_props, _locks: self.locks }
+    }
+}
+
+/// The root dataset's record is the second object created in the MOS
+/// (after the pool directory's three dnode slots).
+const ROOT_RECORD: u64 = 4;
+
+fn read_kv(os: &Objset, obj: u64) -> Result<KvMap> {
+    let info = os.info(obj)?;
+    let data = os.read(obj, 0, info.size as usize)?;
+    Ok(kv::decode(&data)?)
+}
+
+fn write_configs(core: &PoolCore, cfg: &LabelConfig) -> Result<()> {
+    for v in &core.vdevs {
+        let mut c = cfg.clone();
+        c.device_guid = v.guid;
+        c.top_guid = v.guid;
+        write_config_all(v.leaf.device().as_ref(), &c).map_err(|e| Error::io(format!("writing labels of {}", v.path), e))?;
+    }
+    Ok(())
+}
+
+impl Shared {
+    fn write_configs(&self, cfg: &LabelConfig) -> Result<()> {
+        write_configs(&self.core, cfg)?;
+        *self.config.lock() = cfg.clone();
+        Ok(())
+    }
+
+    fn has_work(&self, txg: u64) -> bool {
+        self.root.is_dirty(txg) || self.mos.is_dirty(txg)
+    }
+
+    fn sync_loop(&self) {
+        let core = &self.core;
+        while let Some(txg) = core.txg.next_sync(&|t| self.has_work(t)) {
+            match self.sync_txg(txg) {
+                Ok(()) => core.txg.sync_done(txg),
+                Err(e) => {
+                    core.txg.sync_failed(txg, e.to_string());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn sync_txg(&self, txg: u64) -> Result<()> {
+        let core = self.core.clone();
+        let t2 = core.txg.clone();
+        let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
+        if let Some(bp) = self.root.sync(txg, &group)? {
+            self.update_record_bp(txg, &bp)?;
+        }
+        let mos_bp = self.mos.sync(txg, &group)?;
+        group.wait().map_err(|e| Error::new(ErrorKind::Io, e))?;
+        let (cp, cp_chain, log) = self.write_space(txg)?;
+        for v in &core.vdevs {
+            v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
+        }
+        let ub = {
+            let s = self.sync.lock();
+            let mut ub = s.ub.clone();
+            assert!(txg > ub.txg, "uberblock txg {} not above {}", txg, ub.txg);
+            ub.txg = txg;
+            ub.timestamp = now_secs();
+            if let Some(bp) = mos_bp {
+                ub.mos = bp;
+            }
+            if let Some(cp) = cp {
+                ub.space_cp = cp;
+                ub.space_cp_txg = txg;
+                ub.space_log = BlockPtr::default();
+            }
+            if let Some(l) = log {
+                ub.space_log = l;
+            }
+            ub
+        };
+        if cfg!(debug_assertions) {
+            core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
+        }
+        self.write_uberblock(&ub)?;
+        {
+            let mut s = self.sync.lock();
+            s.ub = ub;
+            if let Some(c) = cp_chain {
+                s.cp_chain = c;
+                s.log_chain.clear();
+                s.logs_since_cp = 0;
+            }
+            if let Some(l) = log {
+                s.log_chain.push(l);
+                s.logs_since_cp += 1;
+            }
+        }
+        core.alloc.lock().txg_synced(txg);
+        self.root.sync_done(txg);
+        self.mos.sync_done(txg);
+        core.refresh_space();
+        Ok(())
+    }
+
+    /// Writes the space log (or a checkpoint) of `txg` and waits for it.
+    fn write_space(&self, txg: u64) -> Result<(Option<BlockPtr>, Option<Vec<BlockPtr>>, Option<BlockPtr>)> {
+        let group = WriteGroup::new(None);
+        let interval = self.core.tunables.read().tarn_space_checkpoint_interval;
+        let (due, old, prev) = {
+            let s = self.sync.lock();
+            let due = s.ub.space_cp.is_hole() || s.logs_since_cp >= interval;
+            let mut old = s.cp_chain.clone();
+            old.extend(s.log_chain.iter().copied());
+            (due, old, s.log_chain.last().copied().unwrap_or_default())
+        };
+        let out = if due {
+            let (first, chain) = spacemap::write_checkpoint(&self.core, txg, &old, &group)?;
+            (Some(first), Some(chain), None)
+        } else {
+            (None, None, spacemap::write_log(&self.core, txg, &prev, &group)?)
+        };
+        group.wait().map_err(|e| Error::new(ErrorKind::Io, e))?;
+        Ok(out)
+    }
+
+    fn write_uberblock(&self, ub: &Uberblock) -> Result<()> {
+        for v in &self.core.vdevs {
+            let buf = uberblock_slot(ub, v.ashift);
+            for i in 0..label::LABEL_COUNT {
+                let off = label::ub_slot_offset(i, v.dev_size, v.ashift, ub.txg);
+                v.leaf.write_now(&buf, off).map_err(|e| Error::io(format!("writing uberblock to {}", v.path), e))?;
+            }
+        }
+        for v in &self.core.vdevs {
+            v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
+        }
+        Ok(())
+    }
+
+    /// Records the root dataset's new object-set pointer (syncing context).
+    fn update_record_bp(&self, txg: u64, bp: &BlockPtr) -> Result<()> {
+        let mut rec = read_kv(&self.mos, self.root_record)?;
+        rec.insert(KEY_BP.to_string(), bp.to_bytes().to_vec());
+        let bytes = kv::encode(&rec);
+        self.mos.write_txg(txg, self.root_record, 0, &bytes)?;
+        self.mos.truncate_txg(txg, self.root_record, bytes.len() as u64)
+    }
+}
+
+/// A pool found by scanning devices.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DiscoveredPool {
+    pub name: String,
+    pub guid: u64,
+    pub state: String,
+    pub txg: u64,
+    pub devices: Vec<String>,
+    /// Devices the config names that were not found.
+    pub missing: Vec<String>,
+}
+
+/// Finds pools on the given files/devices (a directory is scanned one level).
+pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
+    let mut candidates = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(p) {
+                let mut v: Vec<PathBuf> = rd.flatten().map(|e| e.path()).filter(|p| !p.is_dir()).collect();
+                v.sort();
+                candidates.extend(v);
+            }
+        } else {
+            candidates.push(p.clone());
+        }
+    }
+    let mut pools: Vec<(DiscoveredPool, LabelConfig)> = Vec::new();
+    for path in candidates {
+        let Some(cfg) = probe(&path) else { continue };
+        let entry = match pools.iter_mut().find(|(d, _)| d.guid == cfg.pool_guid) {
+            Some(e) => e,
+            None => {
+                pools.push((
+                    DiscoveredPool { name: cfg.pool_name.clone(), guid: cfg.pool_guid, state: cfg.state.name().into(), txg: cfg.config_txg, devices: vec![], missing: vec![] },
+                    cfg.clone(),
+                ));
+                pools.last_mut().expect("just pushed")
+            }
+        };
+        if cfg.config_txg > entry.1.config_txg {
+            entry.0.state = cfg.state.name().into();
+            entry.0.txg = cfg.config_txg;
+            entry.1 = cfg.clone();
+        }
+        entry.0.devices.push(path.display().to_string());
+    }
+    for (d, cfg) in pools.iter_mut() {
+        let found: Vec<u64> = d.devices.iter().filter_map(|p| probe(Path::new(p)).map(|c| c.device_guid)).collect();
+        d.missing = cfg.tree.children.iter().filter(|l| !found.contains(&l.guid)).map(|l| l.path.clone()).collect();
+        // Order devices as the config does.
+        let order = |p: &String| probe(Path::new(p)).and_then(|c| cfg.tree.children.iter().position(|l| l.guid == c.device_guid)).unwrap_or(usize::MAX);
+        d.devices.sort_by_key(order);
+    }
+    pools.into_iter().map(|(d, _)| d).collect()
+}
+
+fn probe(path: &Path) -> Option<LabelConfig> {
+    let dev = FileDevice::open_buffered(path).ok()?;
+    read_labels(&dev).config
+}

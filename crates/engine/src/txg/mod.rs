@@ -1,0 +1,534 @@
+//! Transaction groups and the write throttle.
+//!
+//! Every change to a pool belongs to a transaction group (txg). A txg moves
+//! through three states:
+//!
+//! ```text
+//!   open ──(sync starts)──▶ quiescing ──(holds drained)──▶ syncing ──▶ synced
+//!   new transactions        no new joiners; waits         written out by the
+//!   join it                 for writers inside it         sync thread, then its
+//!                                                         uberblock
+//! ```
+//!
+//! A new txg opens the moment the previous one starts quiescing, so writers
+//! never wait for a sync to finish unless the throttle tells them to. The sync
+//! thread starts a sync when `zfs_txg_timeout` seconds have passed since the
+//! previous sync *started*, when the open txg holds more than
+//! `zfs_dirty_data_sync_percent` of `zfs_dirty_data_max`, or when someone waits
+//! for a txg (fsync before the intent log exists, export, tests).
+//!
+//! ## Dirty data and the write throttle
+//! Dirtying a block adds its logical size to its txg's and the pool's dirty
+//! total; each physical write retires its block's bytes the moment it
+//! completes, not at the end of the txg, so the total falls smoothly while a
+//! sync runs. Before joining a txg a writer passes the throttle:
+//!
+//! ```text
+//!  delay                       delay = zfs_delay_scale × (dirty − min) / (max − dirty)
+//!  100ms ┤                  ┃  min = zfs_delay_min_dirty_percent (60 %) of max
+//!        │                  ┃  capped at zfs_delay_max_ns (100 ms); at max, writers
+//!   10ms ┤                 ╱┃  block until dirty data retires
+//!        │               ╱  ┃
+//!    1ms ┤           ___╱   ┃
+//!        │     _____╱       ┃
+//!      0 ┼━━━━━┷━━━━━━━━━━━━┫
+//!        0%   60%   80%  95% 100%  dirty / zfs_dirty_data_max
+//! ```
+//!
+//! Concurrent writers are spaced one delay apart: each computes
+//! `wakeup = max(start + delay, last_wakeup + delay)` under a lock and sleeps
+//! until then, so N threads get the same total rate as one (an inverse-IOPS
+//! limit), and a writer is delayed at most once per transaction. Under a
+//! steady overload the dirty level settles where the delay matches the
+//! device's drain rate instead of swinging to the hard limit. Counters:
+//! `delayed` (OpenZFS dmu_tx_dirty_delay) and `over_max` (dmu_tx_dirty_over_max).
+//!
+//! Invariants (checked by [`TxgEngine::check_invariants`]):
+//! - synced < open, and at most one txg is quiescing or syncing;
+//! - the pool's dirty total equals the sum of the per-txg totals;
+//! - only the open txg takes new holds.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::tunables::Tunables;
+
+/// Per-txg arrays are indexed by txg & TXG_MASK (OpenZFS TXG_SIZE = 4).
+pub const TXG_SIZE: usize = 4;
+const TXG_MASK: u64 = TXG_SIZE as u64 - 1;
+
+/// The throttle's and the sync trigger's view of the tunables.
+#[derive(Clone, Copy, Debug)]
+pub struct ThrottleParams {
+    pub dirty_max: u64,
+    pub delay_min_percent: u32,
+    pub delay_scale_ns: u64,
+    pub delay_max_ns: u64,
+    pub sync_percent: u32,
+    pub txg_timeout: Duration,
+}
+
+impl ThrottleParams {
+    pub fn from_tunables(t: &Tunables) -> Self {
+        ThrottleParams {
+            dirty_max: t.zfs_dirty_data_max,
+            delay_min_percent: t.zfs_delay_min_dirty_percent,
+            delay_scale_ns: t.zfs_delay_scale,
+            delay_max_ns: t.zfs_delay_max_ns,
+            sync_percent: t.zfs_dirty_data_sync_percent,
+            txg_timeout: Duration::from_secs(t.zfs_txg_timeout),
+        }
+    }
+
+    /// The delay for a transaction at `dirty` bytes (the curve above).
+    pub fn delay_ns(&self, dirty: u64) -> u64 {
+        let min = self.dirty_max / 100 * self.delay_min_percent as u64;
+        if dirty <= min {
+            return 0;
+        }
+        if dirty >= self.dirty_max {
+            return self.delay_max_ns;
+        }
+        let num = self.delay_scale_ns as u128 * (dirty - min) as u128;
+        let d = num / (self.dirty_max - dirty) as u128;
+        d.min(self.delay_max_ns as u128) as u64
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ThrottleStats {
+    /// Transactions that slept on the delay curve.
+    pub delayed: AtomicU64,
+    /// Transactions that found dirty data at the hard limit.
+    pub over_max: AtomicU64,
+    /// Total nanoseconds slept by delayed transactions.
+    pub delay_ns_total: AtomicU64,
+}
+
+struct State {
+    open: u64,
+    quiescing: Option<u64>,
+    syncing: Option<u64>,
+    synced: u64,
+    holds: [u64; TXG_SIZE],
+    dirty: [u64; TXG_SIZE],
+    dirty_total: u64,
+    /// Highest txg someone is waiting to see synced.
+    wanted: u64,
+    kicked: bool,
+    last_sync_start: Instant,
+    shutdown: bool,
+    /// Set when a sync failed: the pool takes no more writes.
+    failed: Option<String>,
+}
+
+/// The txg state machine, dirty accounting and throttle of one pool.
+pub struct TxgEngine {
+    pool: String,
+    st: Mutex<State>,
+    /// Wakes the sync thread and txg waiters.
+    cv: Condvar,
+    /// Wakes writers blocked at the dirty limit.
+    dirty_cv: Condvar,
+    last_wakeup: Mutex<Instant>,
+    params: Mutex<ThrottleParams>,
+    /// Lock-free copy of the dirty total, read on every I/O issue.
+    dirty_total: AtomicU64,
+    pub stats: ThrottleStats,
+}
+
+/// A writer's membership of a txg; the txg cannot finish quiescing until it is
+/// released (by `TxgEngine::release`).
+#[derive(Debug)]
+pub struct TxHold {
+    pub txg: u64,
+}
+
+impl TxgEngine {
+    /// `last_synced` is the txg of the uberblock the pool opened at.
+    pub fn new(pool: &str, last_synced: u64, params: ThrottleParams) -> Self {
+        let now = Instant::now();
+        TxgEngine {
+            pool: pool.to_string(),
+            st: Mutex::new(State {
+                open: last_synced + 1,
+                quiescing: None,
+                syncing: None,
+                synced: last_synced,
+                holds: [0; TXG_SIZE],
+                dirty: [0; TXG_SIZE],
+                dirty_total: 0,
+                wanted: 0,
+                kicked: false,
+                last_sync_start: now,
+                shutdown: false,
+                failed: None,
+            }),
+            cv: Condvar::new(),
+            dirty_cv: Condvar::new(),
+            last_wakeup: Mutex::new(now),
+            params: Mutex::new(params),
+            dirty_total: AtomicU64::new(0),
+            stats: ThrottleStats::default(),
+        }
+    }
+
+    pub fn set_params(&self, p: ThrottleParams) {
+        *self.params.lock() = p;
+        // A raised limit may release writers blocked at the old one.
+        self.dirty_cv.notify_all();
+    }
+
+    pub fn params(&self) -> ThrottleParams {
+        *self.params.lock()
+    }
+
+    pub fn dirty_total(&self) -> u64 {
+        self.dirty_total.load(Ordering::Relaxed)
+    }
+
+    pub fn open_txg(&self) -> u64 {
+        self.st.lock().open
+    }
+
+    pub fn synced_txg(&self) -> u64 {
+        self.st.lock().synced
+    }
+
+    fn failed_error(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::Suspended,
+            format!("pool '{}' is suspended after an I/O failure: {}", self.pool, why),
+        )
+    }
+
+    /// Joins the open txg after passing the write throttle.
+    pub fn assign(&self) -> Result<TxHold> {
+        let start = Instant::now();
+        let mut delayed = false;
+        loop {
+            let p = self.params();
+            {
+                let mut st = self.st.lock();
+                if let Some(why) = &st.failed {
+                    return Err(self.failed_error(why));
+                }
+                if st.shutdown {
+                    return Err(Error::new(ErrorKind::Busy, format!("pool '{}' is closing", self.pool)));
+                }
+                if st.dirty_total >= p.dirty_max {
+                    self.stats.over_max.fetch_add(1, Ordering::Relaxed);
+                    st.kicked = true;
+                    self.cv.notify_all();
+                    // Bounded wait: re-check params and failure at least every 100 ms.
+                    self.dirty_cv.wait_for(&mut st, Duration::from_millis(100));
+                    continue;
+                }
+                if delayed || st.dirty_total <= p.dirty_max / 100 * p.delay_min_percent as u64 {
+                    let txg = st.open;
+                    st.holds[(txg & TXG_MASK) as usize] += 1;
+                    return Ok(TxHold { txg });
+                }
+            }
+            self.delay(start, &p);
+            delayed = true;
+        }
+    }
+
+    fn delay(&self, start: Instant, p: &ThrottleParams) {
+        let d = p.delay_ns(self.dirty_total());
+        if d == 0 {
+            return;
+        }
+        let d = Duration::from_nanos(d);
+        let wakeup = {
+            let mut last = self.last_wakeup.lock();
+            let w = (start + d).max(*last + d);
+            *last = w;
+            w
+        };
+        self.stats.delayed.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        if wakeup > now {
+            self.stats.delay_ns_total.fetch_add((wakeup - now).as_nanos() as u64, Ordering::Relaxed);
+            std::thread::sleep(wakeup - now);
+        }
+    }
+
+    pub fn release(&self, hold: TxHold) {
+        let mut st = self.st.lock();
+        let i = (hold.txg & TXG_MASK) as usize;
+        assert!(st.holds[i] > 0, "release of txg {} without a hold", hold.txg);
+        st.holds[i] -= 1;
+        if st.holds[i] == 0 && st.quiescing == Some(hold.txg) {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Accounts `bytes` of newly dirtied data to `txg`.
+    pub fn dirty_add(&self, txg: u64, bytes: u64) {
+        let p = self.params();
+        let mut st = self.st.lock();
+        st.dirty[(txg & TXG_MASK) as usize] += bytes;
+        st.dirty_total += bytes;
+        self.dirty_total.store(st.dirty_total, Ordering::Relaxed);
+        let open_dirty = st.dirty[(st.open & TXG_MASK) as usize];
+        if open_dirty > p.dirty_max / 100 * p.sync_percent as u64 && !st.kicked {
+            st.kicked = true;
+            self.cv.notify_all();
+        }
+    }
+
+    /// Retires `bytes` of `txg`'s dirty data (a write completed).
+    pub fn dirty_retire(&self, txg: u64, bytes: u64) {
+        let mut st = self.st.lock();
+        let i = (txg & TXG_MASK) as usize;
+        let b = bytes.min(st.dirty[i]);
+        st.dirty[i] -= b;
+        st.dirty_total -= b;
+        self.dirty_total.store(st.dirty_total, Ordering::Relaxed);
+        drop(st);
+        self.dirty_cv.notify_all();
+    }
+
+    /// Dirty bytes still accounted to `txg`.
+    pub fn dirty_of(&self, txg: u64) -> u64 {
+        self.st.lock().dirty[(txg & TXG_MASK) as usize]
+    }
+
+    /// Asks for a sync soon (without waiting).
+    pub fn kick(&self) {
+        let mut st = self.st.lock();
+        st.kicked = true;
+        self.cv.notify_all();
+    }
+
+    /// Waits until `txg` (0: the currently open one) has synced.
+    pub fn wait_synced(&self, txg: u64) -> Result<()> {
+        let mut st = self.st.lock();
+        let target = if txg == 0 { st.open } else { txg };
+        st.wanted = st.wanted.max(target);
+        self.cv.notify_all();
+        while st.synced < target {
+            if let Some(why) = &st.failed {
+                return Err(self.failed_error(why));
+            }
+            if st.shutdown {
+                return Err(Error::new(ErrorKind::Busy, format!("pool '{}' is closing", self.pool)));
+            }
+            self.cv.wait_for(&mut st, Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
+    /// Sync thread: waits until a sync is due, then closes the open txg, waits
+    /// for its holders and returns it (now syncing). `has_work` says whether
+    /// anything was changed in the open txg. None means shut down.
+    pub fn next_sync(&self, has_work: &dyn Fn(u64) -> bool) -> Option<u64> {
+        let mut st = self.st.lock();
+        loop {
+            if st.shutdown && st.holds[(st.open & TXG_MASK) as usize] == 0 {
+                // Shutting down: sync what is dirty once more, then stop.
+                if !has_work(st.open) && st.wanted < st.open {
+                    return None;
+                }
+            } else if st.failed.is_some() {
+                return None;
+            } else {
+                let timeout = self.params().txg_timeout;
+                let due = st.last_sync_start.elapsed() >= timeout;
+                let want = st.wanted >= st.open || st.kicked;
+                if !(want || due && has_work(st.open)) {
+                    let wait = timeout.saturating_sub(st.last_sync_start.elapsed());
+                    self.cv.wait_for(&mut st, wait.max(Duration::from_millis(1)));
+                    continue;
+                }
+            }
+            return Some(self.quiesce(&mut st));
+        }
+    }
+
+    fn quiesce(&self, st: &mut parking_lot::MutexGuard<'_, State>) -> u64 {
+        let txg = st.open;
+        st.kicked = false;
+        st.last_sync_start = Instant::now();
+        st.quiescing = Some(txg);
+        st.open = txg + 1;
+        while st.holds[(txg & TXG_MASK) as usize] > 0 {
+            self.cv.wait(st);
+        }
+        st.quiescing = None;
+        st.syncing = Some(txg);
+        txg
+    }
+
+    /// Sync thread: `txg` is on disk. Whatever dirty data is still accounted to
+    /// it (blocks that became holes or were freed before being written) retires.
+    pub fn sync_done(&self, txg: u64) {
+        let mut st = self.st.lock();
+        assert_eq!(st.syncing, Some(txg));
+        let i = (txg & TXG_MASK) as usize;
+        st.dirty_total -= st.dirty[i];
+        st.dirty[i] = 0;
+        self.dirty_total.store(st.dirty_total, Ordering::Relaxed);
+        st.synced = txg;
+        st.syncing = None;
+        drop(st);
+        self.cv.notify_all();
+        self.dirty_cv.notify_all();
+    }
+
+    /// Sync thread: `txg` could not be written. The pool refuses further writes.
+    pub fn sync_failed(&self, txg: u64, why: String) {
+        let mut st = self.st.lock();
+        st.failed = Some(format!("txg {}: {}", txg, why));
+        st.syncing = None;
+        drop(st);
+        self.cv.notify_all();
+        self.dirty_cv.notify_all();
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.st.lock().failed.clone()
+    }
+
+    /// Asks the sync thread to write what is dirty and stop.
+    pub fn shutdown(&self) {
+        let mut st = self.st.lock();
+        st.shutdown = true;
+        drop(st);
+        self.cv.notify_all();
+        self.dirty_cv.notify_all();
+    }
+
+    /// (open, quiescing, syncing, synced) for status displays.
+    pub fn states(&self) -> (u64, Option<u64>, Option<u64>, u64) {
+        let st = self.st.lock();
+        (st.open, st.quiescing, st.syncing, st.synced)
+    }
+
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let st = self.st.lock();
+        if st.synced >= st.open {
+            return Err(format!("synced txg {} >= open txg {}", st.synced, st.open));
+        }
+        if st.quiescing.is_some() && st.syncing.is_some() {
+            return Err("a txg is quiescing while another syncs".into());
+        }
+        let sum: u64 = st.dirty.iter().sum();
+        if sum != st.dirty_total {
+            return Err(format!("dirty total {} != per-txg sum {}", st.dirty_total, sum));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn params(max: u64) -> ThrottleParams {
+        ThrottleParams {
+            dirty_max: max,
+            delay_min_percent: 60,
+            delay_scale_ns: 500_000,
+            delay_max_ns: 100_000_000,
+            sync_percent: 20,
+            txg_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[test]
+    fn delay_curve_matches_openzfs_figures() {
+        let p = params(1000 << 20);
+        let at = |pct: u64| p.delay_ns((1000u64 << 20) / 100 * pct);
+        assert_eq!(at(50), 0);
+        assert_eq!(at(60), 0);
+        assert_eq!(at(80), 500_000); // 500 µs at 80 %
+        assert_eq!(at(90), 1_500_000);
+        assert_eq!(at(95), 3_500_000);
+        assert_eq!(at(99), 19_500_000);
+        assert_eq!(at(100), 100_000_000);
+        assert_eq!(p.delay_ns(u64::MAX / 2), 100_000_000);
+    }
+
+    #[test]
+    fn txg_lifecycle() {
+        let t = Arc::new(TxgEngine::new("t", 4, params(64 << 20)));
+        let h = t.assign().unwrap();
+        assert_eq!(h.txg, 5);
+        t.dirty_add(5, 4096);
+        assert_eq!(t.dirty_total(), 4096);
+        let t2 = t.clone();
+        let syncer = std::thread::spawn(move || {
+            t2.kick();
+            let txg = t2.next_sync(&|_| true).unwrap();
+            t2.dirty_retire(txg, 4096);
+            t2.sync_done(txg);
+            txg
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        // The sync cannot complete while we hold txg 5.
+        assert_eq!(t.synced_txg(), 4);
+        t.release(h);
+        assert_eq!(syncer.join().unwrap(), 5);
+        assert_eq!(t.synced_txg(), 5);
+        assert_eq!(t.dirty_total(), 0);
+        assert_eq!(t.assign().unwrap().txg, 6);
+        t.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn delayed_writers_are_spaced() {
+        let t = Arc::new(TxgEngine::new("t", 1, params(100 << 20)));
+        // 80 % dirty → 500 µs each; 40 transactions from 4 threads ≈ 20 ms total.
+        t.dirty_add(2, 80 << 20);
+        let start = Instant::now();
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10 {
+                        let h = t.assign().unwrap();
+                        t.release(h);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let el = start.elapsed();
+        assert!(el >= Duration::from_millis(19), "40 delayed txs took only {:?}", el);
+        assert_eq!(t.stats.delayed.load(Ordering::Relaxed), 40);
+    }
+
+    #[test]
+    fn hard_limit_blocks_until_retired() {
+        let t = Arc::new(TxgEngine::new("t", 1, params(10 << 20)));
+        t.dirty_add(2, 10 << 20);
+        let t2 = t.clone();
+        let w = std::thread::spawn(move || t2.assign().map(|h| h.txg));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!w.is_finished());
+        t.dirty_retire(2, 10 << 20);
+        assert_eq!(w.join().unwrap().unwrap(), 2);
+        assert!(t.stats.over_max.load(Ordering::Relaxed) >= 1);
+    }
+
+    #[test]
+    fn failure_suspends_writers() {
+        let t = TxgEngine::new("t", 1, params(10 << 20));
+        t.kick();
+        let txg = t.next_sync(&|_| true).unwrap();
+        t.sync_failed(txg, "device gone".into());
+        let e = t.assign().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Suspended);
+        assert!(e.msg.contains("device gone"));
+        assert!(t.wait_synced(txg).is_err());
+    }
+}
