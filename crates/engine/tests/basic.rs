@@ -110,3 +110,35 @@ fn overwrite_truncate_free_across_txgs() {
     assert!(pool.root().read(o, 0, 10).is_err());
     pool.check_invariants().unwrap();
 }
+
+#[test]
+fn verify_finds_no_leak_after_churn() {
+    let d = devs(2, 256 << 20);
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions::default()).unwrap();
+    let os = pool.root().clone();
+    let mut objs = Vec::new();
+    for round in 0..6u64 {
+        let tx = os.begin().unwrap();
+        for i in 0..20u64 {
+            let o = os.create(&tx, ObjectType::PlainData).unwrap();
+            os.write(&tx, o, i * 7000, &pattern((i as usize + 1) * 9000, round * 100 + i)).unwrap();
+            objs.push(o);
+        }
+        for &o in objs.iter().step_by(3) {
+            let _ = os.truncate(&tx, o, round * 1000);
+        }
+        if round % 2 == 1 {
+            let o = objs.remove(0);
+            os.free(&tx, o).unwrap();
+        }
+        drop(tx);
+        pool.sync().unwrap();
+        let rep = pool.verify().unwrap();
+        assert!(rep.errors.is_empty(), "round {}: {:#?}", round, rep.errors);
+        assert!(rep.blocks > 0);
+    }
+    pool.export().unwrap();
+    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions::default()).unwrap();
+    let rep = pool.verify().unwrap();
+    assert!(rep.errors.is_empty(), "after reopen: {:#?}", rep.errors);
+}

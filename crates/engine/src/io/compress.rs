@@ -1,10 +1,10 @@
 //! Block compression.
 //!
 //! A block is compressed when it is written and kept compressed only if that
-//! saves at least 12.5 % (OpenZFS's rule): the compressor is given an output
-//! buffer of 7/8 of the input and gives up when it runs out, so incompressible
-//! data costs one bounded attempt, not a full compression plus a copy. Then the
-//! result must also save a whole sector, or it is stored uncompressed (a
+//! saves at least 12.5 % (OpenZFS's rule): zstd is given an output buffer of
+//! 7/8 of the input and gives up when it runs out; lz4 (whose fast path skips
+//! ahead through incompressible input) compresses fully and is then checked.
+//! The result must also save a whole sector, or it is stored uncompressed (a
 //! compressed block that occupies as many sectors as the original gains
 //! nothing and costs a decompression on every read).
 //!
@@ -77,17 +77,27 @@ pub fn is_zero(data: &[u8]) -> bool {
 
 /// Compresses `src`; returns the compressed bytes, or None when the block should
 /// be stored as is. `sector` is the allocation unit: a result must save one.
+/// (lz4_flex needs a worst-case-sized output buffer, so lz4 compresses the
+/// whole block before the 12.5 % rule is applied; zstd stops at the limit.)
 pub fn compress(setting: CompressSetting, src: &[u8], sector: usize) -> Option<Vec<u8>> {
     if setting == CompressSetting::Off || src.len() < 2 * 512.min(sector) {
         return None;
     }
     let limit = src.len() - src.len() / 8;
-    let mut out = vec![0u8; limit];
-    let n = match setting {
+    let n;
+    let mut out;
+    match setting {
         CompressSetting::Off => return None,
-        CompressSetting::Lz4 => lz4_flex::block::compress_into(src, &mut out).ok()?,
-        CompressSetting::Zstd(level) => zstd::bulk::compress_to_buffer(src, &mut out, level).ok()?,
-    };
+        CompressSetting::Lz4 => {
+            // lz4_flex insists on room for the worst case up front.
+            out = vec![0u8; lz4_flex::block::get_maximum_output_size(src.len())];
+            n = lz4_flex::block::compress_into(src, &mut out).ok()?;
+        }
+        CompressSetting::Zstd(level) => {
+            out = vec![0u8; limit];
+            n = zstd::bulk::compress_to_buffer(src, &mut out, level).ok()?;
+        }
+    }
     if n > limit || n.div_ceil(sector) >= src.len().div_ceil(sector) && n > 104 {
         return None;
     }

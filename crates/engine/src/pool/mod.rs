@@ -33,5 +33,6 @@ pub mod label;
 #[allow(clippy::module_inception)]
 mod pool;
 pub mod spacemap;
+pub mod verify;
 
 pub use pool::{discover, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};

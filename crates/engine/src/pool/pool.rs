@@ -595,6 +595,18 @@ impl Pool {
         }
     }
 
+    /// Walks and verifies everything the last synced uberblock references
+    /// (see `pool::verify`). Call it with no writers active.
+    pub fn verify(&self) -> Result<super::verify::VerifyReport> {
+        let (mos, txg, blocks) = {
+            let s = self.sh.sync.lock();
+            let mut b = s.cp_chain.clone();
+            b.extend(s.log_chain.iter().copied());
+            (s.ub.mos, s.ub.txg, b)
+        };
+        super::verify::verify(&self.sh.core, &mos, txg, &blocks)
+    }
+
     /// Runs every invariant check that walks whole structures.
     pub fn check_invariants(&self) -> Result<()> {
         self.sh.core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;

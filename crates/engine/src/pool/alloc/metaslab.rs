@@ -46,6 +46,9 @@
 //!    starts exactly where the previous one of the same class ended
 //!    (`RangeTree::first_fit_from`), so a stream of 1 MiB blocks is laid out
 //!    back to back; holes before the cursor are only revisited after wrapping.
+//!    A fresh metaslab's large cursor is at its start and its small cursor
+//!    at its middle, so even when both classes must share one metaslab (a
+//!    vdev smaller than two metaslabs) they do not interleave at first.
 //!    Alignment is the sector size only — blocks are not power-of-two
 //!    aligned, that would waste space between differently sized blocks.
 //! 4. **Metaslab choice by weight.**  Weight = (largest free segment, free
@@ -84,8 +87,11 @@
 //! `records_upper_bound(N, k)` → allocate the log block (k extents) in txg N →
 //! `take_records(N)` → encode → write.  Replay applies a record set's
 //! allocations, then its frees (frees are deferred, so nothing freed in a txg
-//! can have been reallocated in the same txg), then releases deferrals older
-//! than `current_txg - 2`.
+//! can have been reallocated in the same txg), then releases the deferrals
+//! of txgs `<= current_txg - 2`.  Releasing relative to the imported txg
+//! rather than the log's txg is safe (later logs never use space that was
+//! still deferred when they were written) and also covers txgs that wrote no
+//! log.
 //!
 //! ## Checkpoints
 //! [`Allocator::checkpoint`] returns the free ranges (coalesced across
@@ -93,7 +99,11 @@
 //! with their txgs; `Checkpoint::txg` is the highest txg the allocator has
 //! seen.  A checkpoint written during the sync of txg C must be taken after
 //! every allocation of txg C (including its own blocks) and replaces the log
-//! of txg C; import loads it and replays logs with txg > C.
+//! of txg C; import loads it and replays logs with txg > C.  Import sequence:
+//! `add_vdev` for every vdev in the config (optional for vdevs the checkpoint
+//! lists; required for vdevs added after it), `load_checkpoint`, `replay`
+//! each later log with the uberblock's txg as `current_txg`, then
+//! `txg_synced(current_txg)` (needed only if there was no log to replay).
 //!
 //! ## Invariants (checked by [`Allocator::check_invariants`])
 //! 1. Per vdev: `free + deferred + allocated == size`, with `free` the sum of
@@ -119,7 +129,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::range_tree::{RangeTree, HISTOGRAM_BUCKETS};
-use super::spacelog::{encoded_records_upper_bound_for, Checkpoint, Extent, TxgRecords, VdevCheckpoint};
+use super::spacelog::{
+    encoded_records_upper_bound_for, Checkpoint, Extent, TxgRecords, VdevCheckpoint,
+};
 
 /// Smallest supported sector shift (512 B).
 pub const MIN_ASHIFT: u8 = 9;
@@ -149,7 +161,9 @@ const LARGE: usize = 1;
 
 /// OpenZFS `zfs_frag_table`: fragmentation % attributed to free space held
 /// in segments of 2^9 (512 B) … 2^24 (16 MiB) bytes; larger segments are 0.
-const FRAG_TABLE: [u64; 16] = [100, 100, 98, 95, 90, 80, 70, 60, 50, 40, 30, 20, 15, 10, 5, 0];
+const FRAG_TABLE: [u64; 16] = [
+    100, 100, 98, 95, 90, 80, 70, 60, 50, 40, 30, 20, 15, 10, 5, 0,
+];
 
 /// Errors from the allocator.  Except for `Internal`, a failed call leaves
 /// the allocator unchanged (replay/load: see their docs).
@@ -165,11 +179,22 @@ pub enum AllocError {
     /// Bad vdev geometry or configuration.
     InvalidVdev(String),
     /// Allocation or free in a txg that has already synced.
-    TxgNotOpen { txg: u64, synced: u64 },
+    TxgNotOpen {
+        txg: u64,
+        synced: u64,
+    },
     /// Extent is zero-length, misaligned or outside the vdev.
-    BadExtent { vdev: u32, offset: u64, len: u64 },
+    BadExtent {
+        vdev: u32,
+        offset: u64,
+        len: u64,
+    },
     /// Free of space that is not (entirely) allocated: a double free.
-    NotAllocated { vdev: u32, offset: u64, len: u64 },
+    NotAllocated {
+        vdev: u32,
+        offset: u64,
+        len: u64,
+    },
     /// Checkpoint or log record contradicts the current state.
     Inconsistent(String),
     /// A broken internal invariant (a bug); see `check_invariants`.
@@ -191,7 +216,10 @@ impl fmt::Display for AllocError {
                 write!(f, "bad extent {vdev}:{offset:#x}+{len:#x}")
             }
             AllocError::NotAllocated { vdev, offset, len } => {
-                write!(f, "extent {vdev}:{offset:#x}+{len:#x} is not allocated (double free?)")
+                write!(
+                    f,
+                    "extent {vdev}:{offset:#x}+{len:#x} is not allocated (double free?)"
+                )
             }
             AllocError::Inconsistent(m) => write!(f, "inconsistent space state: {m}"),
             AllocError::Internal(m) => write!(f, "internal allocator error: {m}"),
@@ -246,14 +274,19 @@ impl AllocConfig {
     fn validate(&self, start: u64, size: u64) -> Result<u64, AllocError> {
         let bad = |m: String| Err(AllocError::InvalidVdev(m));
         if !(MIN_ASHIFT..=MAX_ASHIFT).contains(&self.ashift) {
-            return bad(format!("ashift {} outside {MIN_ASHIFT}..={MAX_ASHIFT}", self.ashift));
+            return bad(format!(
+                "ashift {} outside {MIN_ASHIFT}..={MAX_ASHIFT}",
+                self.ashift
+            ));
         }
         if self.metaslab_shift < self.ashift || self.metaslab_shift > 63 {
             return bad(format!("metaslab_shift {} invalid", self.metaslab_shift));
         }
         let mask = self.sector_size() - 1;
         if size == 0 || size & mask != 0 || start & mask != 0 {
-            return bad(format!("start {start:#x} / size {size:#x} not sector aligned or empty"));
+            return bad(format!(
+                "start {start:#x} / size {size:#x} not sector aligned or empty"
+            ));
         }
         if start.checked_add(size).is_none() {
             return bad("start + size overflows".into());
@@ -390,7 +423,13 @@ pub struct VdevSpace {
 
 impl VdevSpace {
     /// A vdev whose space is entirely free (`all_free`) or entirely allocated.
-    fn new(id: u32, start: u64, size: u64, cfg: AllocConfig, all_free: bool) -> Result<Self, AllocError> {
+    fn new(
+        id: u32,
+        start: u64,
+        size: u64,
+        cfg: AllocConfig,
+        all_free: bool,
+    ) -> Result<Self, AllocError> {
         let count = cfg.validate(start, size)?;
         let ms_size = 1u64 << cfg.metaslab_shift;
         let mut vs = VdevSpace {
@@ -406,15 +445,20 @@ impl VdevSpace {
             deferred: BTreeMap::new(),
             deferred_all: RangeTree::new(),
         };
+        let mask = cfg.sector_size() - 1;
         for i in 0..count {
             let ms_start = start + i * ms_size;
             let len = (start + size - ms_start).min(ms_size);
+            // The small class starts mid-metaslab: if both classes ever share
+            // a metaslab (e.g. a vdev with one metaslab), the large run from
+            // the start gets half of it before meeting small blocks.
+            let mid = ms_start + ((len / 2) & !mask);
             vs.metaslabs.push(Metaslab {
                 start: ms_start,
                 size: len,
                 free: RangeTree::new(),
                 weight: (0, 0),
-                cursor: [ms_start; 2],
+                cursor: [mid, ms_start],
             });
             vs.by_weight.insert(weight_key((0, 0), i as usize));
         }
@@ -451,7 +495,11 @@ impl VdevSpace {
 
     /// Apply `f` to metaslab `idx`'s tree, keeping weight index and free
     /// byte count in step with whatever `f` changed.
-    fn update_ms<R, E>(&mut self, idx: usize, f: impl FnOnce(&mut RangeTree) -> Result<R, E>) -> Result<R, E> {
+    fn update_ms<R, E>(
+        &mut self,
+        idx: usize,
+        f: impl FnOnce(&mut RangeTree) -> Result<R, E>,
+    ) -> Result<R, E> {
         let ms = &mut self.metaslabs[idx];
         let (old_weight, old_space) = (ms.weight, ms.free.space());
         let result = f(&mut ms.free);
@@ -467,7 +515,12 @@ impl VdevSpace {
 
     /// Pieces of an extent that is already known to lie inside the vdev.
     fn pieces(&self, off: u64, len: u64) -> Pieces {
-        Pieces { base: self.start, shift: self.cfg.metaslab_shift, cur: off, end: off + len }
+        Pieces {
+            base: self.start,
+            shift: self.cfg.metaslab_shift,
+            cur: off,
+            end: off + len,
+        }
     }
 
     fn in_bounds(&self, off: u64, len: u64) -> bool {
@@ -478,26 +531,36 @@ impl VdevSpace {
     fn check_extent(&self, off: u64, len: u64) -> Result<(), AllocError> {
         let mask = self.sector() - 1;
         if len == 0 || off & mask != 0 || len & mask != 0 || !self.in_bounds(off, len) {
-            return Err(AllocError::BadExtent { vdev: self.id, offset: off, len });
+            return Err(AllocError::BadExtent {
+                vdev: self.id,
+                offset: off,
+                len,
+            });
         }
         Ok(())
     }
 
     fn overlaps_free(&self, off: u64, len: u64) -> bool {
-        self.pieces(off, len).any(|(i, o, l)| self.metaslabs[i].free.overlaps(o, l))
+        self.pieces(off, len)
+            .any(|(i, o, l)| self.metaslabs[i].free.overlaps(o, l))
     }
 
     fn is_free(&self, off: u64, len: u64) -> bool {
-        self.pieces(off, len).all(|(i, o, l)| self.metaslabs[i].free.contains(o, l))
+        self.pieces(off, len)
+            .all(|(i, o, l)| self.metaslabs[i].free.contains(o, l))
     }
 
     /// Make an in-bounds range free (all or nothing).
     fn add_free(&mut self, off: u64, len: u64) -> Result<(), String> {
         if self.overlaps_free(off, len) {
-            return Err(format!("vdev {}: {off:#x}+{len:#x} is already free", self.id));
+            return Err(format!(
+                "vdev {}: {off:#x}+{len:#x} is already free",
+                self.id
+            ));
         }
         for (i, o, l) in self.pieces(off, len) {
-            self.update_ms(i, |t| t.add(o, l)).map_err(|e| e.to_string())?;
+            self.update_ms(i, |t| t.add(o, l))
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -508,7 +571,8 @@ impl VdevSpace {
             return Err(format!("vdev {}: {off:#x}+{len:#x} is not free", self.id));
         }
         for (i, o, l) in self.pieces(off, len) {
-            self.update_ms(i, |t| t.remove(o, l)).map_err(|e| e.to_string())?;
+            self.update_ms(i, |t| t.remove(o, l))
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -520,7 +584,11 @@ impl VdevSpace {
         let Some(len) = size.checked_add(mask).map(|v| v & !mask) else {
             return Ok(None);
         };
-        let class = if len < self.cfg.small_block_bytes { SMALL } else { LARGE };
+        let class = if len < self.cfg.small_block_bytes {
+            SMALL
+        } else {
+            LARGE
+        };
         if let Some(idx) = self.active[class] {
             if let Some(off) = self.alloc_in(idx, class, len)? {
                 return Ok(Some((off, len)));
@@ -543,8 +611,12 @@ impl VdevSpace {
         let Some(off) = ms.free.first_fit_from(ms.cursor[class], len, sector) else {
             return Ok(None);
         };
-        self.update_ms(idx, |t| t.remove(off, len))
-            .map_err(|e| AllocError::Internal(format!("vdev {}: first fit returned unusable range: {e}", self.id)))?;
+        self.update_ms(idx, |t| t.remove(off, len)).map_err(|e| {
+            AllocError::Internal(format!(
+                "vdev {}: first fit returned unusable range: {e}",
+                self.id
+            ))
+        })?;
         self.metaslabs[idx].cursor[class] = off + len;
         self.allocated += len;
         Ok(Some(off))
@@ -555,10 +627,16 @@ impl VdevSpace {
         let mut cands: [Option<&WeightKey>; 2] = [None, None];
         if class == LARGE {
             let heaviest = self.by_weight.iter().rev().take_while(|k| k.0 >= len);
-            cands.iter_mut().zip(heaviest).for_each(|(c, k)| *c = Some(k));
+            cands
+                .iter_mut()
+                .zip(heaviest)
+                .for_each(|(c, k)| *c = Some(k));
         } else {
             let lightest_fitting = self.by_weight.range((len, 0, 0)..);
-            cands.iter_mut().zip(lightest_fitting).for_each(|(c, k)| *c = Some(k));
+            cands
+                .iter_mut()
+                .zip(lightest_fitting)
+                .for_each(|(c, k)| *c = Some(k));
         }
         let other = self.active[1 - class];
         let first = key_index(cands[0]?);
@@ -572,11 +650,19 @@ impl VdevSpace {
     fn defer_free(&mut self, off: u64, len: u64, txg: u64) -> Result<(), AllocError> {
         self.check_extent(off, len)?;
         if self.overlaps_free(off, len) || self.deferred_all.overlaps(off, len) {
-            return Err(AllocError::NotAllocated { vdev: self.id, offset: off, len });
+            return Err(AllocError::NotAllocated {
+                vdev: self.id,
+                offset: off,
+                len,
+            });
         }
         let internal = |e: super::range_tree::RangeError| AllocError::Internal(e.to_string());
         self.deferred_all.add(off, len).map_err(internal)?;
-        self.deferred.entry(txg).or_default().add(off, len).map_err(internal)?;
+        self.deferred
+            .entry(txg)
+            .or_default()
+            .add(off, len)
+            .map_err(internal)?;
         self.allocated -= len;
         Ok(())
     }
@@ -590,7 +676,9 @@ impl VdevSpace {
         let release = std::mem::replace(&mut self.deferred, keep);
         for tree in release.values() {
             for (off, len) in tree.iter() {
-                self.deferred_all.remove(off, len).map_err(|e| e.to_string())?;
+                self.deferred_all
+                    .remove(off, len)
+                    .map_err(|e| e.to_string())?;
                 self.add_free(off, len)?;
             }
         }
@@ -599,7 +687,8 @@ impl VdevSpace {
 
     /// Replay an allocation record: the extent must be entirely free.
     fn replay_alloc(&mut self, off: u64, len: u64) -> Result<(), AllocError> {
-        self.check_extent(off, len).map_err(|e| AllocError::Inconsistent(format!("alloc record: {e}")))?;
+        self.check_extent(off, len)
+            .map_err(|e| AllocError::Inconsistent(format!("alloc record: {e}")))?;
         self.take_free(off, len).map_err(AllocError::Inconsistent)?;
         self.allocated += len;
         Ok(())
@@ -609,17 +698,27 @@ impl VdevSpace {
     fn load(&mut self, v: &VdevCheckpoint) -> Result<(), AllocError> {
         let bad = |m: String| AllocError::Inconsistent(format!("checkpoint vdev {}: {m}", v.vdev));
         for &(off, len) in &v.free {
-            self.check_extent(off, len).map_err(|e| bad(e.to_string()))?;
+            self.check_extent(off, len)
+                .map_err(|e| bad(e.to_string()))?;
             self.add_free(off, len).map_err(bad)?;
             self.allocated -= len;
         }
         for &(txg, off, len) in &v.deferred {
-            self.check_extent(off, len).map_err(|e| bad(e.to_string()))?;
+            self.check_extent(off, len)
+                .map_err(|e| bad(e.to_string()))?;
             if self.overlaps_free(off, len) {
-                return Err(bad(format!("deferred {off:#x}+{len:#x} overlaps free space")));
+                return Err(bad(format!(
+                    "deferred {off:#x}+{len:#x} overlaps free space"
+                )));
             }
-            self.deferred_all.add(off, len).map_err(|e| bad(format!("deferred: {e}")))?;
-            self.deferred.entry(txg).or_default().add(off, len).map_err(|e| bad(e.to_string()))?;
+            self.deferred_all
+                .add(off, len)
+                .map_err(|e| bad(format!("deferred: {e}")))?;
+            self.deferred
+                .entry(txg)
+                .or_default()
+                .add(off, len)
+                .map_err(|e| bad(e.to_string()))?;
             self.allocated -= len;
         }
         Ok(())
@@ -638,7 +737,14 @@ impl VdevSpace {
             .iter()
             .flat_map(|(&txg, t)| t.iter().map(move |(o, l)| (txg, o, l)))
             .collect();
-        VdevCheckpoint { vdev: self.id, start: self.start, size: self.size, ashift: self.cfg.ashift, free, deferred }
+        VdevCheckpoint {
+            vdev: self.id,
+            start: self.start,
+            size: self.size,
+            ashift: self.cfg.ashift,
+            free,
+            deferred,
+        }
     }
 
     fn histogram(&self) -> [u64; HISTOGRAM_BUCKETS] {
@@ -674,7 +780,9 @@ impl VdevSpace {
     fn check(&self) -> Result<(), String> {
         self.check_metaslabs()?;
         self.check_deferred()?;
-        let total = u128::from(self.free_bytes) + u128::from(self.allocated) + u128::from(self.deferred_all.space());
+        let total = u128::from(self.free_bytes)
+            + u128::from(self.allocated)
+            + u128::from(self.deferred_all.space());
         if total != u128::from(self.size) {
             return Err(format!(
                 "free {} + allocated {} + deferred {} != size {}",
@@ -684,7 +792,12 @@ impl VdevSpace {
                 self.size
             ));
         }
-        if self.active.iter().flatten().any(|&i| i >= self.metaslabs.len()) {
+        if self
+            .active
+            .iter()
+            .flatten()
+            .any(|&i| i >= self.metaslabs.len())
+        {
             return Err("active metaslab index out of range".into());
         }
         Ok(())
@@ -696,7 +809,8 @@ impl VdevSpace {
             return Err("weight index size != metaslab count".into());
         }
         for (i, ms) in self.metaslabs.iter().enumerate() {
-            if ms.start != expect_start || ms.size == 0 || ms.size > 1u64 << self.cfg.metaslab_shift {
+            if ms.start != expect_start || ms.size == 0 || ms.size > 1u64 << self.cfg.metaslab_shift
+            {
                 return Err(format!("metaslab {i} does not tile the vdev"));
             }
             ms.free.check().map_err(|e| format!("metaslab {i}: {e}"))?;
@@ -705,7 +819,9 @@ impl VdevSpace {
                     return Err(format!("metaslab {i}: segment {s:#x}+{l:#x} misplaced"));
                 }
             }
-            if ms.weight != ms.computed_weight() || !self.by_weight.contains(&weight_key(ms.weight, i)) {
+            if ms.weight != ms.computed_weight()
+                || !self.by_weight.contains(&weight_key(ms.weight, i))
+            {
                 return Err(format!("metaslab {i}: weight inconsistent"));
             }
             free += ms.free.space();
@@ -723,7 +839,9 @@ impl VdevSpace {
         for (txg, tree) in &self.deferred {
             tree.check()?;
             for (o, l) in tree.iter() {
-                union.add(o, l).map_err(|e| format!("deferred txg {txg} overlaps another txg: {e}"))?;
+                union
+                    .add(o, l)
+                    .map_err(|e| format!("deferred txg {txg} overlaps another txg: {e}"))?;
             }
         }
         if union != self.deferred_all {
@@ -731,7 +849,9 @@ impl VdevSpace {
         }
         for (o, l) in self.deferred_all.iter() {
             if self.check_extent(o, l).is_err() || self.overlaps_free(o, l) {
-                return Err(format!("deferred {o:#x}+{l:#x} out of bounds or overlaps free space"));
+                return Err(format!(
+                    "deferred {o:#x}+{l:#x} out of bounds or overlaps free space"
+                ));
             }
         }
         Ok(())
@@ -747,7 +867,10 @@ struct PendingTxg {
 
 fn flatten(m: &BTreeMap<u32, RangeTree>) -> Vec<Extent> {
     m.iter()
-        .flat_map(|(&vdev, t)| t.iter().map(move |(offset, len)| Extent { vdev, offset, len }))
+        .flat_map(|(&vdev, t)| {
+            t.iter()
+                .map(move |(offset, len)| Extent { vdev, offset, len })
+        })
         .collect()
 }
 
@@ -803,14 +926,28 @@ impl Allocator {
     }
 
     /// Add an entirely free top-level vdev with the default configuration.
-    pub fn add_vdev(&mut self, vdev: u32, start: u64, size: u64, ashift: u8) -> Result<(), AllocError> {
+    pub fn add_vdev(
+        &mut self,
+        vdev: u32,
+        start: u64,
+        size: u64,
+        ashift: u8,
+    ) -> Result<(), AllocError> {
         self.add_vdev_with_config(vdev, start, size, AllocConfig::for_vdev(size, ashift))
     }
 
     /// Add an entirely free top-level vdev with an explicit configuration.
-    pub fn add_vdev_with_config(&mut self, vdev: u32, start: u64, size: u64, cfg: AllocConfig) -> Result<(), AllocError> {
+    pub fn add_vdev_with_config(
+        &mut self,
+        vdev: u32,
+        start: u64,
+        size: u64,
+        cfg: AllocConfig,
+    ) -> Result<(), AllocError> {
         if vdev >= MAX_VDEVS {
-            return Err(AllocError::InvalidVdev(format!("vdev id {vdev} >= {MAX_VDEVS}")));
+            return Err(AllocError::InvalidVdev(format!(
+                "vdev id {vdev} >= {MAX_VDEVS}"
+            )));
         }
         if self.vdev(vdev).is_some() {
             return Err(AllocError::VdevExists(vdev));
@@ -851,7 +988,12 @@ impl Allocator {
     /// Allocate `size` bytes (rounded up to the chosen vdev's sector size)
     /// in txg `txg`, never on a vdev listed in `exclude`.  Returns
     /// `(vdev, offset, allocated len)`.  See the module docs for the policy.
-    pub fn alloc(&mut self, size: u64, txg: u64, exclude: &[u32]) -> Result<(u32, u64, u64), AllocError> {
+    pub fn alloc(
+        &mut self,
+        size: u64,
+        txg: u64,
+        exclude: &[u32],
+    ) -> Result<(u32, u64, u64), AllocError> {
         if size == 0 {
             return Err(AllocError::InvalidSize(size));
         }
@@ -907,14 +1049,23 @@ impl Allocator {
             total += i128::from(vs.free_bytes);
             groups += 1;
         }
-        let mine = self.vdevs[idx].as_deref().map_or(0, |v| i128::from(v.free_bytes));
+        let mine = self.vdevs[idx]
+            .as_deref()
+            .map_or(0, |v| i128::from(v.free_bytes));
         let ratio = mine * groups * 100 / (total + 1);
         let aliquot = i128::from(self.aliquot);
         let bias = (ratio - 100) * aliquot / 100;
         (aliquot + bias).clamp(1, i128::from(u64::MAX)) as u64
     }
 
-    fn record(&mut self, txg: u64, vdev: u32, off: u64, len: u64, alloc: bool) -> Result<(), AllocError> {
+    fn record(
+        &mut self,
+        txg: u64,
+        vdev: u32,
+        off: u64,
+        len: u64,
+        alloc: bool,
+    ) -> Result<(), AllocError> {
         let p = self.pending.entry(txg).or_default();
         let map = if alloc { &mut p.allocs } else { &mut p.frees };
         if let Err(e) = map.entry(vdev).or_default().add(off, len) {
@@ -966,11 +1117,14 @@ impl Allocator {
     /// `extra_extents` further allocations/frees in `txg` (e.g. the log block
     /// itself).  Much tighter than the count-only bound.
     pub fn records_upper_bound(&self, txg: u64, extra_extents: usize) -> usize {
-        let snapshot = self.pending.get(&txg).map_or_else(TxgRecords::default, |p| TxgRecords {
-            txg,
-            allocs: flatten(&p.allocs),
-            frees: flatten(&p.frees),
-        });
+        let snapshot = self
+            .pending
+            .get(&txg)
+            .map_or_else(TxgRecords::default, |p| TxgRecords {
+                txg,
+                allocs: flatten(&p.allocs),
+                frees: flatten(&p.frees),
+            });
         let unit_cap = |vdev: u32| self.vdev(vdev).map_or(0, |v| u32::from(v.cfg.ashift));
         encoded_records_upper_bound_for(&snapshot, extra_extents, &unit_cap)
     }
@@ -980,33 +1134,58 @@ impl Allocator {
     pub fn take_records(&mut self, txg: u64) -> TxgRecords {
         self.hwm_txg = self.hwm_txg.max(txg);
         let p = self.pending.remove(&txg).unwrap_or_default();
-        TxgRecords { txg, allocs: flatten(&p.allocs), frees: flatten(&p.frees) }
+        TxgRecords {
+            txg,
+            allocs: flatten(&p.allocs),
+            frees: flatten(&p.frees),
+        }
     }
 
-    /// Replace the whole state with a checkpoint (import step 1).  Vdevs
-    /// already added with identical geometry keep their configuration; other
-    /// vdevs get the default.  Pending records, rotor and cursors are reset.
-    /// On error nothing is changed.
+    /// Rebuild the state from a checkpoint (import step 1).  Every vdev in
+    /// the checkpoint is replaced by its checkpointed state; a vdev already
+    /// added with identical geometry keeps its configuration, others get the
+    /// default.  Vdevs already added but absent from the checkpoint (added to
+    /// the pool after it was written) are kept as they are.  Pending records,
+    /// rotor and cursors are reset.  On error nothing is changed.
     pub fn load_checkpoint(&mut self, cp: &Checkpoint) -> Result<(), AllocError> {
         let mut vdevs: Vec<Option<Box<VdevSpace>>> = Vec::new();
         for v in &cp.vdevs {
             if v.vdev >= MAX_VDEVS {
-                return Err(AllocError::Inconsistent(format!("checkpoint vdev id {} too large", v.vdev)));
+                return Err(AllocError::Inconsistent(format!(
+                    "checkpoint vdev id {} too large",
+                    v.vdev
+                )));
             }
             let idx = v.vdev as usize;
             if vdevs.len() <= idx {
                 vdevs.resize_with(idx + 1, || None);
             }
             if vdevs[idx].is_some() {
-                return Err(AllocError::Inconsistent(format!("checkpoint lists vdev {} twice", v.vdev)));
+                return Err(AllocError::Inconsistent(format!(
+                    "checkpoint lists vdev {} twice",
+                    v.vdev
+                )));
             }
             let cfg = match self.vdev(v.vdev) {
-                Some(old) if (old.start, old.size, old.cfg.ashift) == (v.start, v.size, v.ashift) => old.cfg,
+                Some(old)
+                    if (old.start, old.size, old.cfg.ashift) == (v.start, v.size, v.ashift) =>
+                {
+                    old.cfg
+                }
                 _ => AllocConfig::for_vdev(v.size, v.ashift),
             };
             let mut vs = VdevSpace::new(v.vdev, v.start, v.size, cfg, false)?;
             vs.load(v)?;
             vdevs[idx] = Some(Box::new(vs));
+        }
+        for old in std::mem::take(&mut self.vdevs).into_iter().flatten() {
+            let idx = old.id as usize;
+            if vdevs.len() <= idx {
+                vdevs.resize_with(idx + 1, || None);
+            }
+            if vdevs[idx].is_none() {
+                vdevs[idx] = Some(old);
+            }
         }
         *self = Allocator {
             vdevs,
@@ -1030,7 +1209,10 @@ impl Allocator {
     pub fn replay(&mut self, recs: &TxgRecords, current_txg: u64) -> Result<(), AllocError> {
         let order = |m: String| Err(AllocError::Inconsistent(m));
         if recs.txg > current_txg {
-            return order(format!("log of txg {} is newer than current txg {current_txg}", recs.txg));
+            return order(format!(
+                "log of txg {} is newer than current txg {current_txg}",
+                recs.txg
+            ));
         }
         if let Some(prev) = self.replayed_txg.filter(|&p| recs.txg <= p) {
             return order(format!("log of txg {} replayed after txg {prev}", recs.txg));
@@ -1040,8 +1222,9 @@ impl Allocator {
         }
         for e in &recs.frees {
             let vs = self.vdev_mut(e.vdev)?;
-            vs.defer_free(e.offset, e.len, recs.txg)
-                .map_err(|err| AllocError::Inconsistent(format!("txg {} free record: {err}", recs.txg)))?;
+            vs.defer_free(e.offset, e.len, recs.txg).map_err(|err| {
+                AllocError::Inconsistent(format!("txg {} free record: {err}", recs.txg))
+            })?;
         }
         self.replayed_txg = Some(recs.txg);
         self.txg_synced(current_txg);
@@ -1053,7 +1236,15 @@ impl Allocator {
 
     /// The full free-space state (free and deferred ranges per vdev).
     pub fn checkpoint(&self) -> Checkpoint {
-        Checkpoint { txg: self.hwm_txg, vdevs: self.vdevs.iter().flatten().map(|v| v.checkpoint()).collect() }
+        Checkpoint {
+            txg: self.hwm_txg,
+            vdevs: self
+                .vdevs
+                .iter()
+                .flatten()
+                .map(|v| v.checkpoint())
+                .collect(),
+        }
     }
 
     /// Space accounting per vdev and for the pool.
@@ -1062,15 +1253,16 @@ impl Allocator {
         let mut hist = [0u64; HISTOGRAM_BUCKETS];
         for vs in self.vdevs.iter().flatten() {
             let s = vs.summary();
+            // Saturating: several near-2^64-byte vdevs must not panic here.
             let t = &mut stats.total;
-            t.size += s.size;
-            t.allocated += s.allocated;
-            t.free += s.free;
-            t.deferred += s.deferred;
+            t.size = t.size.saturating_add(s.size);
+            t.allocated = t.allocated.saturating_add(s.allocated);
+            t.free = t.free.saturating_add(s.free);
+            t.deferred = t.deferred.saturating_add(s.deferred);
             t.largest_free = t.largest_free.max(s.largest_free);
             t.metaslab_count += s.metaslab_count;
             for (h, c) in hist.iter_mut().zip(vs.histogram()) {
-                *h += c;
+                *h = h.saturating_add(c);
             }
             stats.vdevs.push((vs.id, s));
         }
@@ -1107,4 +1299,809 @@ impl Allocator {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::super::spacelog::{
+        decode_checkpoint, decode_records, encode_checkpoint, encode_records,
+        encoded_checkpoint_upper_bound, encoded_records_upper_bound,
+    };
+    use super::*;
+
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    const LABEL: u64 = 4 * MIB;
+
+    fn xorshift(s: &mut u64) -> u64 {
+        let mut x = *s;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *s = x;
+        x
+    }
+
+    fn one_vdev(size: u64) -> Allocator {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, size, DEFAULT_ASHIFT).unwrap();
+        a
+    }
+
+    fn ms_size(a: &Allocator, vdev: u32) -> u64 {
+        1u64 << a.vdev(vdev).unwrap().config().metaslab_shift
+    }
+
+    /// Fill vdev 0 with `block`-sized allocations in txg 1; returns them.
+    fn fill(a: &mut Allocator, block: u64) -> Vec<(u32, u64, u64)> {
+        let mut out = Vec::new();
+        loop {
+            match a.alloc(block, 1, &[]) {
+                Ok(x) => out.push(x),
+                Err(AllocError::NoSpace) => return out,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn default_config() {
+        let c = AllocConfig::for_vdev(GIB, 12);
+        assert_eq!((c.metaslab_shift, c.small_block_bytes), (26, 64 * KIB));
+        assert_eq!(AllocConfig::for_vdev(1 << 40, 12).metaslab_shift, 33); // 128 metaslabs
+        assert_eq!(AllocConfig::for_vdev(100 << 40, 12).metaslab_shift, 34);
+        let huge = AllocConfig::for_vdev(1 << 62, 12);
+        assert_eq!(
+            metaslab_count(1 << 62, huge.metaslab_shift),
+            MAX_METASLABS_PER_VDEV
+        );
+        assert_eq!(AllocConfig::for_vdev(GIB, 16).small_block_bytes, 256 * KIB);
+        for size in [MIB, 3 * GIB, 7 << 40, !4095u64] {
+            let c = AllocConfig::for_vdev(size, 12);
+            let n = metaslab_count(size, c.metaslab_shift);
+            assert!(
+                n <= TARGET_METASLABS_PER_VDEV || c.metaslab_shift >= MAX_METASLAB_SHIFT,
+                "{size}"
+            );
+            assert!(
+                n >= 100 || c.metaslab_shift == MIN_METASLAB_SHIFT || n <= MAX_METASLABS_PER_VDEV
+            );
+        }
+    }
+
+    #[test]
+    fn add_vdev_validation() {
+        let mut a = Allocator::new();
+        assert!(matches!(
+            a.add_vdev(0, 0, GIB, 8),
+            Err(AllocError::InvalidVdev(_))
+        ));
+        assert!(matches!(
+            a.add_vdev(0, 0, GIB, 17),
+            Err(AllocError::InvalidVdev(_))
+        ));
+        assert!(matches!(
+            a.add_vdev(0, 0, 0, 12),
+            Err(AllocError::InvalidVdev(_))
+        ));
+        assert!(matches!(
+            a.add_vdev(0, 512, GIB, 12),
+            Err(AllocError::InvalidVdev(_))
+        ));
+        assert!(matches!(
+            a.add_vdev(0, 0, GIB + 512, 12),
+            Err(AllocError::InvalidVdev(_))
+        ));
+        assert!(matches!(
+            a.add_vdev(0, !4095u64, GIB, 12),
+            Err(AllocError::InvalidVdev(_))
+        ));
+        assert!(matches!(
+            a.add_vdev(MAX_VDEVS, 0, GIB, 12),
+            Err(AllocError::InvalidVdev(_))
+        ));
+        a.add_vdev(3, LABEL, GIB, 12).unwrap();
+        assert_eq!(
+            a.add_vdev(3, LABEL, GIB, 12),
+            Err(AllocError::VdevExists(3))
+        );
+        assert_eq!(a.vdev_ids(), vec![3]);
+        let s = a.space();
+        assert_eq!(
+            (s.total.size, s.total.free, s.total.allocated),
+            (GIB, GIB, 0)
+        );
+        assert_eq!((s.total.metaslab_count, s.total.fragmentation_pct), (16, 0));
+        assert_eq!(s.total.largest_free, 64 * MIB);
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn sequential_large_allocations_are_contiguous() {
+        let mut a = one_vdev(2 * GIB);
+        let ms = ms_size(&a, 0);
+        let mut prev: Option<u64> = None;
+        let mut breaks = 0;
+        for _ in 0..1000 {
+            let (v, off, len) = a.alloc(MIB, 1, &[]).unwrap();
+            assert_eq!((v, len), (0, MIB));
+            if let Some(p) = prev.filter(|p| off != p + MIB) {
+                assert_eq!(
+                    (off - LABEL) % ms,
+                    0,
+                    "break after {p:#x} not at a metaslab boundary"
+                );
+                breaks += 1;
+            }
+            prev = Some(off);
+        }
+        assert!(breaks <= 1000 * MIB / ms);
+        // The records of the whole stream coalesce into one extent.
+        assert_eq!(a.pending_record_counts(1), (1, 0));
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn small_allocations_do_not_break_large_run() {
+        let mut a = one_vdev(2 * GIB);
+        let ms = ms_size(&a, 0);
+        let mut rng = 42u64;
+        let (mut large, mut small) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            large.push(a.alloc(MIB, 1, &[]).unwrap().1);
+            for _ in 0..1 + xorshift(&mut rng) % 3 {
+                let size = 512 + xorshift(&mut rng) % (56 * KIB);
+                let (_, off, len) = a.alloc(size, 1, &[]).unwrap();
+                assert!(len < DEFAULT_SMALL_BLOCK_BYTES);
+                small.push(off);
+            }
+        }
+        for w in large.windows(2) {
+            assert!(
+                w[1] == w[0] + MIB || (w[1] - LABEL) % ms == 0,
+                "{:#x} -> {:#x}",
+                w[0],
+                w[1]
+            );
+        }
+        // Small blocks live in metaslabs that hold no large block.
+        let ms_of = |off: u64| (off - LABEL) / ms;
+        let large_ms: BTreeSet<u64> = large.iter().map(|&o| ms_of(o)).collect();
+        assert!(small.iter().all(|&o| !large_ms.contains(&ms_of(o))));
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn stripe_alternates_evenly_and_stays_contiguous_per_vdev() {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, 2 * GIB, 12).unwrap();
+        a.add_vdev(1, LABEL, 2 * GIB, 12).unwrap();
+        let mut bytes = [0u64; 2];
+        let mut last: [Option<u64>; 2] = [None; 2];
+        let mut run = (u32::MAX, 0u64);
+        for i in 0..3000u64 {
+            let size = if i % 3 == 0 { MIB } else { 128 * KIB };
+            let (v, off, len) = a.alloc(size, 1, &[]).unwrap();
+            bytes[v as usize] += len;
+            if let Some(p) = last[v as usize] {
+                assert!(
+                    off == p || (off - LABEL) % ms_size(&a, v) == 0,
+                    "vdev {v} not contiguous"
+                );
+            }
+            last[v as usize] = Some(off + len);
+            run = if run.0 == v {
+                (v, run.1 + len)
+            } else {
+                (v, len)
+            };
+            assert!(run.1 <= 2 * MIB, "stayed on vdev {v} for {} bytes", run.1);
+        }
+        let diff = bytes[0].abs_diff(bytes[1]);
+        assert!(diff <= 2 * MIB, "uneven stripe {bytes:?}");
+    }
+
+    #[test]
+    fn rotor_favours_emptier_vdev() {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, GIB, 12).unwrap();
+        a.add_vdev(1, LABEL, 3 * GIB, 12).unwrap();
+        let mut bytes = [0u64; 2];
+        for _ in 0..2000 {
+            let (v, _, len) = a.alloc(128 * KIB, 1, &[]).unwrap();
+            bytes[v as usize] += len;
+        }
+        assert!(bytes[1] > 2 * bytes[0], "{bytes:?}");
+    }
+
+    #[test]
+    fn frees_are_deferred_two_txgs() {
+        let mut a = one_vdev(64 * MIB);
+        let blocks = fill(&mut a, MIB);
+        assert_eq!(blocks.len(), 64);
+        a.take_records(1);
+        a.txg_synced(1);
+        let (v, off, len) = blocks[10];
+        a.free(v, off, len, 2).unwrap();
+        assert!(!a.is_allocated(v, off, len));
+        let s = a.space().total;
+        assert_eq!((s.free, s.deferred, s.allocated), (0, MIB, 63 * MIB));
+        assert_eq!(a.alloc(4096, 2, &[]), Err(AllocError::NoSpace));
+        a.txg_synced(2);
+        assert_eq!(a.alloc(4096, 3, &[]), Err(AllocError::NoSpace));
+        a.txg_synced(3);
+        assert_eq!(a.alloc(4096, 4, &[]), Err(AllocError::NoSpace));
+        a.txg_synced(4); // txg 2 + 2 synced: the free is reusable now
+        assert_eq!(a.space().total.deferred, 0);
+        assert_eq!(a.alloc(MIB, 5, &[]), Ok((0, off, MIB)));
+        assert_eq!(
+            a.alloc(4096, 4, &[]),
+            Err(AllocError::TxgNotOpen { txg: 4, synced: 4 })
+        );
+        assert!(matches!(
+            a.free(0, off, MIB, 3),
+            Err(AllocError::TxgNotOpen { .. })
+        ));
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn double_and_invalid_frees_are_errors() {
+        let mut a = one_vdev(GIB);
+        let (v, off, len) = a.alloc(64 * KIB, 1, &[]).unwrap();
+        let (_, off2, len2) = a.alloc(64 * KIB, 1, &[]).unwrap();
+        a.free(v, off, len, 1).unwrap();
+        let before = a.checkpoint();
+        let not_alloc = Err(AllocError::NotAllocated {
+            vdev: 0,
+            offset: off,
+            len,
+        });
+        assert_eq!(a.free(v, off, len, 1), not_alloc);
+        assert_eq!(a.free(v, off, len, 2), not_alloc); // still deferred
+        assert!(matches!(
+            a.free(v, off, len + len2, 2),
+            Err(AllocError::NotAllocated { .. })
+        ));
+        assert!(matches!(
+            a.free(v, off2 + len2, 4096, 2),
+            Err(AllocError::NotAllocated { .. })
+        ));
+        assert!(matches!(
+            a.free(v, off2 + 1, 4096, 2),
+            Err(AllocError::BadExtent { .. })
+        ));
+        assert!(matches!(
+            a.free(v, off2, 0, 2),
+            Err(AllocError::BadExtent { .. })
+        ));
+        assert!(matches!(
+            a.free(v, 0, 4096, 2),
+            Err(AllocError::BadExtent { .. })
+        ));
+        assert!(matches!(
+            a.free(v, !4095u64, 8192, 2),
+            Err(AllocError::BadExtent { .. })
+        ));
+        assert_eq!(a.free(9, off2, len2, 2), Err(AllocError::UnknownVdev(9)));
+        assert_eq!(a.checkpoint(), before, "failed frees must change nothing");
+        a.txg_synced(3);
+        assert!(matches!(
+            a.free(v, off, len, 4),
+            Err(AllocError::NotAllocated { .. })
+        ));
+        a.free(v, off2, len2, 4).unwrap();
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn nospace_when_full_or_fragmented_and_space_returns() {
+        let mut a = one_vdev(64 * MIB);
+        let blocks = fill(&mut a, 4096);
+        assert_eq!(blocks.len(), 16384);
+        assert_eq!(a.alloc(1, 1, &[]), Err(AllocError::NoSpace));
+        assert_eq!(a.space().total.free, 0);
+        for &(v, o, l) in blocks.iter().step_by(2) {
+            a.free(v, o, l, 2).unwrap();
+        }
+        assert_eq!(a.alloc(4096, 2, &[]), Err(AllocError::NoSpace));
+        for t in 1..=4 {
+            a.txg_synced(t);
+        }
+        let s = a.space().total;
+        assert_eq!(
+            (s.free, s.largest_free, s.fragmentation_pct),
+            (32 * MIB, 4096, 95)
+        );
+        // Half the pool is free, but no gang blocks: 8 KiB cannot be placed.
+        assert_eq!(a.alloc(8192, 5, &[]), Err(AllocError::NoSpace));
+        assert_eq!(a.alloc(4096, 5, &[]).map(|x| x.2), Ok(4096));
+        for &(v, o, l) in blocks.iter().skip(1).step_by(2) {
+            a.free(v, o, l, 5).unwrap();
+        }
+        for t in 5..=7 {
+            a.txg_synced(t);
+        }
+        // Everything but the one block from txg 5 is back; and contiguous.
+        let s = a.space().total;
+        assert_eq!(s.free, 64 * MIB - 4096);
+        assert!(s.largest_free >= 32 * MIB - 4096);
+        assert!(a.alloc(16 * MIB, 8, &[]).is_ok());
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn largest_blocks_and_single_sectors_are_allocatable() {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, GIB, 9).unwrap();
+        assert_eq!(a.alloc(1, 1, &[]).map(|x| x.2), Ok(512));
+        let big = 16 * MIB + 3 * 512;
+        assert_eq!(a.alloc(big, 1, &[]).map(|x| x.2), Ok(big));
+        assert_eq!(a.alloc(64 * MIB, 1, &[]).map(|x| x.2), Ok(64 * MIB));
+        assert_eq!(a.alloc(64 * MIB + 512, 1, &[]), Err(AllocError::NoSpace));
+        assert_eq!(a.alloc(u64::MAX, 1, &[]), Err(AllocError::NoSpace));
+        assert_eq!(a.alloc(0, 1, &[]), Err(AllocError::InvalidSize(0)));
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn shared_metaslab_keeps_large_run_contiguous() {
+        // 48 MiB: one metaslab, so both classes must share it.
+        let mut a = one_vdev(48 * MIB);
+        assert_eq!(a.vdev(0).unwrap().metaslab_count(), 1);
+        let mut prev = None;
+        for i in 0..20u64 {
+            let (_, off, _) = a.alloc(MIB, 1, &[]).unwrap();
+            assert!(
+                prev.is_none_or(|p| off == p + MIB),
+                "large run broken at {i}"
+            );
+            prev = Some(off);
+            let (_, small, _) = a.alloc(4096 * (1 + i % 3), 1, &[]).unwrap();
+            assert!(small >= LABEL + 24 * MIB);
+        }
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn load_checkpoint_keeps_vdevs_added_later() {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, GIB, 12).unwrap();
+        a.alloc(MIB, 1, &[]).unwrap();
+        let cp = a.checkpoint();
+        let mut b = Allocator::new();
+        b.add_vdev(0, LABEL, GIB, 12).unwrap();
+        b.add_vdev(1, LABEL, GIB, 12).unwrap(); // added after the checkpoint
+        b.load_checkpoint(&cp).unwrap();
+        assert_eq!(b.vdev_ids(), vec![0, 1]);
+        let s = b.space();
+        assert_eq!((s.vdevs[0].1.allocated, s.vdevs[1].1.allocated), (MIB, 0));
+        b.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn exclude_is_honoured() {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, GIB, 12).unwrap();
+        a.add_vdev(1, LABEL, GIB, 12).unwrap();
+        for _ in 0..200 {
+            let (v0, ..) = a.alloc(128 * KIB, 1, &[]).unwrap();
+            let (v1, ..) = a.alloc(128 * KIB, 1, &[v0]).unwrap();
+            assert_ne!(v0, v1);
+        }
+        assert_eq!(a.alloc(4096, 1, &[0, 1]), Err(AllocError::NoSpace));
+        // Exclusion does not steal the rotor's turn: plain allocations still
+        // alternate evenly.
+        let s = a.space();
+        assert_eq!(s.vdevs[0].1.allocated, s.vdevs[1].1.allocated);
+    }
+
+    /// Random alloc/free traffic over `txgs` txgs; returns the record sets.
+    fn churn(
+        a: &mut Allocator,
+        rng: &mut u64,
+        first_txg: u64,
+        txgs: u64,
+        live: &mut Vec<(u32, u64, u64)>,
+    ) -> Vec<TxgRecords> {
+        let mut logs = Vec::new();
+        for txg in first_txg..first_txg + txgs {
+            for _ in 0..xorshift(rng) % 40 {
+                let r = xorshift(rng);
+                if r % 3 != 0 || live.is_empty() {
+                    let size = 1 + (r >> 8) % if r % 5 == 0 { 2 * MIB } else { 96 * KIB };
+                    if let Ok(x) = a.alloc(size, txg, &[]) {
+                        live.push(x);
+                    }
+                } else {
+                    let (v, o, l) = live.swap_remove((r >> 8) as usize % live.len());
+                    a.free(v, o, l, txg).unwrap();
+                }
+            }
+            logs.push(a.take_records(txg));
+            a.txg_synced(txg);
+        }
+        logs
+    }
+
+    fn two_vdevs() -> Allocator {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, 200 * MIB, 12).unwrap();
+        a.add_vdev(1, 8 * MIB, 100 * MIB, 9).unwrap();
+        a
+    }
+
+    #[test]
+    fn checkpoint_round_trip() {
+        let mut rng = 7u64;
+        let mut a = two_vdevs();
+        let mut live = Vec::new();
+        churn(&mut a, &mut rng, 1, 50, &mut live);
+        // Leave frees of two txgs deferred.
+        let cp = a.checkpoint();
+        assert!(cp.vdevs.iter().any(|v| !v.deferred.is_empty()));
+        let bytes = encode_checkpoint(&cp);
+        let mut b = Allocator::new();
+        b.load_checkpoint(&decode_checkpoint(&bytes).unwrap())
+            .unwrap();
+        assert_eq!(b.checkpoint(), cp);
+        assert_eq!(b.space(), a.space());
+        b.check_invariants().unwrap();
+        assert!(live.iter().all(|&(v, o, l)| b.is_allocated(v, o, l)));
+        // The loaded allocator keeps working in step with the original.
+        a.txg_synced(51);
+        b.txg_synced(51);
+        assert_eq!(b.checkpoint(), a.checkpoint());
+        let mut live_b = live.clone();
+        churn(&mut b, &mut rng, 52, 20, &mut live_b);
+        b.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn load_checkpoint_rejects_inconsistent_state() {
+        let a = two_vdevs();
+        let good = a.checkpoint();
+        let mut target = two_vdevs();
+        target.alloc(MIB, 1, &[]).unwrap();
+        let before = target.checkpoint();
+        let mut bad_cases = Vec::new();
+        let mut c = good.clone();
+        c.vdevs[0].free.push((LABEL, 4096)); // overlaps the existing free range
+        bad_cases.push(c);
+        let mut c = good.clone();
+        c.vdevs[0].deferred.push((1, LABEL, 4096)); // deferred overlaps free
+        bad_cases.push(c);
+        let mut c = good.clone();
+        c.vdevs[0].free = vec![(0, 4096)]; // outside the vdev
+        bad_cases.push(c);
+        let mut c = good.clone();
+        c.vdevs[0].free = vec![(LABEL + 512, 4096)]; // misaligned
+        bad_cases.push(c);
+        let mut c = good.clone();
+        c.vdevs.push(c.vdevs[0].clone()); // duplicate vdev
+        bad_cases.push(c);
+        let mut c = good.clone();
+        c.vdevs[1].ashift = 3;
+        bad_cases.push(c);
+        let mut c = good.clone();
+        c.vdevs[0].free.clear();
+        c.vdevs[0].deferred = vec![(5, LABEL, 8192), (6, LABEL + 4096, 4096)]; // deferred twice
+        bad_cases.push(c);
+        for c in &bad_cases {
+            assert!(target.load_checkpoint(c).is_err(), "{c:?}");
+            assert_eq!(
+                target.checkpoint(),
+                before,
+                "failed load must not change state"
+            );
+        }
+    }
+
+    #[test]
+    fn replay_reproduces_live_state() {
+        let mut rng = 99u64;
+        let mut a = two_vdevs();
+        let mut live = Vec::new();
+        churn(&mut a, &mut rng, 1, 10, &mut live);
+        let base = a.checkpoint();
+        let logs = churn(&mut a, &mut rng, 11, 300, &mut live);
+        let final_txg = 310;
+        // Replica 1: replays each txg as it synced.
+        let mut b = Allocator::new();
+        b.load_checkpoint(&decode_checkpoint(&encode_checkpoint(&base)).unwrap())
+            .unwrap();
+        // Replica 2: import at the final txg, replaying everything at once.
+        let mut c = b.clone();
+        for recs in &logs {
+            let recs = decode_records(&encode_records(recs)).unwrap();
+            b.replay(&recs, recs.txg).unwrap();
+            c.replay(&recs, final_txg).unwrap();
+            b.check_invariants().unwrap();
+        }
+        assert_eq!(b.checkpoint(), a.checkpoint());
+        assert_eq!(c.checkpoint(), a.checkpoint());
+        assert_eq!(c.space(), a.space());
+        assert!(live.iter().all(|&(v, o, l)| c.is_allocated(v, o, l)));
+    }
+
+    #[test]
+    fn replay_rejects_inconsistent_records() {
+        let mut a = two_vdevs();
+        let (v, off, len) = a.alloc(MIB, 1, &[]).unwrap();
+        let recs1 = a.take_records(1);
+        a.txg_synced(1);
+        let base = Allocator::new();
+        let mut b = base.clone();
+        b.load_checkpoint(&two_vdevs().checkpoint()).unwrap();
+        let fresh = b.clone();
+        b.replay(&recs1, 1).unwrap();
+        // Same txg again / older txg: out of order.
+        assert!(matches!(
+            b.replay(&recs1, 2),
+            Err(AllocError::Inconsistent(_))
+        ));
+        // Allocation of space that is already allocated.
+        let dup = TxgRecords {
+            txg: 2,
+            allocs: recs1.allocs.clone(),
+            frees: vec![],
+        };
+        assert!(matches!(
+            b.replay(&dup, 2),
+            Err(AllocError::Inconsistent(_))
+        ));
+        // Free of space that is free.
+        let mut b = fresh.clone();
+        let bad_free = TxgRecords {
+            txg: 1,
+            allocs: vec![],
+            frees: vec![Extent {
+                vdev: v,
+                offset: off,
+                len,
+            }],
+        };
+        assert!(matches!(
+            b.replay(&bad_free, 1),
+            Err(AllocError::Inconsistent(_))
+        ));
+        // A log newer than the imported uberblock.
+        let mut b = fresh.clone();
+        assert!(matches!(
+            b.replay(&recs1, 0),
+            Err(AllocError::Inconsistent(_))
+        ));
+        // Unknown vdev / misaligned extent.
+        let mut b = fresh.clone();
+        let r = TxgRecords {
+            txg: 1,
+            allocs: vec![Extent {
+                vdev: 7,
+                offset: off,
+                len,
+            }],
+            frees: vec![],
+        };
+        assert_eq!(b.replay(&r, 1), Err(AllocError::UnknownVdev(7)));
+        let r = TxgRecords {
+            txg: 1,
+            allocs: vec![Extent {
+                vdev: 0,
+                offset: off + 1,
+                len,
+            }],
+            frees: vec![],
+        };
+        assert!(matches!(b.replay(&r, 1), Err(AllocError::Inconsistent(_))));
+    }
+
+    #[test]
+    fn upper_bounds_hold_for_allocator_output() {
+        let mut rng = 0xb0b0u64;
+        let mut a = two_vdevs();
+        let mut live = Vec::new();
+        for txg in 1..400u64 {
+            churn_one_txg(&mut a, &mut rng, txg, &mut live);
+            let extra = (xorshift(&mut rng) % 4) as usize;
+            let bound = a.records_upper_bound(txg, extra);
+            let cp_before = a.checkpoint();
+            let cp_bound = encoded_checkpoint_upper_bound(&cp_before, extra);
+            for _ in 0..extra {
+                // The log / checkpoint blocks themselves (or a free of an
+                // old one): small, unaligned sizes on either vdev.
+                let r = xorshift(&mut rng);
+                if r % 4 == 0 && !live.is_empty() {
+                    let (v, o, l) = live.swap_remove((r >> 8) as usize % live.len());
+                    a.free(v, o, l, txg).unwrap();
+                } else if let Ok(x) = a.alloc(1 + (r >> 8) % (256 * KIB), txg, &[]) {
+                    live.push(x);
+                }
+            }
+            let cp_len = encode_checkpoint(&a.checkpoint()).len();
+            assert!(cp_len <= cp_bound, "checkpoint {cp_len} > {cp_bound}");
+            let recs = a.take_records(txg);
+            let len = encode_records(&recs).len();
+            assert!(len <= bound, "records {len} > tight bound {bound}");
+            assert!(len <= encoded_records_upper_bound(recs.allocs.len(), recs.frees.len()));
+            a.txg_synced(txg);
+        }
+    }
+
+    fn churn_one_txg(a: &mut Allocator, rng: &mut u64, txg: u64, live: &mut Vec<(u32, u64, u64)>) {
+        for _ in 0..xorshift(rng) % 60 {
+            let r = xorshift(rng);
+            if r % 5 < 3 || live.is_empty() {
+                if let Ok(x) = a.alloc(1 + (r >> 8) % (3 * MIB), txg, &[]) {
+                    live.push(x);
+                }
+            } else {
+                let (v, o, l) = live.swap_remove((r >> 8) as usize % live.len());
+                a.free(v, o, l, txg).unwrap();
+            }
+        }
+    }
+
+    fn random_size(r: u64) -> u64 {
+        match (r >> 8) % 10 {
+            0..=5 => 1 + (r >> 16) % (64 * KIB),
+            6..=8 => 64 * KIB + (r >> 16) % MIB,
+            _ => MIB + (r >> 16) % (3 * MIB),
+        }
+    }
+
+    fn round_up(size: u64, ashift: u8) -> u64 {
+        let mask = (1u64 << ashift) - 1;
+        (size + mask) & !mask
+    }
+
+    /// Check an allocation result against the request and the space stats.
+    fn check_alloc(
+        a: &Allocator,
+        res: &Result<(u32, u64, u64), AllocError>,
+        size: u64,
+        exclude: &[u32],
+    ) {
+        match res {
+            Ok((v, o, l)) => {
+                let ashift = a.vdev(*v).unwrap().config().ashift;
+                assert!(!exclude.contains(v));
+                assert_eq!(*l, round_up(size, ashift));
+                assert_eq!(o % (1 << ashift), 0);
+                assert!(a.is_allocated(*v, *o, *l));
+            }
+            Err(AllocError::NoSpace) => {
+                for (id, s) in a
+                    .space()
+                    .vdevs
+                    .iter()
+                    .filter(|(id, _)| !exclude.contains(id))
+                {
+                    let need = round_up(size, a.vdev(*id).unwrap().config().ashift);
+                    assert!(
+                        s.largest_free < need,
+                        "NoSpace although vdev {id} has {}",
+                        s.largest_free
+                    );
+                }
+            }
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+
+    /// State of the randomized test: the allocator plus an independent model.
+    struct Sim {
+        a: Allocator,
+        live: Vec<(u32, u64, u64)>,
+        /// (vdev, offset, len, txg freed) still within the defer window.
+        deferred: Vec<(u32, u64, u64, u64)>,
+        logs: Vec<Vec<u8>>,
+        txg: u64,
+        live_bytes: u64,
+        nospace: usize,
+        double_frees: usize,
+    }
+
+    impl Sim {
+        fn alloc(&mut self, r: u64) {
+            let size = random_size(r);
+            let exclude: Vec<u32> = if (r >> 40) % 8 == 0 {
+                vec![((r >> 44) % 2) as u32]
+            } else {
+                vec![]
+            };
+            let res = self.a.alloc(size, self.txg, &exclude);
+            check_alloc(&self.a, &res, size, &exclude);
+            self.nospace += usize::from(res.is_err());
+            if let Ok(x) = res {
+                self.live.push(x);
+                self.live_bytes += x.2;
+            }
+        }
+
+        fn free(&mut self, r: u64) {
+            let (v, o, l) = self.live.swap_remove((r >> 8) as usize % self.live.len());
+            self.a.free(v, o, l, self.txg).unwrap();
+            assert!(!self.a.is_allocated(v, o, l));
+            self.live_bytes -= l;
+            self.deferred.push((v, o, l, self.txg));
+        }
+
+        fn bad_free(&mut self, r: u64) {
+            let pick = (r >> 8) as usize % self.deferred.len().max(1);
+            if let Some(&(v, o, l, _)) = self.deferred.get(pick) {
+                let res = self.a.free(v, o, l, self.txg);
+                assert!(matches!(res, Err(AllocError::NotAllocated { .. })));
+                self.double_frees += 1;
+            }
+            let v = (r >> 20) as u32 % 2;
+            let o = LABEL + (((r >> 24) % (200 * MIB)) & !4095);
+            if !self.a.is_allocated(v, o, 8192) {
+                assert!(self.a.free(v, o, 8192, self.txg).is_err());
+            }
+        }
+
+        fn end_txg(&mut self) {
+            self.logs
+                .push(encode_records(&self.a.take_records(self.txg)));
+            self.a.txg_synced(self.txg);
+            let txg = self.txg;
+            self.deferred.retain(|d| d.3 + TXG_DEFER_SIZE > txg);
+            self.txg += 1;
+        }
+
+        fn verify(&self, step: u64) {
+            self.a
+                .check_invariants()
+                .unwrap_or_else(|e| panic!("step {step}: {e}"));
+            assert_eq!(self.a.space().total.allocated, self.live_bytes);
+            if step % 1000 == 0 {
+                assert!(self
+                    .live
+                    .iter()
+                    .all(|&(v, o, l)| self.a.is_allocated(v, o, l)));
+                let cp = self.a.checkpoint();
+                let mut b = Allocator::new();
+                let decoded = decode_checkpoint(&encode_checkpoint(&cp)).unwrap();
+                b.load_checkpoint(&decoded).unwrap();
+                assert_eq!(b.checkpoint(), cp);
+            }
+        }
+    }
+
+    #[test]
+    fn randomized_20000_ops() {
+        let mut rng = 0x5EED_1234_ABCD_0001u64;
+        let a = two_vdevs();
+        let base = a.checkpoint();
+        let mut sim = Sim {
+            a,
+            live: Vec::new(),
+            deferred: Vec::new(),
+            logs: Vec::new(),
+            txg: 1,
+            live_bytes: 0,
+            nospace: 0,
+            double_frees: 0,
+        };
+        for step in 0..20_000u64 {
+            let r = xorshift(&mut rng);
+            match r % 100 {
+                0..=49 => sim.alloc(r),
+                50..=84 if !sim.live.is_empty() => sim.free(r),
+                85..=89 => sim.bad_free(r),
+                _ => sim.end_txg(),
+            }
+            sim.verify(step);
+        }
+        // The run must have exercised the full-pool regime and double frees.
+        assert!(sim.nospace > 100 && sim.double_frees > 100);
+        sim.end_txg();
+        // Replaying every log over the initial checkpoint gives the same state.
+        let mut b = Allocator::new();
+        b.load_checkpoint(&base).unwrap();
+        for bytes in &sim.logs {
+            let recs = decode_records(bytes).unwrap();
+            b.replay(&recs, recs.txg).unwrap();
+        }
+        b.check_invariants().unwrap();
+        assert_eq!(b.checkpoint(), sim.a.checkpoint());
+    }
+}

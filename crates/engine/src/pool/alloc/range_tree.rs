@@ -124,7 +124,9 @@ fn end_of(start: u64, len: u64) -> Result<u64, RangeError> {
     if len == 0 {
         return Err(RangeError::ZeroLength { start });
     }
-    start.checked_add(len).ok_or(RangeError::Overflow { start, len })
+    start
+        .checked_add(len)
+        .ok_or(RangeError::Overflow { start, len })
 }
 
 /// If segment `[seg_start, seg_start+seg_len)` can hold `len` bytes at an
@@ -186,7 +188,10 @@ impl RangeTree {
 
     /// Last segment starting at or before `off`.
     fn seg_at_or_before(&self, off: u64) -> Option<(u64, u64)> {
-        self.by_start.range(..=off).next_back().map(|(s, l)| (*s, *l))
+        self.by_start
+            .range(..=off)
+            .next_back()
+            .map(|(s, l)| (*s, *l))
     }
 
     /// First segment starting strictly after `off`.
@@ -352,7 +357,9 @@ impl RangeTree {
         for (&s, &l) in &self.by_start {
             let end = end_of(s, l).map_err(|e| format!("bad segment: {e}"))?;
             if matches!(prev_end, Some(pe) if s <= pe) {
-                return Err(format!("segment {s:#x} overlaps or touches its predecessor"));
+                return Err(format!(
+                    "segment {s:#x} overlaps or touches its predecessor"
+                ));
             }
             if !self.by_size.contains(&(l, s)) {
                 return Err(format!("segment {s:#x}+{l:#x} missing from size index"));
@@ -407,17 +414,38 @@ mod tests {
         let mut t = RangeTree::new();
         t.add(100, 50).unwrap();
         let before = t.clone();
-        assert_eq!(t.add(100, 50), Err(RangeError::Overlap { start: 100, len: 50 }));
+        assert_eq!(
+            t.add(100, 50),
+            Err(RangeError::Overlap {
+                start: 100,
+                len: 50
+            })
+        );
         assert!(matches!(t.add(90, 11), Err(RangeError::Overlap { .. })));
         assert!(matches!(t.add(149, 10), Err(RangeError::Overlap { .. })));
         assert!(matches!(t.add(120, 1), Err(RangeError::Overlap { .. })));
         assert!(matches!(t.add(50, 200), Err(RangeError::Overlap { .. })));
         assert!(matches!(t.add(5, 0), Err(RangeError::ZeroLength { .. })));
-        assert!(matches!(t.add(u64::MAX, 2), Err(RangeError::Overflow { .. })));
-        assert!(matches!(t.remove(90, 20), Err(RangeError::NotContained { .. })));
-        assert!(matches!(t.remove(140, 20), Err(RangeError::NotContained { .. })));
-        assert!(matches!(t.remove(10, 5), Err(RangeError::NotContained { .. })));
-        assert!(matches!(t.remove(100, 0), Err(RangeError::ZeroLength { .. })));
+        assert!(matches!(
+            t.add(u64::MAX, 2),
+            Err(RangeError::Overflow { .. })
+        ));
+        assert!(matches!(
+            t.remove(90, 20),
+            Err(RangeError::NotContained { .. })
+        ));
+        assert!(matches!(
+            t.remove(140, 20),
+            Err(RangeError::NotContained { .. })
+        ));
+        assert!(matches!(
+            t.remove(10, 5),
+            Err(RangeError::NotContained { .. })
+        ));
+        assert!(matches!(
+            t.remove(100, 0),
+            Err(RangeError::ZeroLength { .. })
+        ));
         assert_eq!(t, before, "failed operations must not modify the tree");
         assert!(t.contains(100, 50) && t.contains(120, 5));
         assert!(!t.contains(99, 2) && !t.contains(120, 0) && !t.contains(149, 2));
@@ -523,7 +551,9 @@ mod tests {
                 return Some(o);
             }
         }
-        segs.iter().filter(|(s, _)| *s < cursor).find_map(|&(s, l)| fit(s, l, s))
+        segs.iter()
+            .filter(|(s, _)| *s < cursor)
+            .find_map(|&(s, l)| fit(s, l, s))
     }
 
     #[test]
@@ -537,7 +567,10 @@ mod tests {
             let span = start as usize..(start + len) as usize;
             let expect_overlap = bits[span.clone()].iter().any(|b| *b);
             assert_eq!(t.overlaps(start, len), expect_overlap);
-            assert_eq!(t.contains(start, len), bits[span.clone()].iter().all(|b| *b));
+            assert_eq!(
+                t.contains(start, len),
+                bits[span.clone()].iter().all(|b| *b)
+            );
             if xorshift(&mut rng) % 2 == 0 {
                 assert_eq!(t.add(start, len).is_ok(), !expect_overlap);
                 if !expect_overlap {
@@ -562,7 +595,10 @@ mod tests {
             let got = t.first_fit_from(cur, want, align);
             let expect = model_first_fit(&model, cur, want, align);
             if model.len() < FIRST_FIT_MAX_PROBES {
-                assert_eq!(got, expect, "cursor {cur} len {want} align {align} in {model:?}");
+                assert_eq!(
+                    got, expect,
+                    "cursor {cur} len {want} align {align} in {model:?}"
+                );
             } else {
                 assert_eq!(got.is_some(), expect.is_some());
             }

@@ -385,7 +385,10 @@ impl<'a> Reader<'a> {
     }
 
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let out = self.buf.get(self.pos..self.pos.saturating_add(n)).ok_or(DecodeError::Truncated)?;
+        let out = self
+            .buf
+            .get(self.pos..self.pos.saturating_add(n))
+            .ok_or(DecodeError::Truncated)?;
         self.pos += n;
         Ok(out)
     }
@@ -508,7 +511,11 @@ pub fn decode_records(b: &[u8]) -> Result<TxgRecords, DecodeError> {
     Ok(TxgRecords { txg, allocs, frees })
 }
 
-fn read_deferred(r: &mut Reader<'_>, start: u64, unit: u32) -> Result<Vec<(u64, u64, u64)>, DecodeError> {
+fn read_deferred(
+    r: &mut Reader<'_>,
+    start: u64,
+    unit: u32,
+) -> Result<Vec<(u64, u64, u64)>, DecodeError> {
     let ngroups = r.count(MIN_DEFERRED_GROUP_BYTES)?;
     let mut out = Vec::new();
     for _ in 0..ngroups {
@@ -544,7 +551,14 @@ fn read_vdev(r: &mut Reader<'_>) -> Result<VdevCheckpoint, DecodeError> {
         free.push(r.entry(&mut prev, unit)?);
     }
     let deferred = read_deferred(r, start_units, unit)?;
-    Ok(VdevCheckpoint { vdev, start, size, ashift, free, deferred })
+    Ok(VdevCheckpoint {
+        vdev,
+        start,
+        size,
+        ashift,
+        free,
+        deferred,
+    })
 }
 
 /// Parse a checkpoint; never panics, memory bounded by `b.len()`.
@@ -586,11 +600,16 @@ mod tests {
     }
 
     fn random_records(rng: &mut u64, max: u64) -> TxgRecords {
-        let mut list = |rng: &mut u64| {
+        let list = |rng: &mut u64| {
             let n = xorshift(rng) % (max + 1);
             let mut v: Vec<Extent> = (0..n)
                 .map(|_| Extent {
-                    vdev: (xorshift(rng) % 4) as u32 * if xorshift(rng) % 50 == 0 { u32::MAX / 3 } else { 1 },
+                    vdev: (xorshift(rng) % 4) as u32
+                        * if xorshift(rng) % 50 == 0 {
+                            u32::MAX / 3
+                        } else {
+                            1
+                        },
                     offset: value(rng),
                     len: value(rng),
                 })
@@ -602,14 +621,22 @@ mod tests {
         };
         let allocs = list(rng);
         let frees = list(rng);
-        TxgRecords { txg: value(rng), allocs, frees }
+        TxgRecords {
+            txg: value(rng),
+            allocs,
+            frees,
+        }
     }
 
     fn random_checkpoint(rng: &mut u64, max: u64) -> Checkpoint {
         let nv = xorshift(rng) % 4;
         let vdevs = (0..nv)
             .map(|i| {
-                let ashift = if xorshift(rng) % 20 == 0 { xorshift(rng) as u8 } else { 9 + (xorshift(rng) % 8) as u8 };
+                let ashift = if xorshift(rng) % 20 == 0 {
+                    xorshift(rng) as u8
+                } else {
+                    9 + (xorshift(rng) % 8) as u8
+                };
                 let nf = xorshift(rng) % (max + 1);
                 let nd = xorshift(rng) % (max / 2 + 1);
                 let base_txg = value(rng);
@@ -620,12 +647,21 @@ mod tests {
                     ashift,
                     free: (0..nf).map(|_| (value(rng), value(rng))).collect(),
                     deferred: (0..nd)
-                        .map(|_| (base_txg.wrapping_add(xorshift(rng) % 3), value(rng), value(rng)))
+                        .map(|_| {
+                            (
+                                base_txg.wrapping_add(xorshift(rng) % 3),
+                                value(rng),
+                                value(rng),
+                            )
+                        })
                         .collect(),
                 }
             })
             .collect();
-        Checkpoint { txg: value(rng), vdevs }
+        Checkpoint {
+            txg: value(rng),
+            vdevs,
+        }
     }
 
     #[test]
@@ -666,11 +702,19 @@ mod tests {
         for vdev in 0..2u32 {
             let mut off = 4 << 20;
             for i in 0..2000u64 {
-                allocs.push(Extent { vdev, offset: off, len: 128 << 10 });
+                allocs.push(Extent {
+                    vdev,
+                    offset: off,
+                    len: 128 << 10,
+                });
                 off += (128 << 10) + (i % 3) * 4096;
             }
         }
-        let r = TxgRecords { txg: 77, allocs, frees: Vec::new() };
+        let r = TxgRecords {
+            txg: 77,
+            allocs,
+            frees: Vec::new(),
+        };
         let bytes = encode_records(&r);
         assert!(bytes.len() <= 4000 * 3 + 64, "{} bytes", bytes.len());
         assert_eq!(decode_records(&bytes), Ok(r));
@@ -678,7 +722,11 @@ mod tests {
 
     #[test]
     fn malformed_headers_and_counts() {
-        let good = encode_records(&TxgRecords { txg: 1, allocs: Vec::new(), frees: Vec::new() });
+        let good = encode_records(&TxgRecords {
+            txg: 1,
+            allocs: Vec::new(),
+            frees: Vec::new(),
+        });
         assert_eq!(decode_records(&[]), Err(DecodeError::BadMagic));
         assert_eq!(decode_records(&good[..10]), Err(DecodeError::Truncated));
         let mut v = good.clone();
@@ -709,7 +757,11 @@ mod tests {
         let mut v = src.to_vec();
         for _ in 0..1 + xorshift(rng) % 4 {
             let r = xorshift(rng);
-            let pos = if v.is_empty() { 0 } else { (r >> 8) as usize % v.len() };
+            let pos = if v.is_empty() {
+                0
+            } else {
+                (r >> 8) as usize % v.len()
+            };
             match r % 7 {
                 0 if !v.is_empty() => v[pos] ^= 1 << ((r >> 40) % 8),
                 1 if !v.is_empty() => v[pos] = (r >> 32) as u8,
