@@ -142,3 +142,26 @@ fn verify_finds_no_leak_after_churn() {
     let rep = pool.verify().unwrap();
     assert!(rep.errors.is_empty(), "after reopen: {:#?}", rep.errors);
 }
+
+/// Regression: freeing a multi-level object leaked its indirect blocks (the
+/// sync of a freed object returned before rewriting them).
+#[test]
+fn freeing_a_deep_object_frees_its_indirect_blocks() {
+    let d = devs(1, 256 << 20);
+    let opts = CreateOptions { root_props: vec![("recordsize".into(), "4K".into())], ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, ObjectType::PlainData).unwrap();
+    // 8 MiB of 4 KiB blocks: 2048 level-0 blocks under two L1s and an L2.
+    os.write(&tx, o, 0, &pattern(8 << 20, 3)).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    assert!(os.info(o).unwrap().nlevels >= 3);
+    let tx = os.begin().unwrap();
+    os.free(&tx, o).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    let rep = pool.verify().unwrap();
+    assert!(rep.errors.is_empty(), "{:#?}", rep.errors);
+}

@@ -478,6 +478,35 @@ impl Objset {
         Ok(out)
     }
 
+    /// Objects as of the last sync, in number order, at most `limit`
+    /// (scans the dnode array).
+    pub fn list(&self, limit: usize) -> Result<Vec<(u64, Dnode)>> {
+        let maxblkid = self.meta.st.lock().dn.maxblkid;
+        let has_blocks = self.meta.st.lock().dn.blkptr.is_some_and(|b| !b.is_hole());
+        let mut out = Vec::new();
+        if !has_blocks {
+            return Ok(out);
+        }
+        let mut buf = vec![0u8; DNODE_BLOCK_SIZE];
+        for blkid in 0..=maxblkid {
+            let src = self.meta.st.lock().resolve(&self.core, blkid)?;
+            ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read()))?;
+            let mut slot = 0;
+            while slot < SLOTS_PER_BLOCK && out.len() < limit {
+                let obj = blkid * SLOTS_PER_BLOCK as u64 + slot as u64;
+                match Dnode::decode(&buf[slot * SLOT_SIZE..]) {
+                    Ok(Some(dn)) => {
+                        slot += dn.slots().max(1);
+                        out.push((obj, dn));
+                    }
+                    Ok(None) => slot += 1,
+                    Err(e) => return Err(Error::from(e).context(self.what(obj))),
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The dnode array's dnode as of the last sync.
     pub fn meta_dnode(&self) -> Dnode {
         self.meta.st.lock().dn.clone()
@@ -485,7 +514,8 @@ impl Objset {
 
     /// True when the txg has changes for this object set.
     pub fn is_dirty(&self, txg: u64) -> bool {
-        !self.st.lock().dirty[slot(txg)].is_empty()
+        let st = self.st.lock();
+        !st.dirty[slot(txg)].is_empty() || st.root_bp.is_hole()
     }
 
     /// Writes this object set's changes of `txg`; returns its new root block
@@ -496,7 +526,8 @@ impl Objset {
             let ids = std::mem::take(&mut st.dirty[slot(txg)]);
             ids.iter().filter_map(|id| st.objects.get(id).cloned()).collect()
         };
-        if objs.is_empty() {
+        // A new object set writes its (empty) root block in its first sync.
+        if objs.is_empty() && !self.st.lock().root_bp.is_hole() {
             return Ok(None);
         }
         let inline_max = self.core.tunables.read().tarn_inline_max_bytes;

@@ -99,6 +99,12 @@ fn finish_object(ctx: &SyncCtx, wk: &Work, prepared: Vec<Prepared>) -> Result<Dn
     let bonus = rec.bonus.clone();
     if freed {
         used -= free_range(ctx, &mut st, 0, u64::MAX)?;
+        // Rewriting the now all-hole indirect blocks frees them too.
+        used += write_indirects(ctx, &mut st)?;
+        if let Some(top) = st.dn.blkptr.take() {
+            ctx.core.free_block(&top, ctx.txg)?;
+            used -= top.asize_total() as i64;
+        }
         return Ok(DnodeUpdate { id: wk.obj.id, encoded: None, slots: st.slots, used_delta: used });
     }
     for (s, e) in frees {

@@ -527,7 +527,6 @@ impl Pool {
             ("version".into(), format!("{}", FORMAT_VERSION), "-".into()),
             ("ashift".into(), ashift.to_string(), "local".into()),
             ("txg".into(), ub.txg.to_string(), "-".into()),
-            ("readonly".into(), if self.sh.core.readonly { "on" } else { "off" }.into(), "-".into()),
         ];
         let props = self.sh.pool_props.lock();
         for (name, default) in POOL_PROPS {

@@ -7,8 +7,10 @@ pub mod buf;
 pub mod device;
 pub mod fault;
 pub mod file;
+pub mod throttled;
 
 pub use buf::AlignedBuf;
 pub use device::BlockDevice;
 pub use fault::{FaultConfig, FaultDevice, FaultZone};
 pub use file::FileDevice;
+pub use throttled::ThrottledDevice;

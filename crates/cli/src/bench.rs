@@ -1,0 +1,483 @@
+//! `tarn bench`: drive a pool through the object layer — the path the file
+//! system uses — and report throughput, latency percentiles and what the
+//! engine did underneath (physical I/Os, aggregation, throttle delays).
+//!
+//! Workloads:
+//! - seqwrite: each thread writes its own object sequentially; timed until the
+//!   data is durable (a txg sync after the last write).
+//! - seqread: lays the objects down first (untimed), reopens the pool so
+//!   every cache is cold, then reads them sequentially.
+//! - randwrite / randread: random block-aligned I/O of --bs over the objects.
+//! - smallobj: creates --objects objects of --object-size bytes each, one
+//!   transaction per object; reports objects/s, objects per physical write,
+//!   and space used per object.
+//! Data is incompressible (random) unless --compressible. Objects are freed at
+//! the end unless --keep.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use serde::Serialize;
+use tarn_engine::io::CompressSetting;
+use tarn_engine::pool::parse_recordsize;
+use tarn_engine::sys::{BlockDevice, ThrottledDevice};
+use tarn_engine::tunables::parse_size;
+use tarn_engine::{Error, Objset, Pool, Result, Tunables};
+use tarn_ondisk::{ChecksumType, ObjectType};
+
+use crate::pool_cmd;
+
+#[derive(Args, Clone)]
+pub struct BenchArgs {
+    pub pool: String,
+    /// seqwrite, seqread, randwrite, randread or smallobj
+    #[arg(long, default_value = "seqwrite")]
+    pub workload: String,
+    /// Total bytes (seq*/rand*), e.g. 4G
+    #[arg(long, default_value = "1G")]
+    pub size: String,
+    /// Record size of the objects (default: the dataset's)
+    #[arg(long)]
+    pub recordsize: Option<String>,
+    /// Bytes per operation (default: 1M for seq*, 4K for rand*)
+    #[arg(long)]
+    pub bs: Option<String>,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Operations for rand* workloads (default: size / bs)
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// smallobj: number of objects
+    #[arg(long, default_value_t = 100_000)]
+    pub objects: u64,
+    /// smallobj: bytes per object
+    #[arg(long, default_value = "1K")]
+    pub object_size: String,
+    /// Override the compression property for the run (off, lz4, zstd, zstd-N)
+    #[arg(long)]
+    pub compression: Option<String>,
+    /// Override the checksum property for the run (fletcher4, blake3)
+    #[arg(long)]
+    pub checksum: Option<String>,
+    /// Write compressible data instead of random bytes
+    #[arg(long)]
+    pub compressible: bool,
+    /// Slow every device to this bandwidth (bytes/s, e.g. 100M) to overdrive it
+    #[arg(long)]
+    pub device_bandwidth: Option<String>,
+    /// Sample the dirty-data level every N ms and report the series
+    #[arg(long)]
+    pub sample_ms: Option<u64>,
+    /// Keep the bench objects instead of freeing them
+    #[arg(long)]
+    pub keep: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Default, Clone)]
+pub struct Report {
+    pub workload: String,
+    pub threads: usize,
+    pub bytes: u64,
+    pub ops: u64,
+    pub seconds: f64,
+    pub mib_per_s: f64,
+    pub ops_per_s: f64,
+    pub lat_us_p50: u64,
+    pub lat_us_p99: u64,
+    pub lat_us_p999: u64,
+    pub lat_us_max: u64,
+    pub device_write_ops: u64,
+    pub device_write_bytes: u64,
+    pub device_read_ops: u64,
+    pub device_read_bytes: u64,
+    /// Logical operations carried per physical write (aggregation at work).
+    pub ops_per_device_write: f64,
+    pub bytes_allocated: i64,
+    pub bytes_allocated_per_object: f64,
+    pub throttle_delayed: u64,
+    pub throttle_over_max: u64,
+    pub dirty_max: u64,
+    /// (ms since start, dirty bytes) samples when --sample-ms is given.
+    pub dirty_samples: Vec<(u64, u64)>,
+}
+
+struct Gen {
+    data: Vec<u8>,
+}
+
+impl Gen {
+    fn new(compressible: bool) -> Self {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let data = (0..32usize << 20)
+            .map(|i| {
+                if compressible {
+                    (i / 64 % 7) as u8
+                } else {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                }
+            })
+            .collect();
+        Gen { data }
+    }
+    /// `len` bytes starting at a position derived from `k` (cheap, varied).
+    fn slice(&self, k: u64, len: usize) -> &[u8] {
+        let span = self.data.len() - len;
+        let start = (k.wrapping_mul(0x9E37_79B9) as usize % span.max(1)) & !7;
+        &self.data[start..start + len]
+    }
+}
+
+fn size_arg(s: &str, what: &str) -> Result<u64> {
+    parse_size(s).filter(|&v| v > 0).ok_or_else(|| Error::invalid(format!("bad {} '{}': e.g. 4K, 1M, 8G", what, s)))
+}
+
+fn open(a: &BenchArgs, t: &Tunables) -> Result<Pool> {
+    match &a.device_bandwidth {
+        Some(bw) => {
+            let bw = size_arg(bw, "--device-bandwidth")?;
+            pool_cmd::open_wrapped(&a.pool, t, &|d| Arc::new(ThrottledDevice::new(d, bw, Duration::ZERO)) as Arc<dyn BlockDevice>)
+        }
+        None => pool_cmd::open(&a.pool, false, t),
+    }
+}
+
+fn apply_overrides(os: &Objset, a: &BenchArgs) -> Result<()> {
+    let mut p = os.props();
+    if let Some(c) = &a.compression {
+        p.write.compress = CompressSetting::parse(c)?;
+    }
+    if let Some(c) = &a.checksum {
+        p.write.checksum = match c.as_str() {
+            "on" | "fletcher4" => ChecksumType::Fletcher4,
+            "blake3" => ChecksumType::Blake3,
+            _ => return Err(Error::invalid(format!("bad checksum '{}': fletcher4 or blake3", c))),
+        };
+    }
+    if let Some(r) = &a.recordsize {
+        p.recordsize = parse_recordsize(r)?;
+    }
+    os.set_props(p);
+    Ok(())
+}
+
+pub fn run(a: BenchArgs, t: &Tunables) -> Result<()> {
+    if a.threads == 0 || a.threads > 1024 {
+        return Err(Error::invalid("--threads must be 1..=1024"));
+    }
+    let rep = match a.workload.as_str() {
+        "seqwrite" | "randwrite" | "randread" | "seqread" => run_stream(&a, t)?,
+        "smallobj" => run_smallobj(&a, t)?,
+        w => return Err(Error::invalid(format!("unknown workload '{}': seqwrite, seqread, randwrite, randread, smallobj", w))),
+    };
+    print_report(&rep, a.json)
+}
+
+struct Counters {
+    w_ops: u64,
+    w_bytes: u64,
+    r_ops: u64,
+    r_bytes: u64,
+    allocated: u64,
+}
+
+fn counters(pool: &Pool) -> Counters {
+    let mut c = Counters { w_ops: 0, w_bytes: 0, r_ops: 0, r_bytes: 0, allocated: pool.status().allocated };
+    for v in &pool.core().vdevs {
+        let s = v.leaf.stats();
+        c.w_ops += s.write_ops.load(Ordering::Relaxed);
+        c.w_bytes += s.write_bytes.load(Ordering::Relaxed);
+        c.r_ops += s.read_ops.load(Ordering::Relaxed);
+        c.r_bytes += s.read_bytes.load(Ordering::Relaxed);
+    }
+    c
+}
+
+/// Samples the dirty level until `stop` is set.
+fn sampler(pool: &Pool, every: Option<u64>, stop: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<Vec<(u64, u64)>>> {
+    let ms = every?;
+    let txg = pool.core().txg.clone();
+    Some(std::thread::spawn(move || {
+        let start = Instant::now();
+        let mut v = Vec::new();
+        while !stop.load(Ordering::Relaxed) && v.len() < 1_000_000 {
+            v.push((start.elapsed().as_millis() as u64, txg.dirty_total()));
+            std::thread::sleep(Duration::from_millis(ms.max(1)));
+        }
+        v
+    }))
+}
+
+fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("static histogram bounds are valid")
+}
+
+/// Creates one object per thread (in one transaction).
+fn make_objects(os: &Objset, n: usize) -> Result<Vec<u64>> {
+    let tx = os.begin()?;
+    let v = (0..n).map(|_| os.create(&tx, ObjectType::PlainData)).collect::<Result<Vec<_>>>()?;
+    tx.commit();
+    Ok(v)
+}
+
+fn fill(os: &Objset, objs: &[u64], per_obj: u64, bs: usize, gen: &Gen) -> Result<()> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = objs
+            .iter()
+            .map(|&o| {
+                s.spawn(move || -> Result<()> {
+                    let mut off = 0;
+                    while off < per_obj {
+                        let tx = os.begin()?;
+                        let n = (per_obj - off).min(bs as u64) as usize;
+                        os.write(&tx, o, off, gen.slice(off / bs as u64 + o, n))?;
+                        off += n as u64;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| Error::invalid("bench thread panicked"))?)
+    })
+}
+
+fn run_stream(a: &BenchArgs, t: &Tunables) -> Result<Report> {
+    let total = size_arg(&a.size, "--size")?;
+    let seq = a.workload.starts_with("seq");
+    let bs = size_arg(a.bs.as_deref().unwrap_or(if seq { "1M" } else { "4K" }), "--bs")? as usize;
+    let per_obj = (total / a.threads as u64).max(bs as u64);
+    let gen = Gen::new(a.compressible);
+    let pool = open(a, t)?;
+    let os = pool.root().clone();
+    apply_overrides(&os, a)?;
+    let objs = make_objects(&os, a.threads)?;
+    let res = stream_phases(a, t, pool, &objs, per_obj, bs, &gen);
+    if let Err(e) = res {
+        // Leave no bench objects behind when the run fails part way.
+        if let Ok(pool) = open(a, t) {
+            let _ = cleanup(&pool, pool.root(), &objs, a.keep);
+        }
+        return Err(e);
+    }
+    res
+}
+
+fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_obj: u64, bs: usize, gen: &Gen) -> Result<Report> {
+    let seq = a.workload.starts_with("seq");
+    let reading = a.workload.ends_with("read");
+    if reading || a.workload == "randwrite" {
+        fill(pool.root(), objs, per_obj, (1 << 20).max(bs), gen)?;
+        pool.sync()?;
+    }
+    if reading {
+        // Cold caches: close and reopen the pool (O_DIRECT keeps the host's
+        // page cache out of the way; drop it too in case a device is buffered).
+        pool.close()?;
+        drop(pool);
+        drop_host_cache(&a.pool);
+        pool = open(a, t)?;
+    }
+    let os = pool.root().clone();
+    apply_overrides(&os, a)?;
+    let nops = if seq { per_obj / bs as u64 } else { a.ops.unwrap_or(per_obj / bs as u64) };
+    let before = counters(&pool);
+    let stop = Arc::new(AtomicBool::new(false));
+    let samp = sampler(&pool, a.sample_ms, stop.clone());
+    let hist = Mutex::new(new_hist());
+    let start = Instant::now();
+    let wl = a.workload.as_str();
+    std::thread::scope(|s| -> Result<()> {
+        let hs: Vec<_> = objs
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| {
+                let (os, hist) = (&os, &hist);
+                s.spawn(move || stream_thread(os, o, i as u64, wl, nops, per_obj, bs, gen, hist))
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| Error::invalid("bench thread panicked"))?)
+    })?;
+    if !reading {
+        pool.sync()?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let samples = samp.and_then(|h| h.join().ok()).unwrap_or_default();
+    let after = counters(&pool);
+    let ops = nops * objs.len() as u64;
+    let rep = report(a, &pool, ops, ops * bs as u64, secs, &hist.lock(), &before, &after, samples, 0);
+    cleanup(&pool, &os, objs, a.keep)?;
+    Ok(rep)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn stream_thread(os: &Objset, o: u64, i: u64, wl: &str, nops: u64, per_obj: u64, bs: usize, gen: &Gen, hist: &Mutex<Histogram<u64>>) -> Result<()> {
+    let mut h = new_hist();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (i + 1);
+    let blocks = (per_obj / bs as u64).max(1);
+    for k in 0..nops {
+        let blk = if wl.starts_with("seq") {
+            k
+        } else {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % blocks
+        };
+        let off = blk * bs as u64;
+        let t0 = Instant::now();
+        if wl.ends_with("write") {
+            let tx = os.begin()?;
+            os.write(&tx, o, off, gen.slice(k + i * 7919, bs))?;
+        } else {
+            let d = os.read(o, off, bs)?;
+            if d.len() != bs {
+                return Err(Error::corrupt(format!("short read of {} bytes at {} of object {}", d.len(), off, o)));
+            }
+        }
+        let _ = h.record(t0.elapsed().as_micros().max(1) as u64);
+    }
+    hist.lock().add(&h).map_err(|e| Error::invalid(format!("histogram: {}", e)))
+}
+
+fn run_smallobj(a: &BenchArgs, t: &Tunables) -> Result<Report> {
+    let osz = size_arg(&a.object_size, "--object-size")? as usize;
+    let gen = Gen::new(a.compressible);
+    let pool = open(a, t)?;
+    let os = pool.root().clone();
+    apply_overrides(&os, a)?;
+    pool.sync()?;
+    let before = counters(&pool);
+    let hist = Mutex::new(new_hist());
+    let created = Mutex::new(Vec::with_capacity(a.objects as usize));
+    let per = a.objects / a.threads as u64;
+    let start = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let hs: Vec<_> = (0..a.threads as u64)
+            .map(|ti| {
+                let (os, gen, hist, created) = (&os, &gen, &hist, &created);
+                s.spawn(move || -> Result<()> {
+                    let mut h = new_hist();
+                    let mut mine = Vec::with_capacity(per as usize);
+                    for k in 0..per {
+                        let t0 = Instant::now();
+                        let tx = os.begin()?;
+                        let o = os.create(&tx, ObjectType::PlainData)?;
+                        os.write(&tx, o, 0, gen.slice(ti * per + k, osz))?;
+                        drop(tx);
+                        mine.push(o);
+                        let _ = h.record(t0.elapsed().as_micros().max(1) as u64);
+                    }
+                    created.lock().extend(mine);
+                    hist.lock().add(&h).map_err(|e| Error::invalid(format!("histogram: {}", e)))
+                })
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| Error::invalid("bench thread panicked"))?)
+    })?;
+    pool.sync()?;
+    let secs = start.elapsed().as_secs_f64();
+    let after = counters(&pool);
+    let n = per * a.threads as u64;
+    let rep = report(a, &pool, n, n * osz as u64, secs, &hist.lock(), &before, &after, vec![], n);
+    let objs = created.into_inner();
+    cleanup(&pool, &os, &objs, a.keep)?;
+    Ok(rep)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histogram<u64>, b: &Counters, e: &Counters, samples: Vec<(u64, u64)>, objects: u64) -> Report {
+    let wops = e.w_ops - b.w_ops;
+    let stats = &pool.core().txg.stats;
+    let allocated = e.allocated as i64 - b.allocated as i64;
+    Report {
+        workload: a.workload.clone(),
+        threads: a.threads,
+        bytes,
+        ops,
+        seconds: secs,
+        mib_per_s: bytes as f64 / (1 << 20) as f64 / secs,
+        ops_per_s: ops as f64 / secs,
+        lat_us_p50: h.value_at_quantile(0.5),
+        lat_us_p99: h.value_at_quantile(0.99),
+        lat_us_p999: h.value_at_quantile(0.999),
+        lat_us_max: h.max(),
+        device_write_ops: wops,
+        device_write_bytes: e.w_bytes - b.w_bytes,
+        device_read_ops: e.r_ops - b.r_ops,
+        device_read_bytes: e.r_bytes - b.r_bytes,
+        ops_per_device_write: if wops > 0 { ops as f64 / wops as f64 } else { 0.0 },
+        bytes_allocated: allocated,
+        bytes_allocated_per_object: if objects > 0 { allocated as f64 / objects as f64 } else { 0.0 },
+        throttle_delayed: stats.delayed.load(Ordering::Relaxed),
+        throttle_over_max: stats.over_max.load(Ordering::Relaxed),
+        dirty_max: pool.core().txg.params().dirty_max,
+        dirty_samples: samples,
+    }
+}
+
+fn cleanup(pool: &Pool, os: &Objset, objs: &[u64], keep: bool) -> Result<()> {
+    if !keep {
+        for chunk in objs.chunks(10_000) {
+            let tx = os.begin()?;
+            for &o in chunk {
+                os.free(&tx, o)?;
+            }
+        }
+    }
+    pool.close()
+}
+
+/// Asks the kernel to drop cached pages of the pool's device files.
+fn drop_host_cache(pool: &str) {
+    let Ok(cache) = crate::cache::Cache::load() else { return };
+    let Ok(entry) = cache.find(pool) else { return };
+    for d in &entry.devices {
+        if let Ok(f) = std::fs::File::open(d) {
+            use std::os::fd::AsRawFd;
+            // SAFETY: fadvise on an open descriptor has no memory-safety preconditions.
+            unsafe { libc_fadvise(f.as_raw_fd()) };
+        }
+    }
+}
+
+unsafe fn libc_fadvise(fd: i32) {
+    extern "C" {
+        fn posix_fadvise(fd: i32, offset: i64, len: i64, advice: i32) -> i32;
+    }
+    const POSIX_FADV_DONTNEED: i32 = 4;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
+fn print_report(r: &Report, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r).map_err(|e| Error::invalid(e.to_string()))?);
+        return Ok(());
+    }
+    println!("workload      {} ({} thread{})", r.workload, r.threads, if r.threads == 1 { "" } else { "s" });
+    println!("throughput    {:.1} MiB/s, {:.0} ops/s ({} ops, {} bytes in {:.2} s)", r.mib_per_s, r.ops_per_s, r.ops, r.bytes, r.seconds);
+    println!("latency (us)  p50 {}  p99 {}  p99.9 {}  max {}", r.lat_us_p50, r.lat_us_p99, r.lat_us_p999, r.lat_us_max);
+    println!("device        {} writes ({} bytes), {} reads ({} bytes)", r.device_write_ops, r.device_write_bytes, r.device_read_ops, r.device_read_bytes);
+    if r.device_write_ops > 0 {
+        println!("aggregation   {:.1} operations per physical write", r.ops_per_device_write);
+    }
+    if r.bytes_allocated_per_object > 0.0 {
+        println!("space         {:.0} bytes allocated per object", r.bytes_allocated_per_object);
+    }
+    println!("throttle      {} delayed, {} at the dirty limit ({} bytes)", r.throttle_delayed, r.throttle_over_max, r.dirty_max);
+    if !r.dirty_samples.is_empty() {
+        let n = r.dirty_samples.len();
+        let tail = &r.dirty_samples[n / 2..];
+        let mean = tail.iter().map(|s| s.1 as f64).sum::<f64>() / tail.len().max(1) as f64;
+        println!("dirty data    {} samples; second half mean {:.0}% of max", n, mean * 100.0 / r.dirty_max.max(1) as f64);
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! Output helpers: human-readable sizes the way zfs prints them, and tables.
+
+/// 1536 → "1.50K", 0 → "0"; binary units as zfs uses.
+pub fn size(v: u64) -> String {
+    const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
+    let mut f = v as f64;
+    let mut u = 0;
+    while f >= 1024.0 && u < UNITS.len() - 1 {
+        f /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{}", v)
+    } else if f < 10.0 {
+        format!("{:.2}{}", f, UNITS[u])
+    } else if f < 100.0 {
+        format!("{:.1}{}", f, UNITS[u])
+    } else {
+        format!("{:.0}{}", f, UNITS[u])
+    }
+}
+
+/// Prints rows as aligned columns (or tab-separated without a header for -H).
+pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
+    if scripted {
+        for r in rows {
+            println!("{}", r.join("\t"));
+        }
+        return;
+    }
+    let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < w.len() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let pad = w[i].saturating_sub(c.chars().count());
+            if i > 0 {
+                s.push_str("  ");
+            }
+            // Names and words left-aligned, figures right-aligned, as zfs list does.
+            let numeric = c.chars().next().is_some_and(|ch| ch.is_ascii_digit() || ch == '-');
+            if i == 0 || !numeric {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            } else {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            }
+        }
+        println!("{}", s.trim_end());
+    };
+    line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        line(r.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size(0), "0");
+        assert_eq!(size(1023), "1023");
+        assert_eq!(size(1536), "1.50K");
+        assert_eq!(size(15 << 30), "15.0G");
+        assert_eq!(size(200 << 20), "200M");
+    }
+}

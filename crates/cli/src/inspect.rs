@@ -1,0 +1,87 @@
+//! `tarn inspect`: the pool's on-disk structures, like zdb — uberblocks,
+//! configuration, objects, and one object's block tree level by level.
+
+use clap::Args;
+use tarn_engine::{Error, Result, Tunables};
+use tarn_ondisk::bp::BlockPtr;
+
+use crate::fmt;
+use crate::pool_cmd;
+
+#[derive(Args)]
+pub struct InspectArgs {
+    pub pool: String,
+    /// An object of the root dataset: show its dnode and block tree
+    pub object: Option<u64>,
+    /// Walk and verify every block (checksums, allocation, leaks)
+    #[arg(long)]
+    pub verify: bool,
+    /// Most objects / block pointers to list
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
+}
+
+pub fn describe_bp(bp: &BlockPtr) -> String {
+    if bp.is_embedded() {
+        return format!("EMBEDDED lsize={} psize={} comp={} birth={}", bp.lsize, bp.psize, bp.compress.name(), bp.birth);
+    }
+    if bp.is_hole() {
+        return format!("HOLE lsize={}", bp.lsize);
+    }
+    let dvas: Vec<String> = bp.dva.iter().filter(|d| !d.is_empty()).map(|d| format!("{}:{:#x}:{:#x}", d.vdev, d.offset, d.asize)).collect();
+    let ck: String = bp.cksum[..8].iter().map(|b| format!("{:02x}", b)).collect();
+    format!(
+        "{} lsize={} psize={} comp={} birth={} fill={} cksum={}:{}…",
+        dvas.join(" "),
+        bp.lsize,
+        bp.psize,
+        bp.compress.name(),
+        bp.birth,
+        bp.fill,
+        bp.checksum.name(),
+        ck
+    )
+}
+
+pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
+    let pool = pool_cmd::open(&a.pool, true, t)?;
+    if a.verify {
+        let rep = pool.verify()?;
+        println!("verified txg {}: {} blocks ({} embedded), {} objects, {} referenced, {} allocated", rep.txg, rep.blocks, rep.embedded_blocks, rep.objects, fmt::size(rep.referenced_bytes), fmt::size(rep.allocated_bytes));
+        for e in &rep.errors {
+            println!("ERROR: {}", e);
+        }
+        if !rep.errors.is_empty() {
+            return Err(Error::corrupt(format!("{} errors found", rep.errors.len())));
+        }
+        return Ok(());
+    }
+    let os = pool.root();
+    if let Some(obj) = a.object {
+        let info = os.info(obj)?;
+        let d = &info.dnode;
+        println!("object {} of '{}': type={} size={} blksz={} maxblksz={} levels={} maxblkid={} used={} slots={} gen={}{}", obj, pool.name(), d.otype.name(), d.size, d.datablksz, d.maxblksz, d.nlevels, d.maxblkid, d.used_bytes, info.slots, d.gen, if d.inline.is_some() { " INLINE" } else { "" });
+        for (level, idx, bp) in os.tree(obj, a.limit)? {
+            println!("  L{} {:>8}  {}", level, idx, describe_bp(&bp));
+        }
+        return Ok(());
+    }
+    let ub = pool.uberblock();
+    println!("pool '{}' guid {} txg {} timestamp {}", pool.name(), pool.guid(), ub.txg, ub.timestamp);
+    println!("  mos:        {}", describe_bp(&ub.mos));
+    println!("  space cp:   {} (txg {})", describe_bp(&ub.space_cp), ub.space_cp_txg);
+    println!("  space log:  {}", describe_bp(&ub.space_log));
+    let cfg = pool.config();
+    println!("config: state {} config_txg {} host '{}'", cfg.state.name(), cfg.config_txg, cfg.hostname);
+    for c in &cfg.tree.children {
+        println!("  vdev {} {} guid {:016x} ashift {} asize {} metaslab_shift {} path {}", c.id, c.kind.name(), c.guid, c.ashift, fmt::size(c.asize), c.metaslab_shift, c.path);
+    }
+    println!("objects of '{}':", pool.name());
+    let rows: Vec<Vec<String>> = os
+        .list(a.limit)?
+        .into_iter()
+        .map(|(o, d)| vec![o.to_string(), d.otype.name().to_string(), d.size.to_string(), d.datablksz.to_string(), d.nlevels.to_string(), d.used_bytes.to_string(), if d.inline.is_some() { "inline".into() } else { "-".into() }])
+        .collect();
+    fmt::table(&["OBJECT", "TYPE", "SIZE", "BLKSZ", "LEVELS", "USED", "INLINE"], &rows, false);
+    Ok(())
+}
