@@ -259,6 +259,7 @@ fn run_stream(a: &BenchArgs, t: &Tunables) -> Result<Report> {
     let os = pool.root().clone();
     apply_overrides(&os, a)?;
     let objs = make_objects(&os, a.threads)?;
+    drop(os);
     let res = stream_phases(a, t, pool, &objs, per_obj, bs, &gen);
     if let Err(e) = res {
         // Leave no bench objects behind when the run fails part way.

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::io::block::BlockData;
+
 const SHARDS: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -27,7 +29,7 @@ pub struct BlockKey {
 }
 
 struct Shard {
-    map: HashMap<BlockKey, (Arc<Vec<u8>>, u64)>,
+    map: HashMap<BlockKey, (Arc<BlockData>, u64)>,
     lru: BTreeMap<u64, BlockKey>,
     bytes: u64,
     tick: u64,
@@ -64,7 +66,7 @@ impl BlockCache {
         &self.shards[(h >> 59) as usize % SHARDS]
     }
 
-    pub fn get(&self, k: &BlockKey, metadata: bool) -> Option<Arc<Vec<u8>>> {
+    pub fn get(&self, k: &BlockKey, metadata: bool) -> Option<Arc<BlockData>> {
         let mut s = self.shard(k).lock();
         s.tick += 1;
         let tick = s.tick;
@@ -95,7 +97,7 @@ impl BlockCache {
         }
     }
 
-    pub fn insert(&self, k: BlockKey, v: Arc<Vec<u8>>) {
+    pub fn insert(&self, k: BlockKey, v: Arc<BlockData>) {
         let limit = self.limit_bytes.load(Ordering::Relaxed) / SHARDS as u64;
         let size = v.len() as u64;
         if size > limit {
@@ -140,7 +142,7 @@ mod tests {
     fn lru_bounded() {
         let c = BlockCache::new(16 * 8192);
         for i in 0..1000u64 {
-            c.insert(BlockKey { vdev: 0, offset: i * 4096, birth: 1 }, Arc::new(vec![0u8; 4096]));
+            c.insert(BlockKey { vdev: 0, offset: i * 4096, birth: 1 }, Arc::new(BlockData::zeroed(4096)));
         }
         assert!(c.size_bytes() <= 16 * 8192);
         let k = BlockKey { vdev: 0, offset: 999 * 4096, birth: 1 };

@@ -87,14 +87,38 @@ pub fn prepare(
     Prepared { bp, phys: Some(phys) }
 }
 
-/// Verifies `raw` (physical bytes read for `bp`) and returns the logical block.
-pub fn decode(bp: &BlockPtr, raw: &[u8]) -> Result<Vec<u8>> {
+/// A block's logical content: an aligned buffer and the length that counts
+/// (the buffer is rounded up to whole sectors).
+pub struct BlockData {
+    buf: AlignedBuf,
+    len: usize,
+}
+
+impl BlockData {
+    pub fn new(buf: AlignedBuf, len: usize) -> Self {
+        assert!(len <= buf.len(), "block length {} beyond its buffer of {}", len, buf.len());
+        BlockData { buf, len }
+    }
+    pub fn zeroed(len: usize) -> Self {
+        BlockData { buf: AlignedBuf::zeroed(len.div_ceil(512) * 512), len }
+    }
+}
+
+impl std::ops::Deref for BlockData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// Verifies `raw` (physical bytes read for `bp`) and returns the logical
+/// block. An uncompressed block is returned in the buffer it was read into.
+pub fn decode(bp: &BlockPtr, raw: AlignedBuf) -> Result<BlockData> {
     let psize = bp.psize as usize;
     if raw.len() < psize {
         return Err(Error::corrupt(format!("short block: {} of {} bytes", raw.len(), psize)));
     }
-    let payload = &raw[..psize];
-    if !checksum::verify(bp.checksum, payload, &bp.cksum) {
+    if !checksum::verify(bp.checksum, &raw[..psize], &bp.cksum) {
         return Err(Error::corrupt(format!(
             "checksum mismatch ({} {} block, birth txg {})",
             bp.checksum.name(),
@@ -102,19 +126,23 @@ pub fn decode(bp: &BlockPtr, raw: &[u8]) -> Result<Vec<u8>> {
             bp.birth
         )));
     }
-    decompress(bp, payload)
+    if bp.compress == Compression::Off && bp.lsize as usize == psize {
+        return Ok(BlockData::new(raw, psize));
+    }
+    decompress(bp, &raw[..psize])
 }
 
-fn decompress(bp: &BlockPtr, payload: &[u8]) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; bp.lsize as usize];
-    compress::decompress(bp.compress, payload, &mut out)?;
-    Ok(out)
+fn decompress(bp: &BlockPtr, payload: &[u8]) -> Result<BlockData> {
+    let len = bp.lsize as usize;
+    let mut out = AlignedBuf::recycled(len.div_ceil(512) * 512);
+    compress::decompress(bp.compress, payload, &mut out[..len])?;
+    Ok(BlockData::new(out, len))
 }
 
 /// The logical content of a hole or embedded block (no I/O needed).
-pub fn decode_inline(bp: &BlockPtr) -> Result<Option<Vec<u8>>> {
+pub fn decode_inline(bp: &BlockPtr) -> Result<Option<BlockData>> {
     if bp.is_hole() {
-        return Ok(Some(vec![0u8; bp.lsize as usize]));
+        return Ok(Some(BlockData::zeroed(bp.lsize as usize)));
     }
     match bp.embedded_payload() {
         Some(p) => decompress(bp, p).map(Some),
@@ -138,7 +166,7 @@ mod tests {
         let p = prepare(&buf(&[0u8; 8192]), 8192, ObjectType::PlainData, 0, 5, DATA, 4096);
         assert!(p.bp.is_hole());
         assert!(p.phys.is_none());
-        assert_eq!(decode_inline(&p.bp).unwrap().unwrap(), vec![0u8; 8192]);
+        assert_eq!(&decode_inline(&p.bp).unwrap().unwrap()[..], &[0u8; 8192][..]);
     }
 
     #[test]
@@ -147,7 +175,7 @@ mod tests {
         d[10] = 1;
         let p = prepare(&buf(&d), 4096, ObjectType::PlainData, 0, 5, DATA, 4096);
         assert!(p.bp.is_embedded());
-        assert_eq!(decode_inline(&p.bp).unwrap().unwrap(), d);
+        assert_eq!(&decode_inline(&p.bp).unwrap().unwrap()[..], &d[..]);
     }
 
     #[test]
@@ -166,10 +194,10 @@ mod tests {
         let phys = p.phys.unwrap();
         assert!(Arc::ptr_eq(&phys, &b));
         assert_eq!(p.bp.compress, Compression::Off);
-        assert_eq!(decode(&p.bp, &phys).unwrap(), d);
-        let mut bad = phys.to_vec();
+        assert_eq!(&decode(&p.bp, (*phys).clone()).unwrap()[..], &d[..]);
+        let mut bad = (*phys).clone();
         bad[5] ^= 1;
-        assert!(decode(&p.bp, &bad).is_err());
+        assert!(decode(&p.bp, bad).is_err());
     }
 
     #[test]
@@ -177,6 +205,6 @@ mod tests {
         let d: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
         let p = prepare(&buf(&d), d.len(), ObjectType::DnodeArray, 0, 5, WriteProps::METADATA, 4096);
         assert_eq!(p.bp.checksum, ChecksumType::Blake3);
-        assert_eq!(decode(&p.bp, &p.phys.unwrap()).unwrap(), d);
+        assert_eq!(&decode(&p.bp, (*p.phys.unwrap()).clone()).unwrap()[..], &d[..]);
     }
 }

@@ -75,6 +75,10 @@ pub fn is_zero(data: &[u8]) -> bool {
     chunks.remainder().iter().all(|&b| b == 0)
 }
 
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Compresses `src`; returns the compressed bytes, or None when the block should
 /// be stored as is. `sector` is the allocation unit: a result must save one.
 /// (lz4_flex needs a worst-case-sized output buffer, so lz4 compresses the
@@ -89,9 +93,19 @@ pub fn compress(setting: CompressSetting, src: &[u8], sector: usize) -> Option<V
     match setting {
         CompressSetting::Off => return None,
         CompressSetting::Lz4 => {
-            // lz4_flex insists on room for the worst case up front.
-            out = vec![0u8; lz4_flex::block::get_maximum_output_size(src.len())];
-            n = lz4_flex::block::compress_into(src, &mut out).ok()?;
+            // lz4_flex insists on room for the worst case up front; a
+            // per-thread scratch buffer avoids allocating it every block.
+            let max = lz4_flex::block::get_maximum_output_size(src.len());
+            let res = SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                if s.len() < max {
+                    s.resize(max, 0);
+                }
+                let n = lz4_flex::block::compress_into(src, &mut s[..max]).ok()?;
+                (n <= limit).then(|| s[..n].to_vec())
+            });
+            out = res?;
+            n = out.len();
         }
         CompressSetting::Zstd(level) => {
             out = vec![0u8; limit];

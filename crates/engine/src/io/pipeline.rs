@@ -318,10 +318,10 @@ fn perform_read(sh: &Shared, issue: Issue<Req>) {
     let mut pos = issue.offset;
     for (off, len, _) in issue.parts.iter() {
         if *off > pos {
-            bufs.push(AlignedBuf::zeroed((*off - pos) as usize));
+            bufs.push(AlignedBuf::recycled((*off - pos) as usize));
             is_gap.push(true);
         }
-        bufs.push(AlignedBuf::zeroed(*len as usize));
+        bufs.push(AlignedBuf::recycled(*len as usize));
         is_gap.push(false);
         pos = off + len;
     }

@@ -309,7 +309,8 @@ impl Objset {
     fn dirty_block<'a>(&self, st: &'a mut ObjState, obj: u64, txg: u64, blkid: u64, full: bool, added: &mut u64) -> Result<&'a mut AlignedBuf> {
         let bs = st.blksz as usize;
         if !st.rec(txg).blocks.contains_key(&blkid) {
-            let mut buf = AlignedBuf::zeroed(bs);
+            // Every byte is written below: by the caller (full) or by fetch.
+            let mut buf = AlignedBuf::recycled(bs);
             if !full {
                 let src = st.resolve(&self.core, blkid)?;
                 ObjState::fetch(&self.core, &src, &mut buf, &|| self.what(obj))?;
@@ -358,18 +359,16 @@ impl Objset {
         }
         drop(st);
         let mut out = vec![0u8; (end - offset) as usize];
-        let mut blockbuf = vec![0u8; bs as usize];
         for (blkid, src) in srcs {
             let bstart = blkid * bs;
             let a = offset.max(bstart) - bstart;
             let b = end.min(bstart + bs) - bstart;
             let dst = (bstart + a - offset) as usize;
-            let what = || format!("block {} of {}", blkid, self.what(obj));
             if let Source::Zero = src {
                 continue;
             }
-            ObjState::fetch(&self.core, &src, &mut blockbuf, &what)?;
-            out[dst..dst + (b - a) as usize].copy_from_slice(&blockbuf[a as usize..b as usize]);
+            let what = || format!("block {} of {}", blkid, self.what(obj));
+            ObjState::copy_range(&self.core, &src, a as usize, &mut out[dst..dst + (b - a) as usize], &what)?;
         }
         Ok(out)
     }

@@ -217,7 +217,14 @@ impl ObjState {
 
     /// Reads a block's content into `out` (zero-filled beyond what it has).
     pub fn fetch(core: &PoolCore, src: &Source, out: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+        Self::copy_range(core, src, 0, out, what)
+    }
+
+    /// Copies the block's bytes from `start` into `out`, zero-filling what
+    /// lies beyond its data — one copy from wherever the block is.
+    pub fn copy_range(core: &PoolCore, src: &Source, start: usize, out: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
         let copy = |out: &mut [u8], d: &[u8]| {
+            let d = d.get(start..).unwrap_or(&[]);
             let n = out.len().min(d.len());
             out[..n].copy_from_slice(&d[..n]);
             out[n..].fill(0);

@@ -2,12 +2,14 @@
 //!
 //! For each dirty object of the txg, in three phases:
 //!   A. snapshot its dirty record (blocks, frees, final size) under its lock;
-//!   B. prepare every dirty block — zero detection, compression, checksum —
-//!      in parallel across all objects (rayon), without any lock;
-//!   C. under the object's lock again: apply the frees, allocate and queue the
-//!      blocks in block order (so consecutive blocks get adjacent addresses and
-//!      the scheduler merges their writes), rewrite the dirty indirect blocks
-//!      bottom-up, and encode the new dnode.
+//!   B. prepare dirty blocks — zero detection, compression, checksum — in
+//!      parallel (rayon), without any lock, a batch of about 8 MiB at a time;
+//!   C. under the object's lock again: apply the frees, allocate and queue
+//!      each batch in block order (so consecutive blocks get adjacent
+//!      addresses and the scheduler merges their writes), then rewrite the
+//!      dirty indirect blocks bottom-up and encode the new dnode.
+//! Batching lets the devices start on the first blocks while later ones are
+//! still being checksummed, instead of idling through the whole CPU phase.
 //! Freed blocks go to the allocator's deferred-free list. A small object whose
 //! data fits its reserved dnode slots is stored inline instead of in a block.
 
@@ -47,32 +49,72 @@ struct Work {
     otype: ObjectType,
     blocks: Vec<(u64, Arc<AlignedBuf>)>,
     inline: bool,
+    freed: bool,
 }
 
 /// Syncs `objs` for ctx.txg; objects without a record for it are skipped.
 pub(crate) fn sync_objects(ctx: &SyncCtx, objs: &[Arc<Object>]) -> Result<Vec<DnodeUpdate>> {
     let work: Vec<Work> = objs.iter().filter_map(|o| snapshot(ctx, o)).collect();
-    let jobs: Vec<(usize, usize)> = work
-        .iter()
-        .enumerate()
-        .flat_map(|(w, wk)| (0..wk.blocks.len()).filter(move |_| !wk.inline).map(move |b| (w, b)))
-        .collect();
+    let mut used = vec![0i64; work.len()];
+    let mut out = Vec::with_capacity(work.len());
+    let mut batch: Vec<(usize, usize)> = Vec::new();
+    let mut batch_bytes = 0usize;
+    // Objects whose blocks have all been put in a batch, waiting for it.
+    let mut awaiting: Vec<usize> = Vec::new();
+    for (w, wk) in work.iter().enumerate() {
+        used[w] += begin_object(ctx, wk)?;
+        if !wk.inline && !wk.freed {
+            for (b, (_, buf)) in wk.blocks.iter().enumerate() {
+                batch.push((w, b));
+                batch_bytes += buf.len();
+                if batch_bytes >= BATCH_BYTES {
+                    flush_batch(ctx, &work, &mut batch, &mut used)?;
+                    batch_bytes = 0;
+                    end_objects(ctx, &work, &mut awaiting, &used, &mut out)?;
+                }
+            }
+        }
+        awaiting.push(w);
+        if batch.is_empty() {
+            end_objects(ctx, &work, &mut awaiting, &used, &mut out)?;
+        }
+    }
+    flush_batch(ctx, &work, &mut batch, &mut used)?;
+    end_objects(ctx, &work, &mut awaiting, &used, &mut out)?;
+    Ok(out)
+}
+
+/// Blocks prepared in parallel before their writes are queued.
+const BATCH_BYTES: usize = 8 << 20;
+
+/// Prepares a batch of blocks in parallel, then queues their writes.
+fn flush_batch(ctx: &SyncCtx, work: &[Work], batch: &mut Vec<(usize, usize)>, used: &mut [i64]) -> Result<()> {
     let sector = ctx.core.sector;
-    let prepared: Vec<Prepared> = jobs
+    let prepared: Vec<Prepared> = batch
         .par_iter()
         .map(|&(w, b)| {
             let (_, buf) = &work[w].blocks[b];
             block::prepare(buf, buf.len(), work[w].otype, 0, ctx.txg, ctx.props, sector)
         })
         .collect();
-    let mut prepared = prepared.into_iter();
-    let mut out = Vec::with_capacity(work.len());
-    for wk in work.iter() {
-        let n = if wk.inline { 0 } else { wk.blocks.len() };
-        let mine: Vec<Prepared> = prepared.by_ref().take(n).collect();
-        out.push(finish_object(ctx, wk, mine)?);
+    let mut cur: Option<(usize, parking_lot::MutexGuard<'_, ObjState>)> = None;
+    for (&(w, b), prep) in batch.iter().zip(prepared) {
+        if cur.as_ref().is_none_or(|(cw, _)| *cw != w) {
+            cur = Some((w, work[w].obj.st.lock()));
+        }
+        let st = &mut cur.as_mut().expect("set above").1;
+        let (blkid, buf) = &work[w].blocks[b];
+        used[w] += install(ctx, st, *blkid, prep, buf.len() as u64)?;
     }
-    Ok(out)
+    batch.clear();
+    Ok(())
+}
+
+fn end_objects(ctx: &SyncCtx, work: &[Work], awaiting: &mut Vec<usize>, used: &[i64], out: &mut Vec<DnodeUpdate>) -> Result<()> {
+    for w in awaiting.drain(..) {
+        out.push(end_object(ctx, &work[w], used[w])?);
+    }
+    Ok(())
 }
 
 fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
@@ -80,7 +122,7 @@ fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
     let rec = st.dirty[slot(ctx.txg)].as_ref().filter(|r| r.txg == ctx.txg)?;
     let blocks: Vec<(u64, Arc<AlignedBuf>)> = rec.blocks.iter().map(|(k, v)| (*k, v.clone())).collect();
     let inline = !rec.freed && wants_inline(ctx, &st, rec.maxblkid, rec.size);
-    Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, inline })
+    Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, inline, freed: rec.freed })
 }
 
 fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64) -> bool {
@@ -91,13 +133,14 @@ fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64) -> bool 
     need <= st.slots
 }
 
-fn finish_object(ctx: &SyncCtx, wk: &Work, prepared: Vec<Prepared>) -> Result<DnodeUpdate> {
+/// Before an object's blocks: its frees, and the move into or out of its
+/// dnode for small objects. Returns the change in allocated bytes.
+fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
     let mut st = wk.obj.st.lock();
-    let mut used: i64 = 0;
     let rec = st.dirty[slot(ctx.txg)].as_ref().ok_or_else(|| Error::corrupt("dirty record vanished"))?;
-    let (frees, size, blksz, maxblkid, freed) = (rec.frees.clone(), rec.size, rec.blksz, rec.maxblkid, rec.freed);
-    let bonus = rec.bonus.clone();
-    if freed {
+    let (frees, size, blksz) = (rec.frees.clone(), rec.size, rec.blksz);
+    let mut used = 0;
+    if wk.freed {
         used -= free_range(ctx, &mut st, 0, u64::MAX)?;
         // Rewriting the now all-hole indirect blocks frees them too.
         used += write_indirects(ctx, &mut st)?;
@@ -105,27 +148,41 @@ fn finish_object(ctx: &SyncCtx, wk: &Work, prepared: Vec<Prepared>) -> Result<Dn
             ctx.core.free_block(&top, ctx.txg)?;
             used -= top.asize_total() as i64;
         }
-        return Ok(DnodeUpdate { id: wk.obj.id, encoded: None, slots: st.slots, used_delta: used });
+        return Ok(used);
     }
     for (s, e) in frees {
         used -= free_range(ctx, &mut st, s, e)?;
     }
     if wk.inline {
         used -= free_range(ctx, &mut st, 0, u64::MAX)?;
+        used += write_indirects(ctx, &mut st)?;
+        if let Some(top) = st.dn.blkptr.take() {
+            ctx.core.free_block(&top, ctx.txg)?;
+            used -= top.asize_total() as i64;
+        }
         let data = wk.blocks.iter().find(|(b, _)| *b == 0).map(|(_, d)| d[..size as usize].to_vec());
         let old = st.dn.inline.take().unwrap_or_default();
         let mut d = data.unwrap_or(old);
         d.resize(size as usize, 0);
         st.dn.inline = Some(d);
-        st.dn.blkptr = None;
         st.dn.nlevels = 0;
     } else {
         used += leave_inline(ctx, &mut st, wk, blksz)?;
-        for ((blkid, buf), prep) in wk.blocks.iter().zip(prepared) {
-            used += install(ctx, &mut st, *blkid, prep, buf.len() as u64)?;
-        }
+    }
+    Ok(used)
+}
+
+/// After an object's blocks: indirect blocks, then the dnode.
+fn end_object(ctx: &SyncCtx, wk: &Work, mut used: i64) -> Result<DnodeUpdate> {
+    let mut st = wk.obj.st.lock();
+    if wk.freed {
+        return Ok(DnodeUpdate { id: wk.obj.id, encoded: None, slots: st.slots, used_delta: used });
+    }
+    if !wk.inline {
         used += write_indirects(ctx, &mut st)?;
     }
+    let rec = st.dirty[slot(ctx.txg)].as_ref().ok_or_else(|| Error::corrupt("dirty record vanished"))?;
+    let (size, blksz, maxblkid, bonus) = (rec.size, rec.blksz, rec.maxblkid, rec.bonus.clone());
     st.dn.size = size;
     st.dn.datablksz = blksz;
     st.dn.maxblkid = maxblkid;
@@ -134,11 +191,11 @@ fn finish_object(ctx: &SyncCtx, wk: &Work, prepared: Vec<Prepared>) -> Result<Dn
     }
     st.dn.used_bytes = (st.dn.used_bytes as i64 + used).max(0) as u64;
     let slots = st.slots;
-    let mut enc = vec![0u8; slots * SLOT_SIZE];
     let n = st.dn.slots();
     if n > slots {
         return Err(Error::corrupt(format!("object {} needs {} dnode slots, has {}", wk.obj.id, n, slots)));
     }
+    let mut enc = vec![0u8; slots * SLOT_SIZE];
     st.dn.encode(&mut enc[..n * SLOT_SIZE]);
     Ok(DnodeUpdate { id: wk.obj.id, encoded: Some(enc), slots, used_delta: used })
 }

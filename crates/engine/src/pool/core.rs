@@ -17,6 +17,7 @@ use tarn_ondisk::bp::{BlockPtr, Dva, MAX_DVAS};
 
 use crate::arc::{BlockCache, BlockKey};
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Leaf, Prepared, WriteGroup};
 use crate::pool::alloc::metaslab::Allocator;
 use crate::tunables::Tunables;
@@ -56,7 +57,7 @@ fn key_of(bp: &BlockPtr) -> BlockKey {
 
 impl PoolCore {
     /// Reads and verifies the block `bp` names; `what` names it for errors.
-    pub fn read_block(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String) -> Result<Arc<Vec<u8>>> {
+    pub fn read_block(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String) -> Result<Arc<BlockData>> {
         if let Some(d) = block::decode_inline(bp).map_err(|e| e.context(what()))? {
             return Ok(Arc::new(d));
         }
@@ -80,7 +81,7 @@ impl PoolCore {
         Err(e.context(format!("pool '{}': {}", self.name, what())))
     }
 
-    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<Vec<u8>> {
+    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<BlockData> {
         let v = self.vdevs.get(dva.vdev as usize).ok_or_else(|| {
             Error::corrupt(format!("block on vdev {} which the pool does not have", dva.vdev))
         })?;
@@ -92,7 +93,7 @@ impl PoolCore {
             .leaf
             .read(class, dva.offset, len)
             .map_err(|e| Error::io(format!("read of {} bytes at {:#x} on {}", len, dva.offset, v.path), e))?;
-        block::decode(bp, &raw).inspect_err(|e| {
+        block::decode(bp, raw).inspect_err(|e| {
             if e.kind == ErrorKind::Corrupt {
                 v.leaf.note_checksum_error();
             }
@@ -108,7 +109,7 @@ impl PoolCore {
         copies: u8,
         group: &Arc<WriteGroup>,
         retire: u64,
-        cache_as: Option<Arc<Vec<u8>>>,
+        cache_as: Option<Arc<BlockData>>,
     ) -> Result<BlockPtr> {
         let mut bp = prep.bp;
         let Some(phys) = prep.phys else { return Ok(bp) };

@@ -815,15 +815,22 @@ impl Shared {
     fn sync_txg(&self, txg: u64) -> Result<()> {
         let core = self.core.clone();
         let t2 = core.txg.clone();
+        let t0 = std::time::Instant::now();
+        let dirty0 = core.txg.dirty_of(txg);
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
         if let Some(bp) = self.root.sync(txg, &group)? {
             self.update_record_bp(txg, &bp)?;
         }
         let mos_bp = self.mos.sync(txg, &group)?;
+        let t_issue = t0.elapsed();
         group.wait().map_err(|e| Error::new(ErrorKind::Io, e))?;
+        let t_wait = t0.elapsed();
         let (cp, cp_chain, log) = self.write_space(txg)?;
         for v in &core.vdevs {
             v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
+        }
+        if std::env::var_os("TARN_DEBUG_SYNC").is_some() {
+            eprintln!("txg {} dirty {} MiB: issued {:?} written {:?} space+flush {:?}", txg, dirty0 >> 20, t_issue, t_wait, t0.elapsed());
         }
         let ub = {
             let s = self.sync.lock();

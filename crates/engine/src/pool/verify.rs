@@ -16,6 +16,7 @@ use tarn_ondisk::kv;
 
 use super::core::PoolCore;
 use crate::error::Result;
+use crate::io::block::BlockData;
 use crate::io::IoClass;
 
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -51,7 +52,7 @@ impl<'a> Walker<'a> {
         }
     }
 
-    fn read(&mut self, bp: &BlockPtr, what: &str) -> Option<Arc<Vec<u8>>> {
+    fn read(&mut self, bp: &BlockPtr, what: &str) -> Option<Arc<BlockData>> {
         self.note(bp, what);
         match self.core.read_block(bp, IoClass::Scrub, &|| what.to_string()) {
             Ok(d) => Some(d),
@@ -64,7 +65,7 @@ impl<'a> Walker<'a> {
 
     /// Every block of one object's tree; returns its level-0 data when asked
     /// (for the dnode array and small maps), else None.
-    fn walk_object(&mut self, dn: &Dnode, what: &str, keep_data: bool) -> Vec<(u64, Arc<Vec<u8>>)> {
+    fn walk_object(&mut self, dn: &Dnode, what: &str, keep_data: bool) -> Vec<(u64, Arc<BlockData>)> {
         let mut out = Vec::new();
         let Some(top) = dn.blkptr else { return out };
         let mut stack = vec![(top, 0u64)];
