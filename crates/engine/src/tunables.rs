@@ -116,6 +116,10 @@ tunables! {
     tarn_inline_max_bytes: u64 = 3072;
     /// Bytes of decompressed blocks kept in the block cache (the ARC arrives with issue 4).
     tarn_cache_bytes: u64 = (physical_memory_bytes() / 16).clamp(64 << 20, 2 << 30);
+    /// Farthest a sequential stream is read ahead, in bytes (dmu_zfetch.c).
+    zfetch_max_distance: u64 = 64 << 20;
+    /// 1 turns read-ahead off.
+    zfs_prefetch_disable: u32 = 0;
     /// Space-log blocks between two space checkpoints.
     tarn_space_checkpoint_interval: u64 = 64;
 }

@@ -120,6 +120,11 @@ impl BlockCache {
         }
     }
 
+    /// True when the block is cached (no statistics, no LRU update).
+    pub fn contains(&self, k: &BlockKey) -> bool {
+        self.shard(k).lock().map.contains_key(k)
+    }
+
     /// Forgets a block (its space was freed and may be reused).
     pub fn remove(&self, k: &BlockKey) {
         let mut s = self.shard(k).lock();

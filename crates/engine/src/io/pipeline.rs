@@ -103,9 +103,13 @@ impl ReadSlot {
     }
 }
 
+/// Called on an issue thread with a completed read's data.
+pub type ReadDone = Box<dyn FnOnce(io::Result<AlignedBuf>) + Send>;
+
 enum Req {
     Write { buf: Arc<AlignedBuf>, group: Arc<WriteGroup>, retire: u64 },
     Read { slot: Arc<ReadSlot> },
+    ReadThen { done: ReadDone },
 }
 
 /// Operation counters of one leaf, as `zpool status` / `iostat` show them.
@@ -210,6 +214,12 @@ impl Leaf {
         slot.wait()
     }
 
+    /// Queues a read; `done` runs on an issue thread when it completes
+    /// (prefetch: the caller does not wait).
+    pub fn read_async(&self, class: IoClass, offset: u64, len: u64, done: ReadDone) {
+        self.enqueue(class, IoKind::Read, offset, len, Req::ReadThen { done });
+    }
+
     /// Flushes the device's write cache (not queued: it orders against every
     /// write that completed before it, which is all the sync path needs).
     pub fn flush(&self) -> io::Result<()> {
@@ -288,7 +298,7 @@ fn perform_write(sh: &Shared, issue: Issue<Req>) {
             .iter()
             .map(|(_, _, r)| match r {
                 Req::Write { buf, .. } => &buf[..],
-                Req::Read { .. } => &[][..],
+                Req::Read { .. } | Req::ReadThen { .. } => &[][..],
             })
             .collect();
         sh.dev.writev_at(&bufs, issue.offset)
@@ -338,12 +348,15 @@ fn perform_read(sh: &Shared, issue: Issue<Req>) {
     let mut data = bufs.into_iter().zip(is_gap).filter(|(_, g)| !g).map(|(b, _)| b);
     for (_, _, r) in issue.parts.into_iter() {
         let buf = data.next();
-        if let Req::Read { slot } = r {
-            match (&res, buf) {
-                (Ok(()), Some(b)) => slot.fill(Ok(b)),
-                (Err(e), _) => slot.fill(Err(io::Error::new(e.kind(), format!("{}: {}", sh.name, e)))),
-                (Ok(()), None) => slot.fill(Err(io::Error::other("read buffer missing"))),
-            }
+        let result = match (&res, buf) {
+            (Ok(()), Some(b)) => Ok(b),
+            (Err(e), _) => Err(io::Error::new(e.kind(), format!("{}: {}", sh.name, e))),
+            (Ok(()), None) => Err(io::Error::other("read buffer missing")),
+        };
+        match r {
+            Req::Read { slot } => slot.fill(result),
+            Req::ReadThen { done } => done(result),
+            Req::Write { .. } => {}
         }
     }
 }

@@ -90,6 +90,12 @@ pub(crate) struct ObjState {
     pub bonus: Vec<u8>,
     /// Dnode slots reserved for this object.
     pub slots: usize,
+    /// Read-ahead stream: where the next sequential read would start, how far
+    /// ahead to read (bytes, 0: not sequential) and the first block not yet
+    /// read ahead.
+    pub seq_next: u64,
+    pub pf_dist: u64,
+    pub pf_until: u64,
     pub ind: HashMap<(u8, u64), IndBlock>,
     pub dirty: [Option<DirtyRec>; TXG_SIZE],
 }
@@ -107,6 +113,9 @@ impl ObjState {
             freed: false,
             bonus: dn.bonus.clone(),
             slots,
+            seq_next: u64::MAX,
+            pf_dist: 0,
+            pf_until: 0,
             dn,
             ind: HashMap::new(),
             dirty: Default::default(),

@@ -9,6 +9,7 @@
 //! writes into the txg's write group. Frees are deferred by the allocator
 //! until the txg is two syncs old.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -35,6 +36,25 @@ pub struct TopVdev {
     pub leaf: Leaf,
 }
 
+/// A block being read ahead; demand readers of it wait here instead of
+/// issuing a second read.
+pub struct Inflight {
+    res: Mutex<Option<std::result::Result<Arc<BlockData>, String>>>,
+    cv: parking_lot::Condvar,
+}
+
+impl Inflight {
+    fn wait(&self) -> std::result::Result<Arc<BlockData>, String> {
+        let mut g = self.res.lock();
+        loop {
+            if let Some(r) = g.as_ref() {
+                return r.clone();
+            }
+            self.cv.wait(&mut g);
+        }
+    }
+}
+
 pub struct PoolCore {
     pub name: String,
     pub guid: u64,
@@ -49,6 +69,17 @@ pub struct PoolCore {
     /// Pool size and free bytes as of the last sync (see `refresh_space`).
     pub size_bytes: AtomicU64,
     pub free_bytes: AtomicU64,
+    /// Prefetch reads under way, by block.
+    pub inflight: Mutex<HashMap<BlockKey, Arc<Inflight>>>,
+    pub prefetch_stats: PrefetchStats,
+}
+
+#[derive(Debug, Default)]
+pub struct PrefetchStats {
+    /// Blocks read ahead.
+    pub issued: AtomicU64,
+    /// Demand reads that found their block read ahead (cached or in flight).
+    pub hits: AtomicU64,
 }
 
 fn key_of(bp: &BlockPtr) -> BlockKey {
@@ -65,6 +96,14 @@ impl PoolCore {
         let meta = bp.otype.is_metadata() || bp.level > 0;
         if let Some(d) = self.cache.get(&key, meta) {
             return Ok(d);
+        }
+        let pending = self.inflight.lock().get(&key).cloned();
+        if let Some(p) = pending {
+            if let Ok(d) = p.wait() {
+                self.prefetch_stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(d);
+            }
+            // A failed read-ahead is retried as a demand read (other copies).
         }
         let mut last_err = None;
         for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
@@ -98,6 +137,52 @@ impl PoolCore {
                 v.leaf.note_checksum_error();
             }
         })
+    }
+
+    /// Starts reading `bp` into the cache in the async-read class, unless it
+    /// is cached or already on its way.
+    pub fn prefetch(self: &Arc<Self>, bp: &BlockPtr) {
+        if bp.is_hole() || bp.is_embedded() {
+            return;
+        }
+        let key = key_of(bp);
+        if self.cache.contains(&key) {
+            return;
+        }
+        let dva = bp.dva[0];
+        let Some(v) = self.vdevs.get(dva.vdev as usize) else { return };
+        let len = (bp.psize as u64).div_ceil(1 << v.ashift) << v.ashift;
+        if len > dva.asize || dva.offset + len > v.dev_size {
+            return;
+        }
+        let inflight = Arc::new(Inflight { res: Mutex::new(None), cv: parking_lot::Condvar::new() });
+        {
+            let mut m = self.inflight.lock();
+            if m.contains_key(&key) {
+                return;
+            }
+            m.insert(key, inflight.clone());
+        }
+        self.prefetch_stats.issued.fetch_add(1, Ordering::Relaxed);
+        let core = self.clone();
+        let bp = *bp;
+        v.leaf.read_async(
+            IoClass::AsyncRead,
+            dva.offset,
+            len,
+            Box::new(move |res| {
+                let r = match res {
+                    Ok(raw) => block::decode(&bp, raw).map(Arc::new).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Ok(d) = &r {
+                    core.cache.insert(key, d.clone());
+                }
+                core.inflight.lock().remove(&key);
+                *inflight.res.lock() = Some(r);
+                inflight.cv.notify_all();
+            }),
+        );
     }
 
     /// Allocates `copies` copies of a prepared block and queues their writes.

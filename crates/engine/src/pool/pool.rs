@@ -717,6 +717,8 @@ impl ShellShared {
             readonly,
             size_bytes: Default::default(),
             free_bytes: Default::default(),
+            inflight: Default::default(),
+            prefetch_stats: Default::default(),
         });
         core.refresh_space();
         Ok(ShellShared {
