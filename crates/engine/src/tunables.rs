@@ -120,6 +120,9 @@ tunables! {
     zfetch_max_distance: u64 = 64 << 20;
     /// 1 turns read-ahead off.
     zfs_prefetch_disable: u32 = 0;
+    /// Clean objects kept in memory per object set before the oldest synced
+    /// ones are dropped (reloaded from their dnodes on use).
+    tarn_dnode_cache_objects: u64 = 100_000;
     /// Space-log blocks between two space checkpoints.
     tarn_space_checkpoint_interval: u64 = 64;
 }

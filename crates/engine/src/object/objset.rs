@@ -652,6 +652,7 @@ impl Objset {
     pub(crate) fn sync_done(&self, txg: u64) {
         let objs = std::mem::take(&mut self.st.lock().syncing[slot(txg)]);
         let mut gone = Vec::new();
+        let mut clean = Vec::new();
         for o in &objs {
             let mut st = o.st.lock();
             if st.dirty[slot(txg)].as_ref().is_some_and(|r| r.txg == txg) {
@@ -659,11 +660,26 @@ impl Objset {
             }
             if st.freed && !st.has_dirty() {
                 gone.push(o.id);
+            } else if !st.has_dirty() && o.id != 0 {
+                clean.push(o.clone());
             }
         }
+        let limit = self.core.tunables.read().tarn_dnode_cache_objects as usize;
         let mut st = self.st.lock();
         for id in gone {
             st.objects.remove(&id);
+        }
+        // Clean objects past the limit are dropped from memory and reloaded
+        // from their dnode when next used. Only objects nobody else holds
+        // (the map and `clean` are the two references) may go: a holder could
+        // be about to dirty it, and two in-memory copies must never exist.
+        for o in clean {
+            if st.objects.len() <= limit {
+                break;
+            }
+            if Arc::strong_count(&o) == 2 {
+                st.objects.remove(&o.id);
+            }
         }
     }
 
