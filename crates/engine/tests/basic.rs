@@ -165,3 +165,37 @@ fn freeing_a_deep_object_frees_its_indirect_blocks() {
     let rep = pool.verify().unwrap();
     assert!(rep.errors.is_empty(), "{:#?}", rep.errors);
 }
+
+/// Objects dropped from memory past `tarn_dnode_cache_objects` come back
+/// from their dnodes intact, and can be changed again.
+#[test]
+fn evicted_objects_reload_from_their_dnodes() {
+    let d = devs(1, 256 << 20);
+    let mut opts = CreateOptions::default();
+    opts.tunables.set("tarn_dnode_cache_objects", "10").unwrap();
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let mut objs = Vec::new();
+    for i in 0..100u64 {
+        let tx = os.begin().unwrap();
+        let o = os.create(&tx, ObjectType::PlainData).unwrap();
+        let data = pattern(500 + i as usize * 300, i);
+        os.write(&tx, o, 0, &data).unwrap();
+        objs.push((o, data));
+    }
+    pool.sync().unwrap();
+    pool.sync().unwrap();
+    assert!(os.loaded_objects() <= 10, "{} objects still in memory", os.loaded_objects());
+    for (o, data) in objs.iter_mut() {
+        assert_eq!(&os.read(*o, 0, data.len()).unwrap(), data);
+        let tx = os.begin().unwrap();
+        os.write(&tx, *o, 100, b"changed").unwrap();
+        data[100..107].copy_from_slice(b"changed");
+    }
+    pool.sync().unwrap();
+    for (o, data) in &objs {
+        assert_eq!(&os.read(*o, 0, data.len()).unwrap(), data);
+    }
+    let rep = pool.verify().unwrap();
+    assert!(rep.errors.is_empty(), "{:#?}", rep.errors);
+}

@@ -166,6 +166,11 @@ impl Objset {
         self.st.lock().used_bytes
     }
 
+    /// Objects currently held in memory.
+    pub fn loaded_objects(&self) -> usize {
+        self.st.lock().objects.len()
+    }
+
     pub fn next_object(&self) -> u64 {
         self.st.lock().next_object
     }
@@ -661,7 +666,7 @@ impl Objset {
             if st.freed && !st.has_dirty() {
                 gone.push(o.id);
             } else if !st.has_dirty() && o.id != 0 {
-                clean.push(o.clone());
+                clean.push(o);
             }
         }
         let limit = self.core.tunables.read().tarn_dnode_cache_objects as usize;
@@ -671,13 +676,15 @@ impl Objset {
         }
         // Clean objects past the limit are dropped from memory and reloaded
         // from their dnode when next used. Only objects nobody else holds
-        // (the map and `clean` are the two references) may go: a holder could
+        // (the map and `objs` are the two references) may go: a holder could
         // be about to dirty it, and two in-memory copies must never exist.
+        // Checked under the object-set lock, which `object()` takes to hand
+        // out a reference, so no new holder can appear meanwhile.
         for o in clean {
             if st.objects.len() <= limit {
                 break;
             }
-            if Arc::strong_count(&o) == 2 {
+            if Arc::strong_count(o) == 2 {
                 st.objects.remove(&o.id);
             }
         }
