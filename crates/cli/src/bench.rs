@@ -72,6 +72,9 @@ pub struct BenchArgs {
     /// Sample the dirty-data level every N ms and report the series
     #[arg(long)]
     pub sample_ms: Option<u64>,
+    /// Offer at most this many bytes/s in total (writes), e.g. 50M
+    #[arg(long)]
+    pub rate: Option<String>,
     /// Keep the bench objects instead of freeing them
     #[arg(long)]
     pub keep: bool,
@@ -295,13 +298,17 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
     let hist = Mutex::new(new_hist());
     let start = Instant::now();
     let wl = a.workload.as_str();
+    let rate = match &a.rate {
+        Some(r) => Some(size_arg(r, "--rate")? / objs.len() as u64),
+        None => None,
+    };
     std::thread::scope(|s| -> Result<()> {
         let hs: Vec<_> = objs
             .iter()
             .enumerate()
             .map(|(i, &o)| {
                 let (os, hist) = (&os, &hist);
-                s.spawn(move || stream_thread(os, o, i as u64, wl, nops, per_obj, bs, gen, hist))
+                s.spawn(move || stream_thread(os, o, i as u64, wl, nops, per_obj, bs, gen, hist, rate))
             })
             .collect();
         hs.into_iter().try_for_each(|h| h.join().map_err(|_| Error::invalid("bench thread panicked"))?)
@@ -320,8 +327,9 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
 }
 
 #[allow(clippy::too_many_arguments)]
-fn stream_thread(os: &Objset, o: u64, i: u64, wl: &str, nops: u64, per_obj: u64, bs: usize, gen: &Gen, hist: &Mutex<Histogram<u64>>) -> Result<()> {
+fn stream_thread(os: &Objset, o: u64, i: u64, wl: &str, nops: u64, per_obj: u64, bs: usize, gen: &Gen, hist: &Mutex<Histogram<u64>>, rate: Option<u64>) -> Result<()> {
     let mut h = new_hist();
+    let start = Instant::now();
     let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ (i + 1);
     let blocks = (per_obj / bs as u64).max(1);
     for k in 0..nops {
@@ -334,6 +342,14 @@ fn stream_thread(os: &Objset, o: u64, i: u64, wl: &str, nops: u64, per_obj: u64,
             x % blocks
         };
         let off = blk * bs as u64;
+        if let Some(r) = rate {
+            // Pace the offered load: op k is due at k × bs / rate.
+            let due = start + Duration::from_secs_f64(k as f64 * bs as f64 / r.max(1) as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
         let t0 = Instant::now();
         if wl.ends_with("write") {
             let tx = os.begin()?;
@@ -458,6 +474,20 @@ unsafe fn libc_fadvise(fd: i32) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
+/// The dirty level over time as one line of block characters (0 … max).
+fn sparkline(samples: &[(u64, u64)], max: u64, width: usize) -> String {
+    const BARS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let per = samples.len().div_ceil(width.max(1)).max(1);
+    samples
+        .chunks(per)
+        .map(|c| {
+            let mean = c.iter().map(|s| s.1 as f64).sum::<f64>() / c.len() as f64;
+            let level = (mean / max.max(1) as f64 * 8.0).round().clamp(0.0, 8.0) as usize;
+            BARS[level]
+        })
+        .collect()
+}
+
 fn print_report(r: &Report, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(r).map_err(|e| Error::invalid(e.to_string()))?);
@@ -479,6 +509,7 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         let tail = &r.dirty_samples[n / 2..];
         let mean = tail.iter().map(|s| s.1 as f64).sum::<f64>() / tail.len().max(1) as f64;
         println!("dirty data    {} samples; second half mean {:.0}% of max", n, mean * 100.0 / r.dirty_max.max(1) as f64);
+        println!("dirty/max     {}", sparkline(&r.dirty_samples, r.dirty_max, 60));
     }
     Ok(())
 }
