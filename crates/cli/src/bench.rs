@@ -461,17 +461,9 @@ fn drop_host_cache(pool: &str) {
         if let Ok(f) = std::fs::File::open(d) {
             use std::os::fd::AsRawFd;
             // SAFETY: fadvise on an open descriptor has no memory-safety preconditions.
-            unsafe { libc_fadvise(f.as_raw_fd()) };
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         }
     }
-}
-
-unsafe fn libc_fadvise(fd: i32) {
-    extern "C" {
-        fn posix_fadvise(fd: i32, offset: i64, len: i64, advice: i32) -> i32;
-    }
-    const POSIX_FADV_DONTNEED: i32 = 4;
-    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 }
 
 /// The dirty level over time as one line of block characters (0 … max).

@@ -78,6 +78,10 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() {
+    // Like every Unix tool: a closed pipe (`tarn pool list | head`) ends the
+    // process quietly instead of failing a print.
+    // SAFETY: setting a signal disposition to the default has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("tarn: {}", e);

@@ -233,18 +233,28 @@ impl Pool {
         }
         let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
         let mut locks = Vec::new();
-        for p in paths {
-            let fd = match opts.size {
-                Some(sz) => FileDevice::create(p, sz),
-                None => FileDevice::open(p),
+        let mut created: Vec<&PathBuf> = Vec::new();
+        let res = (|| {
+            for p in paths {
+                let fd = match opts.size {
+                    Some(sz) => FileDevice::create(p, sz).inspect(|_| created.push(p)),
+                    None => FileDevice::open(p),
+                }
+                .map_err(|e| Error::io(format!("cannot use '{}'", p.display()), e))?;
+                fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
+                let fd = Arc::new(fd);
+                locks.push(fd.clone());
+                devs.push((p.display().to_string(), fd as Arc<dyn BlockDevice>));
             }
-            .map_err(|e| Error::io(format!("cannot use '{}'", p.display()), e))?;
-            fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
-            let fd = Arc::new(fd);
-            locks.push(fd.clone());
-            devs.push((p.display().to_string(), fd));
+            Self::create_on(name, std::mem::take(&mut devs), std::mem::take(&mut locks), opts)
+        })();
+        if res.is_err() {
+            // Files this call created are removed again; existing ones are left.
+            for p in created {
+                let _ = std::fs::remove_file(p);
+            }
         }
-        Self::create_on(name, devs, locks, opts)
+        res
     }
 
     /// Creates a pool on already opened devices (tests use fault devices).
