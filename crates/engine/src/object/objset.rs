@@ -588,7 +588,8 @@ impl Objset {
         let updates = sync_objects(&ctx, &objs)?;
         let mut used: i64 = updates.iter().map(|u| u.used_delta).sum();
         used += self.patch_dnodes(txg, &updates)?;
-        let meta_ctx = SyncCtx { core: &self.core, txg, group, props: WriteProps::METADATA, inline_max: 0 };
+        let meta_props = WriteProps { copies: self.props().write.copies, ..WriteProps::METADATA };
+        let meta_ctx = SyncCtx { core: &self.core, txg, group, props: meta_props, inline_max: 0 };
         let meta_updates = sync_objects(&meta_ctx, std::slice::from_ref(&self.meta))?;
         used += meta_updates.iter().map(|u| u.used_delta).sum::<i64>();
         let bp = self.write_root(txg, group, used)?;
@@ -646,7 +647,10 @@ impl Objset {
         };
         let buf = Arc::new(AlignedBuf::from_slice(&phys.encode()));
         let prep = block::prepare(&buf, buf.len(), ObjectType::Objset, 0, txg, WriteProps::METADATA, self.core.sector);
-        let bp = self.core.write_block(prep, txg, 1, group, 0, None)?;
+        // The root of an object set is worth a second copy whatever the
+        // dataset's `copies`: without it nothing below can be found.
+        let copies = self.props().write.copies.max(2);
+        let bp = self.core.write_block(prep, txg, copies, group, 0, None)?;
         self.core.free_block(&old, txg)?;
         self.st.lock().root_bp = bp;
         Ok(bp)

@@ -201,12 +201,7 @@ impl PoolCore {
         let copies = (copies as usize).clamp(1, MAX_DVAS);
         let mut used: Vec<u32> = Vec::with_capacity(copies);
         for i in 0..copies {
-            let (vdev, offset, asize) = {
-                let mut a = self.alloc.lock();
-                a.alloc(phys.len() as u64, txg, &used).map_err(|e| {
-                    Error::no_space(format!("pool '{}': cannot allocate {} bytes: {:?}", self.name, phys.len(), e))
-                })?
-            };
+            let (vdev, offset, asize) = self.alloc_copy(phys.len() as u64, txg, &used)?;
             used.push(vdev);
             bp.dva[i] = Dva { vdev, asize, offset };
         }
@@ -218,6 +213,18 @@ impl PoolCore {
             self.cache.insert(key_of(&bp), d);
         }
         Ok(bp)
+    }
+
+    /// Allocates one copy, on a vdev not in `used` when the pool has one
+    /// with room, else anywhere (a second copy on the same vdev still guards
+    /// against a bad sector).
+    pub fn alloc_copy(&self, len: u64, txg: u64, used: &[u32]) -> Result<(u32, u64, u64)> {
+        let mut a = self.alloc.lock();
+        let r = match a.alloc(len, txg, used) {
+            Err(_) if !used.is_empty() => a.alloc(len, txg, &[]),
+            r => r,
+        };
+        r.map_err(|e| Error::no_space(format!("pool '{}': cannot allocate {} bytes: {}", self.name, len, e)))
     }
 
     /// Frees every copy of `bp` (deferred two txgs by the allocator).

@@ -758,14 +758,14 @@ impl ShellShared {
     }
 
     fn core_objsets_new(&self, rootrec: KvMap) -> Result<(Arc<Objset>, Arc<Objset>)> {
-        let mos = Objset::open(self.core.clone(), 0, &format!("{}/$MOS", self.core.name), &BlockPtr::default(), ObjsetType::Meta, ObjsetProps { write: WriteProps::METADATA, recordsize: 128 << 10 })?;
+        let mos = Objset::open(self.core.clone(), 0, &format!("{}/$MOS", self.core.name), &BlockPtr::default(), ObjsetType::Meta, MOS_PROPS)?;
         let root = Objset::open(self.core.clone(), ROOT_RECORD, &self.core.name, &BlockPtr::default(), ObjsetType::Dataset, objset_props(&rootrec)?)?;
         Ok((mos, root))
     }
 
     fn core_objsets_open(&self, ub: &Uberblock) -> Result<(Arc<Objset>, Arc<Objset>, KvMap)> {
         let name = self.core.name.clone();
-        let mos = Objset::open(self.core.clone(), 0, &format!("{}/$MOS", name), &ub.mos, ObjsetType::Meta, ObjsetProps { write: WriteProps::METADATA, recordsize: 128 << 10 })?;
+        let mos = Objset::open(self.core.clone(), 0, &format!("{}/$MOS", name), &ub.mos, ObjsetType::Meta, MOS_PROPS)?;
         let dir = read_kv(&mos, POOL_DIR_OBJ).map_err(|e| e.context("pool directory"))?;
         let rec_obj = kv::get_u64(&dir, KEY_ROOT).ok_or_else(|| Error::corrupt("pool directory names no root dataset"))?;
         let rec = read_kv(&mos, rec_obj).map_err(|e| e.context("root dataset record"))?;
@@ -779,6 +779,13 @@ impl ShellShared {
         Shared { core: self.core, mos, root, root_record: ROOT_RECORD, sync: self.sync, config: self.config, pool_props: self.pool_props, _locks: self.locks }
     }
 }
+
+/// The meta object set keeps two copies of every block (OpenZFS keeps three
+/// for the MOS): losing it loses the pool, and it is small.
+const MOS_PROPS: ObjsetProps = ObjsetProps {
+    write: WriteProps { copies: 2, ..WriteProps::METADATA },
+    recordsize: 128 << 10,
+};
 
 /// The root dataset's record is the second object created in the MOS
 /// (after the pool directory's three dnode slots).

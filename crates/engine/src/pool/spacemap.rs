@@ -27,15 +27,19 @@ use crate::sys::buf::AlignedBuf;
 
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// Allocates `len` bytes for a space block and queues its write. The block is
-/// stored uncompressed so its size is known before it is allocated.
-fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, alloc: (u32, u64, u64), payload: &[u8], group: &Arc<WriteGroup>) -> Result<BlockPtr> {
-    let (vdev, offset, asize) = alloc;
+/// Copies of every space block: import cannot proceed without them.
+const SPACE_COPIES: usize = 2;
+
+/// Queues the write of a space block into its pre-allocated places. The block
+/// is stored uncompressed so its size is known before it is allocated.
+fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, places: &[(u32, u64, u64)], payload: &[u8], group: &Arc<WriteGroup>) -> Result<BlockPtr> {
+    let asize = places.iter().map(|p| p.2).min().unwrap_or(0);
     if payload.len() as u64 > asize {
         return Err(Error::corrupt(format!("space block of {} bytes exceeds its {} allocated", payload.len(), asize)));
     }
     let mut buf = AlignedBuf::zeroed(asize as usize);
     buf[..payload.len()].copy_from_slice(payload);
+    let buf = Arc::new(buf);
     let mut bp = BlockPtr::hole(payload.len() as u32, otype, 0);
     bp.psize = payload.len() as u32;
     bp.compress = Compression::Off;
@@ -43,18 +47,29 @@ fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, alloc: (u32, u64, u64
     bp.cksum = checksum::compute(ChecksumType::Blake3, payload);
     bp.birth = txg;
     bp.fill = 1;
-    bp.dva[0] = Dva { vdev, asize, offset };
-    core.vdevs[vdev as usize].leaf.write(IoClass::AsyncWrite, offset, Arc::new(buf), group, 0);
+    for (i, &(vdev, offset, asize)) in places.iter().enumerate() {
+        bp.dva[i] = Dva { vdev, asize, offset };
+        let mut b = buf.clone();
+        if asize as usize != buf.len() {
+            let mut own = AlignedBuf::zeroed(asize as usize);
+            own[..buf.len()].copy_from_slice(&buf);
+            b = Arc::new(own);
+        }
+        core.vdevs[vdev as usize].leaf.write(IoClass::AsyncWrite, offset, b, group, 0);
+    }
     Ok(bp)
 }
 
-fn alloc(core: &PoolCore, len: usize, txg: u64) -> Result<(u32, u64, u64)> {
+/// Allocates the copies of one space block.
+fn alloc(core: &PoolCore, len: usize, txg: u64) -> Result<Vec<(u32, u64, u64)>> {
     let sector = core.sector;
-    let len = len.div_ceil(sector) * sector;
-    core.alloc
-        .lock()
-        .alloc(len as u64, txg, &[])
-        .map_err(|e| Error::no_space(format!("pool '{}': no space for the space log: {:?}", core.name, e)))
+    let len = (len.div_ceil(sector) * sector) as u64;
+    let mut places: Vec<(u32, u64, u64)> = Vec::with_capacity(SPACE_COPIES);
+    for _ in 0..SPACE_COPIES {
+        let used: Vec<u32> = places.iter().map(|p| p.0).collect();
+        places.push(core.alloc_copy(len, txg, &used).map_err(|e| e.context("space log"))?);
+    }
+    Ok(places)
 }
 
 /// Writes `txg`'s log block after `prev`; returns its pointer, or None when
@@ -65,9 +80,10 @@ pub fn write_log(core: &PoolCore, txg: u64, prev: &BlockPtr, group: &Arc<WriteGr
         return Ok(None);
     }
     // The log block's own allocation is one more extent in the records.
-    let bound = BP_SIZE + core.alloc.lock().records_upper_bound(txg, 1);
+    let bound = BP_SIZE + core.alloc.lock().records_upper_bound(txg, SPACE_COPIES);
     let place = alloc(core, bound, txg)?;
     let recs = core.alloc.lock().take_records(txg);
+    let place = place.as_slice();
     let mut payload = prev.to_bytes().to_vec();
     payload.extend_from_slice(&spacelog::encode_records(&recs));
     write_raw(core, txg, ObjectType::SpaceLog, place, &payload, group).map(Some)
@@ -105,7 +121,7 @@ pub fn write_checkpoint(core: &PoolCore, txg: u64, old: &[BlockPtr], group: &Arc
         let piece = pieces.get(i).copied().unwrap_or(&[]);
         let mut payload = next.to_bytes().to_vec();
         payload.extend_from_slice(piece);
-        next = write_raw(core, txg, ObjectType::SpaceCheckpoint, *place, &payload, group)?;
+        next = write_raw(core, txg, ObjectType::SpaceCheckpoint, place, &payload, group)?;
         bps.push(next);
     }
     bps.reverse();
