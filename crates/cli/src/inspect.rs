@@ -43,6 +43,23 @@ pub fn describe_bp(bp: &BlockPtr) -> String {
     )
 }
 
+/// Every device's labels: which verify, and the uberblocks in their rings.
+fn print_labels(pool: &tarn_engine::Pool) {
+    use std::collections::BTreeMap;
+    for v in &pool.core().vdevs {
+        let l = tarn_engine::pool::label::read_labels(v.leaf.device().as_ref());
+        let bad: Vec<String> = l.bad.iter().map(|(i, why)| format!("label {}: {}", i, why)).collect();
+        println!("device {} ({}): {} of 4 labels valid{}", v.id, v.path, 4 - l.bad.len(), if bad.is_empty() { String::new() } else { format!(" — {}", bad.join("; ")) });
+        let mut by_txg: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+        for ub in &l.uberblocks {
+            let e = by_txg.entry(ub.txg).or_insert((ub.timestamp, 0));
+            e.1 += 1;
+        }
+        let newest: Vec<String> = by_txg.iter().rev().take(8).map(|(txg, (ts, n))| format!("txg {} (t={}, {} copies)", txg, ts, n)).collect();
+        println!("  uberblocks: {} in the rings; newest: {}", l.uberblocks.len(), newest.join(", "));
+    }
+}
+
 pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
     let pool = pool_cmd::open(&a.pool, true, t)?;
     if a.verify {
@@ -71,6 +88,7 @@ pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
     println!("  mos:        {}", describe_bp(&ub.mos));
     println!("  space cp:   {} (txg {})", describe_bp(&ub.space_cp), ub.space_cp_txg);
     println!("  space log:  {}", describe_bp(&ub.space_log));
+    print_labels(&pool);
     let cfg = pool.config();
     println!("config: state {} config_txg {} host '{}'", cfg.state.name(), cfg.config_txg, cfg.hostname);
     for c in &cfg.tree.children {
