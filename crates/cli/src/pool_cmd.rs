@@ -61,9 +61,12 @@ pub enum PoolCmd {
         dirs: Vec<PathBuf>,
         #[arg(long)]
         json: bool,
-        /// Import a pool that was not exported cleanly or is marked destroyed
+        /// Import a pool marked destroyed
         #[arg(short, long)]
         force: bool,
+        /// Recovery: allow rewinding more than two txgs to an older uberblock
+        #[arg(short = 'F')]
+        rewind: bool,
         /// Pool name or guid
         pool: Option<String>,
     },
@@ -109,7 +112,7 @@ pub fn open(name: &str, readonly: bool, t: &Tunables) -> Result<Pool> {
     let cache = Cache::load()?;
     let entry = cache.find(name)?;
     let paths: Vec<PathBuf> = entry.devices.iter().map(PathBuf::from).collect();
-    Pool::open(&paths, &OpenOptions { readonly, tunables: t.clone() })
+    Pool::open(&paths, &OpenOptions { readonly, tunables: t.clone(), rewind: false })
 }
 
 /// Opens a pool with every device wrapped by `wrap` (benchmarks).
@@ -125,7 +128,7 @@ pub fn open_wrapped(name: &str, t: &Tunables, wrap: &dyn Fn(Arc<dyn BlockDevice>
         locks.push(fd.clone());
         devs.push((p.clone(), wrap(fd as Arc<dyn BlockDevice>)));
     }
-    Pool::open_on(devs, locks, &OpenOptions { readonly: false, tunables: t.clone() })
+    Pool::open_on(devs, locks, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false })
 }
 
 pub fn run(cmd: PoolCmd, t: &Tunables) -> Result<()> {
@@ -140,7 +143,7 @@ pub fn run(cmd: PoolCmd, t: &Tunables) -> Result<()> {
             c.remove(&name);
             c.save()
         }
-        PoolCmd::Import { dirs, json, force, pool } => import(dirs, json, force, pool, t),
+        PoolCmd::Import { dirs, json, force, rewind, pool } => import(dirs, json, force, rewind, pool, t),
         PoolCmd::Destroy { force: _, name } => {
             let pool = open(&name, false, t)?;
             pool.destroy()?;
@@ -268,7 +271,7 @@ fn status(json: bool, names: Vec<String>, t: &Tunables) -> Result<()> {
     Ok(())
 }
 
-fn import(dirs: Vec<PathBuf>, json: bool, force: bool, pool: Option<String>, t: &Tunables) -> Result<()> {
+fn import(dirs: Vec<PathBuf>, json: bool, force: bool, rewind: bool, pool: Option<String>, t: &Tunables) -> Result<()> {
     let dirs = if dirs.is_empty() { vec![PathBuf::from("/dev")] } else { dirs };
     let found = discover(&dirs);
     let Some(want) = pool else {
@@ -304,7 +307,7 @@ fn import(dirs: Vec<PathBuf>, json: bool, force: bool, pool: Option<String>, t: 
     }
     let mut cache = Cache::load()?;
     let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
-    let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone() })?;
+    let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind })?;
     pool.close()?;
     cache.add(CachedPool { name: p.name.clone(), guid: p.guid, devices: p.devices.iter().map(|d| abs(std::path::Path::new(d))).collect() })?;
     cache.save()

@@ -196,6 +196,12 @@ impl Tunables {
         if self.tarn_vdev_threads == 0 || self.tarn_vdev_threads > 256 {
             return Err(Error::invalid("tarn_vdev_threads must be 1..=256"));
         }
+        if self.zfs_vdev_write_gap_limit != 0 {
+            // Bridging a write gap means writing the gap's bytes too, which
+            // would overwrite live blocks: OpenZFS only does it with optional
+            // padding I/Os, which tarn does not have.
+            return Err(Error::invalid("zfs_vdev_write_gap_limit must be 0: tarn merges only adjacent writes"));
+        }
         if self.zfs_vdev_aggregation_limit > (16 << 20) {
             return Err(Error::invalid("zfs_vdev_aggregation_limit is at most 16M"));
         }

@@ -199,3 +199,51 @@ fn evicted_objects_reload_from_their_dnodes() {
     let rep = pool.verify().unwrap();
     assert!(rep.errors.is_empty(), "{:#?}", rep.errors);
 }
+
+/// Regression: an object that became small enough to be stored inline by a
+/// truncate that did not dirty its block 0 lost its data (the inline copy was
+/// taken from dirty data only).
+#[test]
+fn truncate_into_inline_keeps_data() {
+    let d = devs(1, 256 << 20);
+    let opts = CreateOptions { root_props: vec![("recordsize".into(), "1K".into())], ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, ObjectType::PlainData).unwrap();
+    let data = pattern(2000, 9);
+    os.write(&tx, o, 0, &data).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    assert!(!os.info(o).unwrap().inline);
+    let tx = os.begin().unwrap();
+    os.truncate(&tx, o, 1024).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    assert!(os.info(o).unwrap().inline, "one 1 KiB block now fits inline");
+    assert_eq!(os.read(o, 0, 4096).unwrap(), &data[..1024]);
+    pool.export().unwrap();
+    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions::default()).unwrap();
+    assert_eq!(pool.root().read(o, 0, 4096).unwrap(), &data[..1024]);
+    let rep = pool.verify().unwrap();
+    assert!(rep.errors.is_empty(), "{:#?}", rep.errors);
+}
+
+/// Regression: `copies=2` on a single device suspended the pool (the second
+/// copy was required to be on another device).
+#[test]
+fn copies_two_on_one_device() {
+    let d = devs(1, 256 << 20);
+    let opts = CreateOptions { root_props: vec![("copies".into(), "2".into())], ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, ObjectType::PlainData).unwrap();
+    os.write(&tx, o, 0, &pattern(300_000, 1)).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    let tree = os.tree(o, 100).unwrap();
+    assert!(tree.iter().all(|(_, _, bp)| bp.is_embedded() || bp.ndvas() == 2), "every block has two copies");
+    let rep = pool.verify().unwrap();
+    assert!(rep.errors.is_empty(), "{:#?}", rep.errors);
+}

@@ -292,6 +292,13 @@ fn perform(sh: &Shared, issue: Issue<Req>) {
 }
 
 fn perform_write(sh: &Shared, issue: Issue<Req>) {
+    // A merged write is written back to back: its parts must be adjacent, or
+    // bytes would land at the wrong offsets.
+    let mut pos = issue.offset;
+    for (off, len, _) in &issue.parts {
+        assert_eq!(*off, pos, "merged write with a gap on {}", sh.name);
+        pos += len;
+    }
     let res = {
         let bufs: Vec<&[u8]> = issue
             .parts

@@ -458,6 +458,7 @@ impl Objset {
         }
         st.size = size;
         self.sync_rec_header(&mut st, txg);
+        self.reserve_inline(&mut st, obj);
         drop(st);
         self.core.txg.dirty_add(txg, added);
         self.mark_dirty(obj, txg);

@@ -104,7 +104,10 @@ fn flush_batch(ctx: &SyncCtx, work: &[Work], batch: &mut Vec<(usize, usize)>, us
         }
         let st = &mut cur.as_mut().expect("set above").1;
         let (blkid, buf) = &work[w].blocks[b];
-        used[w] += install(ctx, st, *blkid, prep, buf.len() as u64)?;
+        // Dnode-array blocks are dirtied by the sync itself and were never
+        // counted as dirty data; everything else retires its block size.
+        let retire = if work[w].otype == ObjectType::DnodeArray { 0 } else { buf.len() as u64 };
+        used[w] += install(ctx, st, *blkid, prep, retire)?;
     }
     batch.clear();
     Ok(())
@@ -154,6 +157,18 @@ fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
         used -= free_range(ctx, &mut st, s, e)?;
     }
     if wk.inline {
+        // Block 0's content comes from this txg's dirty copy, the old inline
+        // data, or — read now, before it is freed — the block on disk.
+        let on_disk = match (wk.blocks.iter().any(|(b, _)| *b == 0), &st.dn.inline) {
+            (false, None) => match st.tree_bp(ctx.core, 0)? {
+                Some(bp) if !bp.is_hole() => {
+                    let d = ctx.core.read_block(&bp, crate::io::IoClass::SyncRead, &|| format!("block 0 of object {}", wk.obj.id))?;
+                    Some(d[..(size as usize).min(d.len())].to_vec())
+                }
+                _ => None,
+            },
+            _ => None,
+        };
         used -= free_range(ctx, &mut st, 0, u64::MAX)?;
         used += write_indirects(ctx, &mut st)?;
         if let Some(top) = st.dn.blkptr.take() {
@@ -161,7 +176,7 @@ fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
             used -= top.asize_total() as i64;
         }
         let data = wk.blocks.iter().find(|(b, _)| *b == 0).map(|(_, d)| d[..size as usize].to_vec());
-        let old = st.dn.inline.take().unwrap_or_default();
+        let old = st.dn.inline.take().or(on_disk).unwrap_or_default();
         let mut d = data.unwrap_or(old);
         d.resize(size as usize, 0);
         st.dn.inline = Some(d);

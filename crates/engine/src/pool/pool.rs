@@ -57,7 +57,15 @@ pub struct OpenOptions {
     /// Open without writing anything (no lock, no sync thread).
     pub readonly: bool,
     pub tunables: Tunables,
+    /// Allow falling back more than two txgs (`import -F`). Blocks freed in
+    /// the newer txgs may have been reused, so such a rewind is checked with
+    /// the verifier before the pool is used.
+    pub rewind: bool,
 }
+
+/// Txgs import may fall back without `rewind`: frees are deferred this long,
+/// so the blocks of these uberblocks are certainly intact.
+const SAFE_REWIND_TXGS: u64 = 2;
 
 /// A device as `status` shows it.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -353,7 +361,8 @@ impl Pool {
         let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
         let mut locks = Vec::new();
         for p in paths {
-            let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
+            let fd = if opts.readonly { FileDevice::open_read_only(p) } else { FileDevice::open(p) };
+            let fd = fd.map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
             if !opts.readonly {
                 fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
             }
@@ -376,19 +385,30 @@ impl Pool {
         ubs.retain(|u| u.pool_guid == config.pool_guid && u.guid_sum == guid_sum);
         ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
         ubs.dedup_by(|a, b| a == b);
-        if ubs.is_empty() {
+        let Some(newest) = ubs.first().map(|u| u.txg) else {
             return Err(Error::corrupt(format!("pool '{}': no valid uberblock on any device", config.pool_name)));
-        }
+        };
         let mut errors = Vec::new();
         for ub in ubs {
-            match Self::try_open(&config, devs.clone(), locks.clone(), opts, ub.clone()) {
+            if !opts.rewind && ub.txg + SAFE_REWIND_TXGS < newest {
+                errors.push(format!(
+                    "txg {} and older not tried: rewinding more than {} txgs may find reused blocks (use import -F)",
+                    ub.txg, SAFE_REWIND_TXGS
+                ));
+                break;
+            }
+            let ub_txg = ub.txg;
+            match Self::try_open(&config, devs.clone(), locks.clone(), opts, ub) {
                 Ok(p) => {
                     if !errors.is_empty() {
-                        eprintln!("tarn: pool '{}': rewound to txg {} ({})", config.pool_name, ub.txg, errors.join("; "));
+                        eprintln!("tarn: pool '{}': rewound to txg {} ({})", config.pool_name, ub_txg, errors.join("; "));
+                    }
+                    if ub_txg < newest && !opts.readonly {
+                        p.sh.forget_uberblocks_after(ub_txg, newest)?;
                     }
                     return Ok(p);
                 }
-                Err(e) => errors.push(format!("txg {}: {}", ub.txg, e)),
+                Err(e) => errors.push(format!("txg {}: {}", ub_txg, e)),
             }
         }
         Err(Error::corrupt(format!("pool '{}' cannot be opened: {}", config.pool_name, errors.join("; "))))
@@ -814,6 +834,22 @@ impl Shared {
         Ok(())
     }
 
+    /// After a rewind to `txg`, the abandoned newer uberblocks are erased so
+    /// a later import cannot pick one whose blocks the new txgs reuse.
+    fn forget_uberblocks_after(&self, txg: u64, newest: u64) -> Result<()> {
+        for v in &self.core.vdevs {
+            let zero = crate::sys::buf::AlignedBuf::zeroed(label::ub_slot_size(v.ashift) as usize);
+            for t in txg + 1..=newest.min(txg + label::ub_slot_count(v.ashift) - 1) {
+                for i in 0..label::LABEL_COUNT {
+                    let off = label::ub_slot_offset(i, v.dev_size, v.ashift, t);
+                    v.leaf.write_now(&zero, off).map_err(|e| Error::io(format!("erasing uberblock on {}", v.path), e))?;
+                }
+            }
+            v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
+        }
+        Ok(())
+    }
+
     fn has_work(&self, txg: u64) -> bool {
         self.root.is_dirty(txg) || self.mos.is_dirty(txg)
     }
@@ -898,9 +934,12 @@ impl Shared {
     fn write_space(&self, txg: u64) -> Result<(Option<BlockPtr>, Option<Vec<BlockPtr>>, Option<BlockPtr>)> {
         let group = WriteGroup::new(None);
         let interval = self.core.tunables.read().tarn_space_checkpoint_interval;
+        // A txg whose records would not fit one log block (1 MiB) writes a
+        // checkpoint instead, which is split into chunks.
+        let big = self.core.alloc.lock().records_upper_bound(txg, 2) > spacemap::CHUNK_BYTES / 2;
         let (due, old, prev) = {
             let s = self.sync.lock();
-            let due = s.ub.space_cp.is_hole() || s.logs_since_cp >= interval;
+            let due = big || s.ub.space_cp.is_hole() || s.logs_since_cp >= interval;
             let mut old = s.cp_chain.clone();
             old.extend(s.log_chain.iter().copied());
             (due, old, s.log_chain.last().copied().unwrap_or_default())
@@ -996,6 +1035,6 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
 }
 
 fn probe(path: &Path) -> Option<LabelConfig> {
-    let dev = FileDevice::open_buffered(path).ok()?;
+    let dev = FileDevice::open_read_only(path).ok()?;
     read_labels(&dev).config
 }

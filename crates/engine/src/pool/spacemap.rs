@@ -25,7 +25,8 @@ use crate::pool::alloc::spacelog::{self, TxgRecords};
 use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
 
-const CHUNK_BYTES: usize = 1 << 20;
+/// Largest space block: checkpoint chunks, and the bound a log block must fit.
+pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// Copies of every space block: import cannot proceed without them.
 const SPACE_COPIES: usize = 2;

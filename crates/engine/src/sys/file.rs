@@ -147,16 +147,32 @@ impl FileDevice {
     /// Opens an existing regular file or block device read-write, using
     /// O_DIRECT when the file system supports it.
     pub fn open(path: impl AsRef<Path>) -> io::Result<FileDevice> {
-        FileDevice::open_impl(path.as_ref(), true)
+        FileDevice::open_impl(path.as_ref(), true, true)
     }
 
     /// Like `open`, but never uses O_DIRECT (page-cache I/O).
     pub fn open_buffered(path: impl AsRef<Path>) -> io::Result<FileDevice> {
-        FileDevice::open_impl(path.as_ref(), false)
+        FileDevice::open_impl(path.as_ref(), false, true)
     }
 
-    fn open_impl(path: &Path, try_direct: bool) -> io::Result<FileDevice> {
-        let (mut file, mut direct) = open_file(path, try_direct)?;
+    /// Opens for reading only (writes fail): for looking at pools without
+    /// touching them, and for probing devices during `import`. Refuses
+    /// anything but regular files and block devices before opening, so a
+    /// scan of /dev never opens a character device (a watchdog, a tape).
+    pub fn open_read_only(path: impl AsRef<Path>) -> io::Result<FileDevice> {
+        let path = path.as_ref();
+        let ft = std::fs::metadata(path).map_err(|e| annotate(path, "stat", e))?.file_type();
+        if !(ft.is_file() || ft.is_block_device()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a regular file or block device", path.display()),
+            ));
+        }
+        FileDevice::open_impl(path, true, false)
+    }
+
+    fn open_impl(path: &Path, try_direct: bool, writable: bool) -> io::Result<FileDevice> {
+        let (mut file, mut direct) = open_file(path, try_direct, writable)?;
         let meta = file.metadata().map_err(|e| annotate(path, "stat", e))?;
         let raw_size = if meta.file_type().is_block_device() {
             block_device_size(file.as_raw_fd()).map_err(|e| annotate(path, "BLKGETSIZE64", e))?
@@ -176,7 +192,7 @@ impl FileDevice {
                 Some(a) if size.is_multiple_of(a) => align = a,
                 // Direct I/O unusable here (or the tail is unaddressable with
                 // it): reopen through the page cache.
-                _ => (file, direct) = open_file(path, false)?,
+                _ => (file, direct) = open_file(path, false, writable)?,
             }
         }
         Ok(FileDevice {
@@ -546,9 +562,9 @@ fn annotate(path: &Path, what: &str, e: io::Error) -> io::Error {
 
 /// Opens read-write, with O_DIRECT if asked and accepted. Returns whether
 /// O_DIRECT is set.
-fn open_file(path: &Path, direct: bool) -> io::Result<(File, bool)> {
+fn open_file(path: &Path, direct: bool, writable: bool) -> io::Result<(File, bool)> {
     let mut options = OpenOptions::new();
-    options.read(true).write(true);
+    options.read(true).write(writable);
     if direct {
         match options.clone().custom_flags(libc::O_DIRECT).open(path) {
             Ok(file) => return Ok((file, true)),
