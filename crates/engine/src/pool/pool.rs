@@ -377,6 +377,7 @@ impl Pool {
     pub fn open_on(devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions) -> Result<Pool> {
         opts.tunables.validate()?;
         let (config, devs) = match_devices(devs)?;
+        check_features(&config, opts.readonly)?;
         let mut ubs = Vec::new();
         for (_, d) in &devs {
             ubs.extend(read_labels(d.as_ref()).uberblocks);
@@ -687,6 +688,27 @@ fn check_new_device(path: &str, dev: &dyn BlockDevice, force: bool) -> Result<()
                 format!("'{}' is part of {} pool '{}'; use -f to overwrite it", path, c.state.name().to_lowercase(), c.pool_name),
             ));
         }
+    }
+    Ok(())
+}
+
+/// Feature bits this version understands (none are defined yet).
+const KNOWN_FEATURES_INCOMPAT: u64 = 0;
+const KNOWN_FEATURES_COMPAT: u64 = 0;
+
+/// Refuses pools written by a newer format: incompatible features always,
+/// compatible ones unless opening read-only.
+fn check_features(c: &LabelConfig, readonly: bool) -> Result<()> {
+    if c.format_version != FORMAT_VERSION {
+        return Err(Error::invalid(format!("pool '{}' has on-disk format version {}; this tarn reads version {}", c.pool_name, c.format_version, FORMAT_VERSION)));
+    }
+    let unknown = c.features_incompat & !KNOWN_FEATURES_INCOMPAT;
+    if unknown != 0 {
+        return Err(Error::invalid(format!("pool '{}' uses features this tarn does not support (incompatible bits {:#x})", c.pool_name, unknown)));
+    }
+    let unknown = c.features_compat & !KNOWN_FEATURES_COMPAT;
+    if unknown != 0 && !readonly {
+        return Err(Error::invalid(format!("pool '{}' uses features this tarn does not support (bits {:#x}); it can only be opened read-only", c.pool_name, unknown)));
     }
     Ok(())
 }
