@@ -175,7 +175,9 @@ fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
             ctx.core.free_block(&top, ctx.txg)?;
             used -= top.asize_total() as i64;
         }
-        let data = wk.blocks.iter().find(|(b, _)| *b == 0).map(|(_, d)| d[..size as usize].to_vec());
+        // Block 0 may be shorter than the object (an inline object extended
+        // by truncate past its block): the rest reads as zeros.
+        let data = wk.blocks.iter().find(|(b, _)| *b == 0).map(|(_, d)| d[..d.len().min(size as usize)].to_vec());
         let old = st.dn.inline.take().or(on_disk).unwrap_or_default();
         let mut d = data.unwrap_or(old);
         d.resize(size as usize, 0);
