@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use tarn_ondisk::bp::{BlockPtr, ChecksumType, Compression, Dva, ObjectType, BP_SIZE, EMBEDDED_MAX};
-use tarn_ondisk::codec::le_u32;
+use tarn_ondisk::codec::{le_u32, Writer};
 use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, SLOT_SIZE};
 use tarn_ondisk::kv;
 use tarn_ondisk::label::{LabelConfig, PoolState, VdevKind, VdevNode};
@@ -96,7 +96,9 @@ fn sample_labels() -> Vec<LabelConfig> {
         vec![disk(0, 31, "/dev/sdc"), disk(1, 32, "/dev/sdd"), disk(2, 33, "/dev/sde")],
     );
     let cache = vdev(VdevKind::Cache, 2, 40, "", vec![disk(0, 41, "/dev/nvme0n1")]);
-    let log = vdev(VdevKind::Log, 3, 50, "", vec![disk(0, 51, "/dev/nvme1n1")]);
+    // The deepest tree the decoder accepts: root → log → mirror → disks.
+    let log_mirror = vdev(VdevKind::Mirror, 0, 52, "", vec![disk(0, 53, "/dev/nvme1n1"), disk(1, 54, "/dev/nvme2n1")]);
+    let log = vdev(VdevKind::Log, 3, 50, "", vec![disk(0, 51, "/dev/nvme3n1"), log_mirror]);
     let nested = LabelConfig {
         pool_name: "ünïcode-pool".into(),
         state: PoolState::Exported,
@@ -111,14 +113,34 @@ fn sample_labels() -> Vec<LabelConfig> {
 
 /// Label seeds: the checksummed bytes after the magic, up to the payload's end.
 pub fn label() -> Vec<Vec<u8>> {
-    sample_labels()
+    let mut out: Vec<Vec<u8>> = sample_labels()
         .iter()
         .map(|c| {
             let enc = c.encode().expect("sample configs fit");
             let end = 16 + le_u32(&enc, 12) as usize;
             enc[8..end].to_vec()
         })
-        .collect()
+        .collect();
+    // The deepest sample again, with one more leaf node inside the declared
+    // payload after the tree (the decoder ignores it): flipping the child
+    // count of the last, deepest leaf from 0 to 1 turns that node into a
+    // fourth level, which the decoder must refuse.
+    let mut slack = out.last().expect("samples exist").clone();
+    let mut w = Writer::new();
+    w.u8(VdevKind::Disk as u8);
+    w.u32(0);
+    w.u64(60);
+    w.u8(12);
+    w.u8(0);
+    w.u64(1 << 33);
+    w.u8(26);
+    w.string("/dev/extra");
+    w.u16(0);
+    slack.extend_from_slice(&w.buf);
+    let payload_len = (slack.len() - 8) as u32;
+    slack[4..8].copy_from_slice(&payload_len.to_le_bytes());
+    out.push(slack);
+    out
 }
 
 /// Uberblock seeds: the bytes after the magic up to the checksum (sealed by
