@@ -12,6 +12,8 @@
 
 pub mod arc;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod io;
 pub mod object;
 pub mod pool;

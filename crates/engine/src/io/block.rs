@@ -104,6 +104,13 @@ impl BlockData {
     }
 }
 
+impl std::fmt::Debug for BlockData {
+    /// Only the length: blocks are often megabytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockData").field("len", &self.len).finish()
+    }
+}
+
 impl std::ops::Deref for BlockData {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

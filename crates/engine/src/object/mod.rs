@@ -26,7 +26,9 @@
 //! about 1.1 KiB of dnode block instead of a 4 KiB sector.
 
 mod objset;
-mod state;
+// Crate-visible only so that `crate::fuzzing` can reach the indirect block
+// decoder; nothing outside the crate sees it.
+pub(crate) mod state;
 pub(crate) mod sync;
 
 pub use objset::{ObjectInfo, Objset, ObjsetProps, Tx};

@@ -125,7 +125,9 @@ impl PoolCore {
             Error::corrupt(format!("block on vdev {} which the pool does not have", dva.vdev))
         })?;
         let len = (bp.psize as u64).div_ceil(1 << v.ashift) << v.ashift;
-        if len > dva.asize || dva.offset + len > v.dev_size {
+        // A corrupt offset near u64::MAX must not wrap past the check.
+        let fits = dva.offset.checked_add(len).is_some_and(|end| end <= v.dev_size);
+        if len > dva.asize || !fits {
             return Err(Error::corrupt(format!("block at {}:{:#x} lies outside its device", dva.vdev, dva.offset)));
         }
         let raw = v

@@ -1,0 +1,226 @@
+//! Bodies for the decoders of `tarn-ondisk`: block pointers, labels,
+//! uberblocks, dnodes and object-set roots, key/value maps.
+
+use tarn_ondisk::bp::{BlockPtr, BP_SIZE, EMBEDDED_MAX, MAX_DVAS};
+use tarn_ondisk::codec::{le_u32, put_u64};
+use tarn_ondisk::dnode::{Dnode, ObjsetPhys, DNODE_HEADER, OBJSET_PHYS_SIZE, SLOT_SIZE};
+use tarn_ondisk::kv;
+use tarn_ondisk::label::{LabelConfig, VdevNode, CONFIG_SIZE};
+use tarn_ondisk::uberblock::{Uberblock, UB_MAGIC, UB_SIZE};
+
+use super::Outcome;
+
+/// `label.rs`'s magic (private there); the label seeds come from
+/// `LabelConfig::encode`, so a change there fails the smoke test at once.
+const LABEL_MAGIC: &[u8; 8] = b"TARNLBL1";
+/// `dnode.rs`'s object-set magic ("tarnobjs"), private there.
+const OBJSET_MAGIC: u64 = 0x736a_626f_6e72_6174;
+/// `kv.rs`'s magic, private there.
+const KV_MAGIC: &[u8; 4] = b"TKV1";
+/// Bytes of a label config the checksum covers, less the magic.
+const LABEL_BODY_MAX: usize = CONFIG_SIZE - 8 - 32;
+/// Bytes of an uberblock the checksum covers, less the magic.
+const UB_BODY_MAX: usize = 480 - 8;
+/// Where an uberblock keeps its three block pointers.
+const UB_BP_OFFSETS: [usize; 3] = [48, 176, 304];
+
+/// Zeroes the bytes of an encoded block pointer that no field occupies
+/// (61..64 always; 112..128 unless the payload is embedded there): the
+/// decoder ignores them, so they are the only bytes a re-encoding may change.
+pub(super) fn clear_bp_reserved(b: &mut [u8]) {
+    assert_eq!(b.len(), BP_SIZE);
+    b[61..64].fill(0);
+    let embedded = b[60] & 1 != 0;
+    if !embedded {
+        b[112..128].fill(0);
+    }
+}
+
+/// Block pointer decoder.
+pub fn blockptr(data: &[u8]) -> Outcome {
+    match BlockPtr::decode(data) {
+        Ok(bp) => {
+            check_bp(&bp, &data[..BP_SIZE]);
+            Outcome::Accepted
+        }
+        Err(_) => Outcome::Rejected,
+    }
+}
+
+/// A decoded pointer is valid, and re-encodes to the bytes it came from except
+/// for reserved bytes, and to a value equal to itself.
+pub(super) fn check_bp(bp: &BlockPtr, raw: &[u8]) {
+    assert!(bp.validate().is_ok(), "decode returned a pointer that validate() rejects: {bp:?}");
+    assert!(bp.ndvas() <= MAX_DVAS);
+    let _ = bp.asize_total();
+    if let Some(p) = bp.embedded_payload() {
+        assert!(p.len() <= EMBEDDED_MAX);
+        assert_eq!(p.len(), bp.psize as usize);
+    }
+    let enc = bp.to_bytes();
+    assert_eq!(BlockPtr::decode(&enc).as_ref(), Ok(bp));
+    let mut expect = [0u8; BP_SIZE];
+    expect.copy_from_slice(raw);
+    clear_bp_reserved(&mut expect);
+    assert_eq!(enc, expect, "re-encoding changed more than the reserved bytes");
+}
+
+/// A 16 KiB label config region holding `body` (version, payload length,
+/// payload …) behind the magic, sealed with a correct checksum.
+pub(super) fn seal_label(body: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; CONFIG_SIZE];
+    b[..8].copy_from_slice(LABEL_MAGIC);
+    let n = body.len().min(LABEL_BODY_MAX);
+    b[8..8 + n].copy_from_slice(&body[..n]);
+    let sum = blake3::hash(&b[..CONFIG_SIZE - 32]);
+    b[CONFIG_SIZE - 32..].copy_from_slice(sum.as_bytes());
+    b
+}
+
+/// Label config decoder: the raw input (checksum path), then the input sealed.
+pub fn label(data: &[u8]) -> Outcome {
+    let raw = LabelConfig::decode(data).map(|c| check_label(&c, data)).is_ok();
+    let region = seal_label(data);
+    let sealed = LabelConfig::decode(&region).map(|c| check_label(&c, &region)).is_ok();
+    Outcome::from_any(&[raw, sealed])
+}
+
+fn check_label(c: &LabelConfig, region: &[u8]) {
+    let enc = c.encode().expect("a config decoded from a label fits in one");
+    assert_eq!(enc.len(), CONFIG_SIZE);
+    assert_eq!(LabelConfig::decode(&enc).as_ref(), Ok(c));
+    // The decoder ignores payload bytes past the vdev tree and the padding;
+    // when the declared payload length is the one re-encoding produces, the
+    // payload must come back byte for byte.
+    let payload_len = le_u32(&enc, 12) as usize;
+    if le_u32(region, 12) as usize == payload_len {
+        assert_eq!(&enc[..16 + payload_len], &region[..16 + payload_len], "label payload not canonical");
+    }
+    assert!(c.tree.leaves().iter().all(|l| l.kind.is_leaf()));
+    let _ = c.tree.guid_sum();
+    check_tree_bounds(&c.tree);
+}
+
+/// The decoder's limits on the vdev tree hold: at most 3 levels below the
+/// root, at most 256 children per node.
+fn check_tree_bounds(root: &VdevNode) {
+    let mut stack = vec![(root, 0usize)];
+    while let Some((n, depth)) = stack.pop() {
+        assert!(depth <= 3, "vdev tree deeper than 3 levels below the root");
+        assert!(n.children.len() <= 256, "vdev node with {} children", n.children.len());
+        stack.extend(n.children.iter().map(|c| (c, depth + 1)));
+    }
+}
+
+/// A 512-byte uberblock holding `body` (version onwards) behind the magic,
+/// sealed with a correct checksum.
+pub(super) fn seal_uberblock(body: &[u8]) -> [u8; UB_SIZE] {
+    let mut b = [0u8; UB_SIZE];
+    put_u64(&mut b, 0, UB_MAGIC);
+    let n = body.len().min(UB_BODY_MAX);
+    b[8..8 + n].copy_from_slice(&body[..n]);
+    reseal_uberblock(&mut b);
+    b
+}
+
+fn reseal_uberblock(b: &mut [u8; UB_SIZE]) {
+    let sum = blake3::hash(&b[..480]);
+    b[480..].copy_from_slice(sum.as_bytes());
+}
+
+/// Uberblock decoder: the raw input (checksum path), then the input sealed.
+pub fn uberblock(data: &[u8]) -> Outcome {
+    let raw = Uberblock::decode(data).map(|ub| check_uberblock(&ub, &data[..UB_SIZE])).is_ok();
+    let sealed_bytes = seal_uberblock(data);
+    let sealed = Uberblock::decode(&sealed_bytes).map(|ub| check_uberblock(&ub, &sealed_bytes)).is_ok();
+    Outcome::from_any(&[raw, sealed])
+}
+
+/// Re-encoding gives the same value, and the same bytes except reserved ones.
+fn check_uberblock(ub: &Uberblock, raw: &[u8]) {
+    let enc = ub.encode();
+    assert_eq!(Uberblock::decode(&enc).as_ref(), Ok(ub));
+    let mut expect = [0u8; UB_SIZE];
+    expect.copy_from_slice(raw);
+    for off in UB_BP_OFFSETS {
+        clear_bp_reserved(&mut expect[off..off + BP_SIZE]);
+    }
+    expect[448..480].fill(0);
+    reseal_uberblock(&mut expect);
+    assert_eq!(enc, expect, "re-encoding changed more than the reserved bytes");
+}
+
+/// A 1 KiB object-set root holding `body` (type onwards) behind the magic.
+pub(super) fn seal_objset(body: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; OBJSET_PHYS_SIZE];
+    put_u64(&mut b, 0, OBJSET_MAGIC);
+    let n = body.len().min(OBJSET_PHYS_SIZE - 8);
+    b[8..8 + n].copy_from_slice(&body[..n]);
+    b
+}
+
+/// Dnode and object-set root decoders.
+pub fn dnode(data: &[u8]) -> Outcome {
+    let dn = match Dnode::decode(data) {
+        Ok(Some(d)) => {
+            check_dnode(&d, data);
+            true
+        }
+        Ok(None) => {
+            assert_eq!(data[0], 0, "only a zero type byte is a free slot");
+            true
+        }
+        Err(_) => false,
+    };
+    let os_raw = ObjsetPhys::decode(data).map(|os| check_objset(&os, data)).is_ok();
+    let region = seal_objset(data);
+    let os_sealed = ObjsetPhys::decode(&region).map(|os| check_objset(&os, &region)).is_ok();
+    Outcome::from_any(&[dn, os_raw, os_sealed])
+}
+
+/// The dnode fits in the slots its header declares and re-encodes to the
+/// same value and, but for the slot count and reserved bytes, the same bytes.
+fn check_dnode(d: &Dnode, raw: &[u8]) {
+    let declared = raw[4] as usize;
+    let slots = d.slots();
+    assert!(slots <= declared, "dnode needs {slots} slots, its header declares {declared}");
+    let mut enc = vec![0u8; slots * SLOT_SIZE];
+    d.encode(&mut enc);
+    assert_eq!(Dnode::decode(&enc), Ok(Some(d.clone())));
+    for r in [0..4, 5..11, 12..14, 16..48] {
+        assert_eq!(enc[r.clone()], raw[r.clone()], "dnode header bytes {r:?} changed");
+    }
+    let end = d.encoded_len();
+    let mut expect = raw[DNODE_HEADER..end].to_vec();
+    if d.blkptr.is_some() {
+        clear_bp_reserved(&mut expect[..BP_SIZE]);
+    }
+    assert_eq!(&enc[DNODE_HEADER..end], &expect[..], "dnode body changed");
+}
+
+fn check_objset(os: &ObjsetPhys, raw: &[u8]) {
+    let enc = os.encode();
+    assert_eq!(ObjsetPhys::decode(&enc).as_ref(), Ok(os));
+    assert_eq!(&enc[..9], &raw[..9]);
+    assert_eq!(&enc[208..232], &raw[208..232]);
+    check_dnode(&os.meta_dnode, &raw[16..208]);
+}
+
+/// Key/value map decoder, on the input and on the input behind the magic.
+pub fn kv(data: &[u8]) -> Outcome {
+    let raw = check_kv(data);
+    let mut sealed = KV_MAGIC.to_vec();
+    sealed.extend_from_slice(data);
+    Outcome::from_any(&[raw, check_kv(&sealed)])
+}
+
+/// The map encoding is canonical: what decodes re-encodes to the same bytes.
+fn check_kv(b: &[u8]) -> bool {
+    match kv::decode(b) {
+        Ok(m) => {
+            assert_eq!(kv::encode(&m), b, "key/value map encoding not canonical");
+            true
+        }
+        Err(_) => false,
+    }
+}

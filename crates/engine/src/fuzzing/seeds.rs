@@ -1,0 +1,276 @@
+//! Valid encodings for every target, made by the production encoders: the
+//! smoke test's starting points and the cargo-fuzz seed corpus
+//! (`fuzz/gen-seeds.sh` writes them out). Each is laid out the way its body
+//! reads input, e.g. label and uberblock seeds are the checksummed bytes
+//! after the magic.
+
+use std::collections::BTreeMap;
+
+use tarn_ondisk::bp::{BlockPtr, ChecksumType, Compression, Dva, ObjectType, BP_SIZE, EMBEDDED_MAX};
+use tarn_ondisk::codec::{le_u32, Writer};
+use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, SLOT_SIZE};
+use tarn_ondisk::kv;
+use tarn_ondisk::label::{LabelConfig, PoolState, VdevKind, VdevNode};
+use tarn_ondisk::uberblock::{Uberblock, FORMAT_VERSION};
+
+use crate::io::compress::{self, CompressSetting};
+use crate::pool::alloc::spacelog::{self, Checkpoint, Extent, TxgRecords, VdevCheckpoint};
+
+/// Block pointers of every shape: hole, embedded, compressed, multi-copy.
+fn sample_bps() -> Vec<BlockPtr> {
+    let mut data = BlockPtr::hole(131072, ObjectType::PlainData, 0);
+    data.dva[0] = Dva { vdev: 1, asize: 65536, offset: 1 << 30 };
+    data.psize = 60000;
+    data.compress = Compression::Lz4;
+    data.checksum = ChecksumType::Fletcher4;
+    data.birth = 42;
+    data.fill = 1;
+    data.cksum = [7; 32];
+
+    let mut ind = data;
+    ind.otype = ObjectType::DnodeArray;
+    ind.level = 2;
+    ind.lsize = 131072;
+    ind.psize = 131072;
+    ind.compress = Compression::Off;
+    ind.checksum = ChecksumType::Blake3;
+    ind.fill = 5000;
+    for (i, d) in ind.dva.iter_mut().enumerate() {
+        *d = Dva { vdev: i as u32, asize: 131072, offset: (i as u64 + 3) << 24 };
+    }
+
+    let mut embedded = BlockPtr::hole(4096, ObjectType::KvMap, 0);
+    let mut e = [0u8; EMBEDDED_MAX];
+    for (i, x) in e.iter_mut().enumerate() {
+        *x = i as u8;
+    }
+    embedded.embedded = Some(e);
+    embedded.psize = 60;
+    embedded.compress = Compression::Zstd;
+    embedded.birth = 9;
+    embedded.fill = 1;
+
+    vec![BlockPtr::hole(512, ObjectType::PlainData, 0), data, ind, embedded]
+}
+
+pub fn blockptr() -> Vec<Vec<u8>> {
+    sample_bps().iter().map(|bp| bp.to_bytes().to_vec()).collect()
+}
+
+fn vdev(kind: VdevKind, id: u32, guid: u64, path: &str, children: Vec<VdevNode>) -> VdevNode {
+    VdevNode {
+        kind,
+        id,
+        guid,
+        ashift: 12,
+        nparity: if kind == VdevKind::Raidz { 1 } else { 0 },
+        asize: 1 << 33,
+        metaslab_shift: 26,
+        path: path.into(),
+        children,
+    }
+}
+
+fn sample_labels() -> Vec<LabelConfig> {
+    let file = |id, guid, path: &str| vdev(VdevKind::File, id, guid, path, vec![]);
+    let disk = |id, guid, path: &str| vdev(VdevKind::Disk, id, guid, path, vec![]);
+    let simple = LabelConfig {
+        pool_guid: 0x1234,
+        pool_name: "tank".into(),
+        state: PoolState::Active,
+        config_txg: 4,
+        format_version: 1,
+        features_incompat: 0,
+        features_compat: 0,
+        hostname: "host".into(),
+        device_guid: 11,
+        top_guid: 11,
+        tree: vdev(VdevKind::Root, 0, 0x1234, "", vec![file(0, 11, "/srv/a.img"), file(1, 12, "/srv/b.img")]),
+    };
+    let mirror = vdev(VdevKind::Mirror, 0, 20, "", vec![disk(0, 21, "/dev/sda"), disk(1, 22, "/dev/sdb")]);
+    let raidz = vdev(
+        VdevKind::Raidz,
+        1,
+        30,
+        "",
+        vec![disk(0, 31, "/dev/sdc"), disk(1, 32, "/dev/sdd"), disk(2, 33, "/dev/sde")],
+    );
+    let cache = vdev(VdevKind::Cache, 2, 40, "", vec![disk(0, 41, "/dev/nvme0n1")]);
+    // The deepest tree the decoder accepts: root → log → mirror → disks.
+    let log_mirror = vdev(VdevKind::Mirror, 0, 52, "", vec![disk(0, 53, "/dev/nvme1n1"), disk(1, 54, "/dev/nvme2n1")]);
+    let log = vdev(VdevKind::Log, 3, 50, "", vec![disk(0, 51, "/dev/nvme3n1"), log_mirror]);
+    let nested = LabelConfig {
+        pool_name: "ünïcode-pool".into(),
+        state: PoolState::Exported,
+        hostname: String::new(),
+        device_guid: 32,
+        top_guid: 30,
+        tree: vdev(VdevKind::Root, 0, 0x99, "", vec![mirror, raidz, cache, log]),
+        ..simple.clone()
+    };
+    vec![simple, nested]
+}
+
+/// Label seeds: the checksummed bytes after the magic, up to the payload's end.
+pub fn label() -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = sample_labels()
+        .iter()
+        .map(|c| {
+            let enc = c.encode().expect("sample configs fit");
+            let end = 16 + le_u32(&enc, 12) as usize;
+            enc[8..end].to_vec()
+        })
+        .collect();
+    // The deepest sample again, with one more leaf node inside the declared
+    // payload after the tree (the decoder ignores it): flipping the child
+    // count of the last, deepest leaf from 0 to 1 turns that node into a
+    // fourth level, which the decoder must refuse.
+    let mut slack = out.last().expect("samples exist").clone();
+    let mut w = Writer::new();
+    w.u8(VdevKind::Disk as u8);
+    w.u32(0);
+    w.u64(60);
+    w.u8(12);
+    w.u8(0);
+    w.u64(1 << 33);
+    w.u8(26);
+    w.string("/dev/extra");
+    w.u16(0);
+    slack.extend_from_slice(&w.buf);
+    let payload_len = (slack.len() - 8) as u32;
+    slack[4..8].copy_from_slice(&payload_len.to_le_bytes());
+    out.push(slack);
+    out
+}
+
+/// Uberblock seeds: the bytes after the magic up to the checksum (sealed by
+/// the body), plus one complete encoding (checked as is).
+pub fn uberblock() -> Vec<Vec<u8>> {
+    let bps = sample_bps();
+    let ub = Uberblock {
+        version: FORMAT_VERSION,
+        txg: 77,
+        guid_sum: 5,
+        timestamp: 1_700_000_000,
+        pool_guid: 9,
+        mos: bps[2],
+        space_log: bps[1],
+        space_cp: BlockPtr::default(),
+        space_cp_txg: 70,
+        features_active: 3,
+    };
+    let other = Uberblock { mos: bps[3], space_log: bps[0], space_cp: bps[1], ..ub.clone() };
+    let mut out: Vec<Vec<u8>> = [&ub, &other].iter().map(|u| u.encode()[8..480].to_vec()).collect();
+    out.push(ub.encode().to_vec());
+    out
+}
+
+fn encode_dnode(d: &Dnode) -> Vec<u8> {
+    let mut b = vec![0u8; d.slots() * SLOT_SIZE];
+    d.encode(&mut b);
+    b
+}
+
+/// Dnode seeds: dnodes with a block pointer, bonus and inline data, and an
+/// object-set root both complete and as the body after its magic.
+pub fn dnode() -> Vec<Vec<u8>> {
+    let mut block = Dnode::new(ObjectType::PlainData, 1 << 20, 5);
+    block.bonus = vec![1, 2, 3];
+    block.maxblkid = 99;
+    block.size = 100 << 20;
+    block.nlevels = 2;
+    block.blkptr = Some(sample_bps()[1]);
+    let mut inline = Dnode::new(ObjectType::Directory, 131072, 6);
+    inline.blkptr = None;
+    inline.nlevels = 0;
+    inline.inline = Some((0..300u32).map(|i| i as u8).collect());
+    inline.size = 300;
+    inline.bonus = vec![9; 40];
+    let os = ObjsetPhys {
+        ostype: ObjsetType::Dataset,
+        meta_dnode: Dnode::new(ObjectType::DnodeArray, DNODE_BLOCK_SIZE as u32, 1),
+        next_object: 300,
+        object_count: 12,
+        used_bytes: 1 << 20,
+    };
+    let os_bytes = os.encode();
+    vec![
+        encode_dnode(&block),
+        encode_dnode(&inline),
+        encode_dnode(&Dnode::new(ObjectType::KvMap, 16384, 1)),
+        os_bytes[8..232].to_vec(),
+        os_bytes,
+    ]
+}
+
+pub fn kv() -> Vec<Vec<u8>> {
+    let mut m = kv::KvMap::new();
+    kv::put_u64(&mut m, "root_dataset", 5);
+    kv::put_str(&mut m, "prop:comment", "hello");
+    m.insert("empty".into(), vec![]);
+    let mut big = BTreeMap::new();
+    for i in 0..20u32 {
+        big.insert(format!("key{i:03}"), vec![i as u8; i as usize]);
+    }
+    vec![kv::encode(&kv::KvMap::new()), kv::encode(&m), kv::encode(&big)]
+}
+
+pub fn spacelog() -> Vec<Vec<u8>> {
+    let ext = |vdev, offset, len| Extent { vdev, offset, len };
+    let records = TxgRecords {
+        txg: 77,
+        allocs: vec![ext(0, 4 << 20, 128 << 10), ext(0, (4 << 20) + (132 << 10), 4096), ext(1, 1 << 30, 512)],
+        frees: vec![ext(1, 8192, 8192), ext(0, u64::MAX - 4095, 4096)],
+    };
+    let checkpoint = Checkpoint {
+        txg: 70,
+        vdevs: vec![
+            VdevCheckpoint {
+                vdev: 0,
+                start: 4 << 20,
+                size: 1 << 30,
+                ashift: 12,
+                free: vec![(4 << 20, 1 << 20), (8 << 20, 64 << 20)],
+                deferred: vec![(69, 2 << 20, 4096), (69, 3 << 20, 8192), (70, 5 << 20, 4096)],
+            },
+            VdevCheckpoint { vdev: 3, start: 0, size: 1 << 28, ashift: 9, free: vec![(512, 1024)], deferred: vec![] },
+        ],
+    };
+    vec![
+        spacelog::encode_records(&TxgRecords::default()),
+        spacelog::encode_records(&records),
+        spacelog::encode_checkpoint(&Checkpoint::default()),
+        spacelog::encode_checkpoint(&checkpoint),
+    ]
+}
+
+/// A block body input: mode byte, logical size, payload.
+fn block_input(mode: u8, lsize: usize, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![mode];
+    v.extend_from_slice(&(lsize as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Block seeds: one compressible block compressed each way, one stored raw.
+pub fn block_decode() -> Vec<Vec<u8>> {
+    let logical: Vec<u8> = (0..8192u32).map(|i| (i % 23) as u8 ^ (i / 512) as u8).collect();
+    let mut out = vec![block_input(0b0000_0100, 1000, &logical[..1000])];
+    // mode: compression in bits 0-1, fletcher4 in bits 2-3.
+    for (mode, setting) in [(0b0000_0101u8, CompressSetting::Lz4), (0b0010_0110, CompressSetting::Zstd(3))] {
+        let c = compress::compress(setting, &logical, 512).expect("the sample compresses");
+        out.push(block_input(mode, logical.len(), &c));
+    }
+    out
+}
+
+/// Indirect block seeds: the first pointers of a block (the body fills the
+/// rest of the 128 KiB with holes).
+pub fn indirect() -> Vec<Vec<u8>> {
+    let bps = sample_bps();
+    let mut all = Vec::with_capacity(bps.len() * BP_SIZE);
+    for bp in &bps {
+        all.extend_from_slice(&bp.to_bytes());
+    }
+    vec![bps[1].to_bytes().to_vec(), all]
+}
