@@ -489,14 +489,16 @@ impl Objset {
     }
 
     /// Writes this object set's changes of `txg`; returns its new root block
-    /// pointer, or None when nothing changed.
+    /// pointer, or None when nothing changed. A set that has never been
+    /// written gets its (empty) root block even with no changes, so that
+    /// import finds a root block for every dataset, empty ones included.
     pub(crate) fn sync(&self, txg: u64, group: &Arc<WriteGroup>) -> Result<Option<BlockPtr>> {
-        let objs: Vec<Arc<Object>> = {
+        let (objs, never_written): (Vec<Arc<Object>>, bool) = {
             let mut st = self.st.lock();
             let ids = std::mem::take(&mut st.dirty[slot(txg)]);
-            ids.iter().filter_map(|id| st.objects.get(id).cloned()).collect()
+            (ids.iter().filter_map(|id| st.objects.get(id).cloned()).collect(), st.root_bp.is_hole())
         };
-        if objs.is_empty() {
+        if objs.is_empty() && !never_written {
             return Ok(None);
         }
         let inline_max = self.core.tunables.read().tarn_inline_max_bytes;

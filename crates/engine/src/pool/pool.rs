@@ -803,7 +803,12 @@ impl Shared {
     fn sync_loop(&self) {
         let core = &self.core;
         while let Some(txg) = core.txg.next_sync(&|t| self.has_work(t)) {
-            match self.sync_txg(txg) {
+            // A panic while syncing is an engine bug. Caught, it suspends the
+            // pool like an I/O failure, so writers and `sync` callers get an
+            // error instead of waiting forever for a thread that is gone.
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_txg(txg)))
+                .unwrap_or_else(|p| Err(Error::corrupt(format!("the sync thread panicked: {}", panic_message(p.as_ref())))));
+            match res {
                 Ok(()) => core.txg.sync_done(txg),
                 Err(e) => {
                     core.txg.sync_failed(txg, e.to_string());
@@ -912,6 +917,10 @@ impl Shared {
         self.mos.write_txg(txg, self.root_record, 0, &bytes)?;
         self.mos.truncate_txg(txg, self.root_record, bytes.len() as u64)
     }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(|s| s.as_str())).unwrap_or("(no message)")
 }
 
 /// A pool found by scanning devices.
