@@ -75,11 +75,7 @@ pub fn as_dyn(devs: &[Arc<FaultDevice>]) -> Vec<(String, Arc<dyn BlockDevice>)> 
 /// Tunables for tests: 8 MiB of dirty data (a txg every ~1.6 MiB written),
 /// few I/O threads, a small block cache so reads really reach the devices.
 pub fn small_tunables() -> Tunables {
-    let mut t = Tunables::default();
-    t.zfs_dirty_data_max = 8 << 20;
-    t.tarn_vdev_threads = 4;
-    t.tarn_cache_bytes = 8 << 20;
-    t
+    Tunables { zfs_dirty_data_max: 8 << 20, tarn_vdev_threads: 4, tarn_cache_bytes: 8 << 20, ..Default::default() }
 }
 
 pub fn open(devs: &[Arc<FaultDevice>]) -> Result<Pool> {
