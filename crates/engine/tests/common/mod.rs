@@ -94,3 +94,40 @@ pub fn first_difference(a: &[u8], b: &[u8]) -> String {
         None => format!("lengths differ: {} and {}", a.len(), b.len()),
     }
 }
+
+/// A pool named "tank" on `n` in-memory devices of 128 MiB, with root
+/// dataset properties `props`.
+pub fn new_pool(n: usize, props: &[(&str, &str)]) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(n, 128 << 20, 1);
+    let opts = tarn_engine::CreateOptions {
+        tunables: small_tunables(),
+        root_props: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    };
+    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
+    (devs, pool)
+}
+
+/// Creates an object holding `data` (one transaction, no sync); its id.
+pub fn put(pool: &Pool, data: &[u8]) -> u64 {
+    let os = pool.root();
+    let tx = os.begin().expect("begin");
+    let obj = os.create(&tx, tarn_ondisk::ObjectType::PlainData).expect("create");
+    os.write(&tx, obj, 0, data).expect("write");
+    obj
+}
+
+/// What the devices hold durably right now, as new devices (a power cut
+/// with nothing pending: after a sync, everything written so far).
+pub fn durable(devs: &[Arc<FaultDevice>]) -> Vec<Arc<FaultDevice>> {
+    devs.iter().map(|d| Arc::new(d.snapshot_durable())).collect()
+}
+
+/// The error of an import that must fail (`Pool` has no `Debug`, so
+/// `expect_err` is not available).
+pub fn refused(r: Result<Pool>, what: &str) -> tarn_engine::Error {
+    match r {
+        Ok(p) => panic!("{what}: the pool imported at txg {}", p.uberblock().txg),
+        Err(e) => e,
+    }
+}
