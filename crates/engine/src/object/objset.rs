@@ -174,6 +174,12 @@ impl Objset {
         format!("object {} of '{}'", obj, self.name.read())
     }
 
+    /// Puts the object in front of an error from below: a damaged indirect
+    /// or dnode block names only itself.
+    fn about(&self, obj: u64) -> impl Fn(Error) -> Error + '_ {
+        move |e| e.context(self.what(obj))
+    }
+
     /// Creates an object; returns its number.
     pub fn create(&self, tx: &Tx, otype: ObjectType) -> Result<u64> {
         self.create_with_slots(tx, otype, DEFAULT_SLOTS)
@@ -221,8 +227,8 @@ impl Objset {
         let blkid = obj / SLOTS_PER_BLOCK as u64;
         let off = (obj % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
         let mut buf = vec![0u8; DNODE_BLOCK_SIZE];
-        let src = self.meta.st.lock().resolve(&self.core, blkid)?;
-        ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read()))?;
+        let src = self.meta.st.lock().resolve(&self.core, blkid).map_err(self.about(obj))?;
+        ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read())).map_err(self.about(obj))?;
         let dn = Dnode::decode(&buf[off..]).map_err(|e| Error::from(e).context(self.what(obj)))?;
         let dn = dn.ok_or_else(|| Error::not_found(format!("{} does not exist", self.what(obj))))?;
         let slots = dn.slots().max(DEFAULT_SLOTS.min(SLOTS_PER_BLOCK - off / SLOT_SIZE));
@@ -296,7 +302,7 @@ impl Objset {
         if target <= st.blksz {
             return Ok(());
         }
-        let src = st.resolve(&self.core, 0)?;
+        let src = st.resolve(&self.core, 0).map_err(self.about(obj))?;
         let mut buf = AlignedBuf::zeroed(target as usize);
         ObjState::fetch(&self.core, &src, &mut buf[..st.blksz as usize], &|| self.what(obj))?;
         let prev = st.rec(txg).blocks.insert(0, Arc::new(buf)).map_or(0, |b| b.len() as u64);
@@ -311,7 +317,7 @@ impl Objset {
         if !st.rec(txg).blocks.contains_key(&blkid) {
             let mut buf = AlignedBuf::zeroed(bs);
             if !full {
-                let src = st.resolve(&self.core, blkid)?;
+                let src = st.resolve(&self.core, blkid).map_err(self.about(obj))?;
                 ObjState::fetch(&self.core, &src, &mut buf, &|| self.what(obj))?;
             }
             st.rec(txg).blocks.insert(blkid, Arc::new(buf));
@@ -354,7 +360,7 @@ impl Objset {
         let bs = st.blksz as u64;
         let mut srcs = Vec::new();
         for blkid in offset / bs..=(end - 1) / bs {
-            srcs.push((blkid, st.resolve(&self.core, blkid)?));
+            srcs.push((blkid, st.resolve(&self.core, blkid).map_err(self.about(obj))?));
         }
         drop(st);
         let mut out = vec![0u8; (end - offset) as usize];
@@ -461,7 +467,7 @@ impl Objset {
             if l == 0 || out.len() >= limit {
                 continue;
             }
-            st.ensure_path(&self.core, idx << (10 * l as u32))?;
+            st.ensure_path(&self.core, idx << (10 * l as u32)).map_err(self.about(obj))?;
             let bps = st.ind.get(&(l, idx)).map(|b| b.bps.clone()).unwrap_or_default();
             for (c, bp) in bps.iter().enumerate().rev() {
                 if !bp.is_hole() {
