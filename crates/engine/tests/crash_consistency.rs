@@ -1,18 +1,21 @@
 //! Crash consistency: a power cut at any write loses nothing committed.
 //!
-//! Each seed builds a pool on 1–3 in-memory devices, runs 2–3 threads of
-//! random creates, writes, truncates and frees (one transaction each, logged
-//! with its txg), cuts the power at one device's k-th write and lets every
-//! device lose a random subset of its unflushed writes, torn per sector. The
-//! recovered pool must import at a txg T no older than the last finished sync,
-//! hold exactly what the logged operations of txgs <= T made, verify clean,
-//! and stay usable. See `crash/mod.rs` for one run, `crash/workload.rs` for
+//! Each seed builds a pool on 1–3 in-memory devices (record size 4K, 16K or
+//! 128K; some with copies=2, some without write aggregation), runs 2–3
+//! threads of random creates, writes, truncates and frees (one transaction
+//! each, logged with its txg), cuts the power at one device's k-th write and
+//! lets every device lose a random subset of its unflushed writes, reordered
+//! and torn per sector. The recovered pool must import at a txg T no older
+//! than the last finished sync, hold exactly what the logged operations of
+//! txgs <= T made, verify clean, and stay usable — including through a
+//! second power cut. See `crash/mod.rs` for one run, `crash/workload.rs` for
 //! the operations and `crash/model.rs` for the oracle.
 //!
 //! Knobs: `TARN_CRASH_SEED=N` reruns one seed (its threads may interleave
 //! differently, so a rerun explores the same cut points of a nearby history);
 //! `TARN_CRASH_SEEDS=N` runs N seeds from `TARN_CRASH_FIRST_SEED` (default
-//! 0); `TARN_CRASH_SECS=S` stops starting new seeds after S seconds.
+//! 0); `TARN_CRASH_SECS=S` stops starting new seeds after S seconds;
+//! `TARN_CRASH_TWICE_SEEDS=N` sets the seeds of the double-cut test.
 
 mod common;
 mod crash;
@@ -22,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use common::{crash_all, Rng};
 use crash::model::{model_at, Model};
-use crash::{calibrate, check_recovered, run, run_workload, small_objects, Plan, SeedGuard};
+use crash::{calibrate, check_recovered, run, run_twice, run_workload, small_objects, Plan, SeedGuard};
 
 /// Seeds of the default run, and cut points per seed: 250 × 4 = 1000 cuts,
-/// about 25 s on two cores in the test profile.
+/// about 40 s on two shared cores in the test profile.
 const DEFAULT_SEEDS: u64 = 250;
 const CUTS_PER_SEED: u64 = 4;
 
@@ -87,6 +90,21 @@ fn power_cut_at_any_write_loses_nothing_committed() {
     assert!(cuts >= seeds_run, "every seed cuts at least once");
 }
 
+/// A pool recovered from a power cut loses power again while a new
+/// workload runs on it: recovery must not leave anything (deferred frees,
+/// the space log it resumed, ring slots of the lost txgs) that a second cut
+/// exposes.
+#[test]
+fn power_cut_after_recovery_loses_nothing_committed() {
+    for seed in 0..env_u64("TARN_CRASH_TWICE_SEEDS").unwrap_or(40) {
+        let _guard = SeedGuard(seed);
+        let plan = Plan::new(seed);
+        let mut rng = Rng::new(seed ^ 0x2C07);
+        let writes = calibrate(&plan);
+        run_twice(&plan, 1 + rng.below(writes), 1 + rng.below(writes), seed);
+    }
+}
+
 /// The harness is a function of its seed. With several threads the engine
 /// is not: which txg an operation joins depends on when the sync thread
 /// closes the open txg, and the I/O threads merge and order writes by timing.
@@ -142,7 +160,7 @@ fn power_cut_during_an_uberblock_write() {
 /// counts the writes device `dev` takes while that batch syncs.
 fn writes_of_last_sync(plan: &Plan, dev: usize) -> u64 {
     let (devs, pool) = plan.create();
-    assert!(run_workload(plan, &pool).1.is_none(), "{}: uncut workload failed", plan.ctx());
+    assert!(run_workload(plan, &pool, plan.seed).1.is_none(), "{}: uncut workload failed", plan.ctx());
     pool.sync().unwrap_or_else(|e| panic!("{}: sync: {e}", plan.ctx()));
     assert!(small_objects(&pool, 3, false).error.is_none());
     let before = devs[dev].stats().writes;
@@ -155,7 +173,7 @@ fn writes_of_last_sync(plan: &Plan, dev: usize) -> u64 {
 fn uberblock_cut(plan: &Plan, k: u64, j: u64) {
     let ctx = format!("{}, cut at uberblock write {} of device {}", plan.ctx(), j + 1, plan.cut_dev);
     let (devs, pool) = plan.create();
-    let (mut logs, error) = run_workload(plan, &pool);
+    let (mut logs, error) = run_workload(plan, &pool, plan.seed);
     assert!(error.is_none(), "{ctx}: workload failed before the cut");
     pool.sync().unwrap_or_else(|e| panic!("{ctx}: sync: {e}"));
     logs.push(small_objects(&pool, 3, false).log);
@@ -172,8 +190,7 @@ fn uberblock_cut(plan: &Plan, k: u64, j: u64) {
     let mut imported = BTreeSet::new();
     for crash_seed in 0..8 {
         let images = crash_all(&devs, crash_seed);
-        let (t, model): (u64, Model) = check_recovered(&images, &logs, synced_before, &format!("{ctx}, crash seed {crash_seed}"));
-        assert!(model == model_at(&logs, t));
+        let (t, _): (u64, Model) = check_recovered(&images, &logs, synced_before, &format!("{ctx}, crash seed {crash_seed}"));
         imported.insert(t);
     }
     let first_ub_write = plan.cut_dev == 0 && j == 0;

@@ -20,7 +20,7 @@ use tarn_engine::{CreateOptions, Error, Pool, Tunables};
 use tarn_ondisk::ObjectType;
 
 use crate::common::{as_dyn, crash_all, mem_devs, open, pattern, small_tunables, Rng};
-use model::{check_contents, check_verified, created, model_at, Model};
+use model::{check_contents, check_verified, created, model_at, model_from, Model};
 use workload::{Logged, Op, ThreadLog, Worker};
 
 /// What one seed builds and does.
@@ -30,6 +30,9 @@ pub struct Plan {
     pub ndevs: usize,
     pub dev_size: u64,
     pub recordsize: Option<&'static str>,
+    /// Copies of every data and indirect block (2 needs two devices to
+    /// land on different ones).
+    pub copies: u8,
     pub threads: usize,
     pub ops: usize,
     /// The device whose power is cut (the others lose power with it).
@@ -59,6 +62,7 @@ impl Plan {
             ops: rng.range(25, 50) as usize,
             cut_dev: rng.below(ndevs as u64) as usize,
             aggregate: !rng.chance(30),
+            copies: if ndevs > 1 && rng.chance(25) { 2 } else { 1 },
             deterministic: false,
         }
     }
@@ -92,6 +96,9 @@ impl Plan {
         if let Some(rs) = self.recordsize {
             opts.root_props.push(("recordsize".into(), rs.into()));
         }
+        if self.copies > 1 {
+            opts.root_props.push(("copies".into(), self.copies.to_string()));
+        }
         let pool = Pool::create_on("crash", as_dyn(&devs), vec![], &opts).unwrap_or_else(|e| panic!("seed {}: create: {e}", self.seed));
         (devs, pool)
     }
@@ -115,10 +122,11 @@ pub struct Outcome {
     pub model: Model,
 }
 
-/// Runs the workload threads; returns their logs and the first error.
-pub fn run_workload(plan: &Plan, pool: &Pool) -> (Vec<Vec<Logged>>, Option<Error>) {
+/// Runs the workload threads, their generators forked from `seed`; returns
+/// their logs and the first error.
+pub fn run_workload(plan: &Plan, pool: &Pool, seed: u64) -> (Vec<Vec<Logged>>, Option<Error>) {
     let stop = AtomicBool::new(false);
-    let mut rng = Rng::new(plan.seed);
+    let mut rng = Rng::new(seed);
     let workers: Vec<Worker> =
         (0..plan.threads).map(|_| Worker { pool, rng: rng.fork(), ops: plan.ops, stop: &stop, seed: plan.seed }).collect();
     let results: Vec<ThreadLog> = std::thread::scope(|s| {
@@ -139,7 +147,7 @@ pub fn run_workload(plan: &Plan, pool: &Pool) -> (Vec<Vec<Logged>>, Option<Error
 pub fn calibrate(plan: &Plan) -> u64 {
     let (devs, pool) = plan.create();
     let before = devs[plan.cut_dev].stats().writes;
-    let (_, error) = run_workload(plan, &pool);
+    let (_, error) = run_workload(plan, &pool, plan.seed);
     if let Some(e) = error {
         panic!("{}: uncut workload failed: {e}", plan.ctx());
     }
@@ -179,44 +187,81 @@ fn until_cut(pool: &Pool, limit: usize) -> ThreadLog {
     small_objects(pool, limit, true)
 }
 
-/// One run with the power cut at write `k` of `plan.cut_dev`; the devices
-/// then crash with `crash_seed` choosing which unflushed writes survive.
-pub fn run(plan: &Plan, k: u64, crash_seed: u64) -> Outcome {
-    let ctx = format!("{}, cut at write {k}", plan.ctx());
-    let (devs, pool) = plan.create();
-    let cut = &devs[plan.cut_dev];
-    cut.set_config(FaultConfig { power_cut_after_writes: Some(k), ..Default::default() });
-    let (mut logs, mut error) = run_workload(plan, &pool);
+/// How a workload ended at a power cut.
+pub struct Cut {
+    pub logs: Vec<Vec<Logged>>,
+    /// The last txg whose sync had finished before the cut.
+    pub synced_before: u64,
+    /// The cut write was an uberblock write (the sync failed there).
+    pub in_uberblock: bool,
+    /// The devices after the power loss.
+    pub images: Vec<Arc<FaultDevice>>,
+}
+
+/// Cuts the power at write `k` of `plan.cut_dev` while the workload (seeded
+/// by `workload_seed`) runs on `pool`; the devices then crash, `crash_seed`
+/// choosing which unflushed writes survive.
+pub fn cut(plan: &Plan, pool: Pool, devs: &[Arc<FaultDevice>], k: u64, workload_seed: u64, crash_seed: u64, ctx: &str) -> Cut {
+    let dead = &devs[plan.cut_dev];
+    dead.set_config(FaultConfig { power_cut_after_writes: Some(k), ..Default::default() });
+    let (mut logs, mut error) = run_workload(plan, &pool, workload_seed);
     if error.is_none() {
         let tail = until_cut(&pool, 1000);
         logs.push(tail.log);
         error = tail.error;
     }
     let error = error.unwrap_or_else(|| panic!("{ctx}: the cut never came"));
-    assert!(cut.is_dead(), "{ctx}: the workload failed with no power cut: {error}");
+    assert!(dead.is_dead(), "{ctx}: the workload failed with no power cut: {error}");
     // No sync can finish after the cut: every sync writes uberblocks to
     // every device, and the cut device refuses all writes.
     let synced_before = pool.core().txg.synced_txg();
     let in_uberblock = pool.core().txg.failure().is_some_and(|f| f.contains("writing uberblock"));
     drop(pool); // closing a pool with a dead device must not hang or panic
-    let images = crash_all(&devs, crash_seed);
-    let (t, model) = check_recovered(&images, &logs, synced_before, &ctx);
-    Outcome { cut_write: k, synced_before, imported_txg: t, in_uberblock, model }
+    Cut { logs, synced_before, in_uberblock, images: crash_all(devs, crash_seed) }
 }
 
-/// Imports crash images and checks them against the logs: the imported txg
-/// T is the last synced one or the one whose sync was cut, the objects are
-/// exactly the model of T, everything verifies, and the pool stays usable.
-pub fn check_recovered(images: &[Arc<FaultDevice>], logs: &[Vec<Logged>], synced_before: u64, ctx: &str) -> (u64, Model) {
+/// One run with the power cut at write `k` of `plan.cut_dev`.
+pub fn run(plan: &Plan, k: u64, crash_seed: u64) -> Outcome {
+    let ctx = format!("{}, cut at write {k}", plan.ctx());
+    let (devs, pool) = plan.create();
+    let c = cut(plan, pool, &devs, k, plan.seed, crash_seed, &ctx);
+    let (t, model) = check_recovered(&c.images, &c.logs, c.synced_before, &ctx);
+    Outcome { cut_write: k, synced_before: c.synced_before, imported_txg: t, in_uberblock: c.in_uberblock, model }
+}
+
+/// Two power cuts: the pool recovered from the first runs a new workload
+/// (new objects) and loses power again at write `k2`. The second recovery
+/// must hold the first's objects plus the new ones as of its txg.
+pub fn run_twice(plan: &Plan, k1: u64, k2: u64, crash_seed: u64) {
+    let ctx = format!("{}, cut at write {k1}", plan.ctx());
+    let (devs, pool) = plan.create();
+    let first = cut(plan, pool, &devs, k1, plan.seed, crash_seed, &ctx);
+    let (pool, t1, base) = import_checked(&first.images, &Model::new(), &first.logs, first.synced_before, &ctx);
+    let ctx = format!("{ctx}, imported txg {t1}, then cut at write {k2}");
+    let second = cut(plan, pool, &first.images, k2, !plan.seed, crash_seed + 1, &ctx);
+    let (pool, t2, model) = import_checked(&second.images, &base, &second.logs, second.synced_before, &ctx);
+    keep_using(pool, &second.images, model, t2, &ctx);
+}
+
+/// Imports crash images and checks them: the imported txg T is the last
+/// synced one or the one whose sync was cut, the objects are exactly `base`
+/// changed by the logged operations of txgs <= T, and everything verifies.
+pub fn import_checked(images: &[Arc<FaultDevice>], base: &Model, logs: &[Vec<Logged>], synced_before: u64, ctx: &str) -> (Pool, u64, Model) {
     let pool = open(images).unwrap_or_else(|e| panic!("{ctx}: import after the crash failed: {e}"));
     let t = pool.uberblock().txg;
     assert!(t >= synced_before, "{ctx}: imported txg {t} is older than the last synced txg {synced_before}");
     assert!(t <= synced_before + 1, "{ctx}: imported txg {t} is newer than the txg whose sync failed ({})", synced_before + 1);
     let ctx = format!("{ctx}, imported txg {t} (synced before the cut: {synced_before})");
-    let model = model_at(logs, t);
+    let model = model_from(base, logs, t);
     check_contents(&pool, &model, &created(logs), &ctx);
     check_verified(&pool, &ctx);
-    keep_using(pool, images, model.clone(), t, &ctx);
+    (pool, t, model)
+}
+
+/// `import_checked` from scratch, then the pool must stay usable.
+pub fn check_recovered(images: &[Arc<FaultDevice>], logs: &[Vec<Logged>], synced_before: u64, ctx: &str) -> (u64, Model) {
+    let (pool, t, model) = import_checked(images, &Model::new(), logs, synced_before, ctx);
+    keep_using(pool, images, model.clone(), t, &format!("{ctx}, imported txg {t}"));
     (t, model)
 }
 
@@ -267,7 +312,7 @@ impl Drop for SeedGuard {
 pub fn clean_run(plan: &Plan) {
     let ctx = format!("{}, no cut", plan.ctx());
     let (devs, pool) = plan.create();
-    let (logs, error) = run_workload(plan, &pool);
+    let (logs, error) = run_workload(plan, &pool, plan.seed);
     if let Some(e) = error {
         panic!("{ctx}: workload failed: {e}");
     }

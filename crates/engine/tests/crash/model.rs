@@ -16,7 +16,12 @@ pub type Model = BTreeMap<u64, Vec<u8>>;
 /// thread's order is its order; a thread's txgs never decrease, so the
 /// operations of txg <= t are a prefix of its log.
 pub fn model_at(logs: &[Vec<Logged>], t: u64) -> Model {
-    let mut objs: BTreeMap<u64, Option<Vec<u8>>> = BTreeMap::new();
+    model_from(&Model::new(), logs, t)
+}
+
+/// `model_at` on top of `base`: the state a recovered pool started from.
+pub fn model_from(base: &Model, logs: &[Vec<Logged>], t: u64) -> Model {
+    let mut objs: BTreeMap<u64, Option<Vec<u8>>> = base.iter().map(|(&id, c)| (id, Some(c.clone()))).collect();
     for log in logs {
         assert!(log.windows(2).all(|w| w[0].txg <= w[1].txg), "a thread's txgs went backwards: {:?}", log);
         for e in log.iter().take_while(|e| e.txg <= t) {
