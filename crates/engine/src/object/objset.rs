@@ -179,6 +179,12 @@ impl Objset {
         format!("object {} of '{}'", obj, self.name.read())
     }
 
+    /// Puts the object in front of an error from below: a damaged indirect
+    /// or dnode block names only itself.
+    fn about(&self, obj: u64) -> impl Fn(Error) -> Error + '_ {
+        move |e| e.context(self.what(obj))
+    }
+
     /// Creates an object; returns its number.
     pub fn create(&self, tx: &Tx, otype: ObjectType) -> Result<u64> {
         self.create_with_slots(tx, otype, DEFAULT_SLOTS)
@@ -226,8 +232,8 @@ impl Objset {
         let blkid = obj / SLOTS_PER_BLOCK as u64;
         let off = (obj % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
         let mut buf = vec![0u8; DNODE_BLOCK_SIZE];
-        let src = self.meta.st.lock().resolve(&self.core, blkid)?;
-        ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read()))?;
+        let src = self.meta.st.lock().resolve(&self.core, blkid).map_err(self.about(obj))?;
+        ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read())).map_err(self.about(obj))?;
         let dn = Dnode::decode(&buf[off..]).map_err(|e| Error::from(e).context(self.what(obj)))?;
         let dn = dn.ok_or_else(|| Error::not_found(format!("{} does not exist", self.what(obj))))?;
         let slots = dn.slots().max(DEFAULT_SLOTS.min(SLOTS_PER_BLOCK - off / SLOT_SIZE));
@@ -301,7 +307,7 @@ impl Objset {
         if target <= st.blksz {
             return Ok(());
         }
-        let src = st.resolve(&self.core, 0)?;
+        let src = st.resolve(&self.core, 0).map_err(self.about(obj))?;
         let mut buf = AlignedBuf::zeroed(target as usize);
         ObjState::fetch(&self.core, &src, &mut buf[..st.blksz as usize], &|| self.what(obj))?;
         let prev = st.rec(txg).blocks.insert(0, Arc::new(buf)).map_or(0, |b| b.len() as u64);
@@ -317,7 +323,7 @@ impl Objset {
             // Every byte is written below: by the caller (full) or by fetch.
             let mut buf = AlignedBuf::recycled(bs);
             if !full {
-                let src = st.resolve(&self.core, blkid)?;
+                let src = st.resolve(&self.core, blkid).map_err(self.about(obj))?;
                 ObjState::fetch(&self.core, &src, &mut buf, &|| self.what(obj))?;
             }
             st.rec(txg).blocks.insert(blkid, Arc::new(buf));
@@ -360,7 +366,7 @@ impl Objset {
         let bs = st.blksz as u64;
         let mut srcs = Vec::new();
         for blkid in offset / bs..=(end - 1) / bs {
-            srcs.push((blkid, st.resolve(&self.core, blkid)?));
+            srcs.push((blkid, st.resolve(&self.core, blkid).map_err(self.about(obj))?));
         }
         let ahead = self.read_ahead(&mut st, offset, end)?;
         drop(st);
@@ -515,7 +521,7 @@ impl Objset {
             if l == 0 || out.len() >= limit {
                 continue;
             }
-            st.ensure_path(&self.core, idx << (10 * l as u32))?;
+            st.ensure_path(&self.core, idx << (10 * l as u32)).map_err(self.about(obj))?;
             let bps = st.ind.get(&(l, idx)).map(|b| b.bps.clone()).unwrap_or_default();
             for (c, bp) in bps.iter().enumerate().rev() {
                 if !bp.is_hole() {
@@ -573,15 +579,16 @@ impl Objset {
     }
 
     /// Writes this object set's changes of `txg`; returns its new root block
-    /// pointer, or None when nothing changed.
+    /// pointer, or None when nothing changed. A set that has never been
+    /// written gets its (empty) root block even with no changes, so that
+    /// import finds a root block for every dataset, empty ones included.
     pub(crate) fn sync(&self, txg: u64, group: &Arc<WriteGroup>) -> Result<Option<BlockPtr>> {
-        let objs: Vec<Arc<Object>> = {
+        let (objs, never_written): (Vec<Arc<Object>>, bool) = {
             let mut st = self.st.lock();
             let ids = std::mem::take(&mut st.dirty[slot(txg)]);
-            ids.iter().filter_map(|id| st.objects.get(id).cloned()).collect()
+            (ids.iter().filter_map(|id| st.objects.get(id).cloned()).collect(), st.root_bp.is_hole())
         };
-        // A new object set writes its (empty) root block in its first sync.
-        if objs.is_empty() && !self.st.lock().root_bp.is_hole() {
+        if objs.is_empty() && !never_written {
             return Ok(None);
         }
         let inline_max = self.core.tunables.read().tarn_inline_max_bytes;

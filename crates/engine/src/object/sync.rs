@@ -22,7 +22,7 @@ use tarn_ondisk::dnode::{Dnode, BPS_PER_INDIRECT, INDIRECT_BLOCK_SIZE, MAX_LEVEL
 use super::state::{slot, IndBlock, ObjState, IND_SHIFT};
 use super::Object;
 use crate::error::{Error, Result};
-use crate::io::{block, Prepared, WriteGroup, WriteProps};
+use crate::io::{block, IoClass, Prepared, WriteGroup, WriteProps};
 use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
 
@@ -142,47 +142,15 @@ fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
     let mut st = wk.obj.st.lock();
     let rec = st.dirty[slot(ctx.txg)].as_ref().ok_or_else(|| Error::corrupt("dirty record vanished"))?;
     let (frees, size, blksz) = (rec.frees.clone(), rec.size, rec.blksz);
-    let mut used = 0;
     if wk.freed {
-        used -= free_range(ctx, &mut st, 0, u64::MAX)?;
-        // Rewriting the now all-hole indirect blocks frees them too.
-        used += write_indirects(ctx, &mut st)?;
-        if let Some(top) = st.dn.blkptr.take() {
-            ctx.core.free_block(&top, ctx.txg)?;
-            used -= top.asize_total() as i64;
-        }
-        return Ok(used);
+        return Ok(-free_tree(ctx, &mut st)?);
     }
+    let mut used = 0;
     for (s, e) in frees {
         used -= free_range(ctx, &mut st, s, e)?;
     }
     if wk.inline {
-        // Block 0's content comes from this txg's dirty copy, the old inline
-        // data, or — read now, before it is freed — the block on disk.
-        let on_disk = match (wk.blocks.iter().any(|(b, _)| *b == 0), &st.dn.inline) {
-            (false, None) => match st.tree_bp(ctx.core, 0)? {
-                Some(bp) if !bp.is_hole() => {
-                    let d = ctx.core.read_block(&bp, crate::io::IoClass::SyncRead, &|| format!("block 0 of object {}", wk.obj.id))?;
-                    Some(d[..(size as usize).min(d.len())].to_vec())
-                }
-                _ => None,
-            },
-            _ => None,
-        };
-        used -= free_range(ctx, &mut st, 0, u64::MAX)?;
-        used += write_indirects(ctx, &mut st)?;
-        if let Some(top) = st.dn.blkptr.take() {
-            ctx.core.free_block(&top, ctx.txg)?;
-            used -= top.asize_total() as i64;
-        }
-        // Block 0 may be shorter than the object (an inline object extended
-        // by truncate past its block): the rest reads as zeros.
-        let data = wk.blocks.iter().find(|(b, _)| *b == 0).map(|(_, d)| d[..d.len().min(size as usize)].to_vec());
-        let old = st.dn.inline.take().or(on_disk).unwrap_or_default();
-        let mut d = data.unwrap_or(old);
-        d.resize(size as usize, 0);
-        st.dn.inline = Some(d);
-        st.dn.nlevels = 0;
+        used -= make_inline(ctx, &mut st, wk, size)?;
     } else {
         used += leave_inline(ctx, &mut st, wk, blksz)?;
     }
@@ -215,6 +183,37 @@ fn end_object(ctx: &SyncCtx, wk: &Work, mut used: i64) -> Result<DnodeUpdate> {
     let mut enc = vec![0u8; slots * SLOT_SIZE];
     st.dn.encode(&mut enc[..n * SLOT_SIZE]);
     Ok(DnodeUpdate { id: wk.obj.id, encoded: Some(enc), slots, used_delta: used })
+}
+
+/// Stores the object's data in its dnode, freeing its blocks; returns the
+/// bytes freed. Block 0 may be shorter than the object (a growing truncate
+/// past a single small block): the rest reads as zeros.
+fn make_inline(ctx: &SyncCtx, st: &mut ObjState, wk: &Work, size: u64) -> Result<i64> {
+    let mut d = match wk.blocks.iter().find(|(b, _)| *b == 0) {
+        Some((_, b)) => b[..b.len().min(size as usize)].to_vec(),
+        None => synced_head(ctx, st, wk.obj.id)?,
+    };
+    let freed = free_tree(ctx, st)?;
+    d.resize(size as usize, 0);
+    st.dn.inline = Some(d);
+    Ok(freed)
+}
+
+/// The content of block 0 in the synced tree (inline data or a block), for
+/// an object that becomes inline in a txg that did not dirty block 0: a
+/// growing truncate of an inline object, or a shrink to a block boundary.
+/// Must run before the tree is freed.
+fn synced_head(ctx: &SyncCtx, st: &mut ObjState, id: u64) -> Result<Vec<u8>> {
+    if let Some(d) = &st.dn.inline {
+        return Ok(d.clone());
+    }
+    match st.tree_bp(ctx.core, 0)? {
+        Some(bp) if !bp.is_hole() => {
+            let d = ctx.core.read_block(&bp, IoClass::SyncRead, &|| format!("block 0 of object {}", id))?;
+            Ok(d.to_vec())
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// An inline object that no longer fits inline: its block 0 must be written
@@ -278,6 +277,39 @@ fn grow_levels(st: &mut ObjState, blkid: u64) -> Result<()> {
         st.dn.blkptr = Some(BlockPtr::hole(INDIRECT_BLOCK_SIZE as u32, st.dn.otype, level));
     }
     Ok(())
+}
+
+/// Frees the whole synced tree — data and indirect blocks — and forgets the
+/// cached indirect blocks, leaving an object with no blocks; returns bytes
+/// freed. (`free_range` frees only level-0 blocks: the indirect blocks above
+/// them are rewritten, not freed, by `write_indirects`.)
+fn free_tree(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
+    let mut freed: i64 = 0;
+    // The walk reads the top pointer through `ensure_path`, so it is cleared
+    // only afterwards.
+    if let Some(top) = st.dn.blkptr {
+        // Explicit stack of indirect blocks (level, index) to visit, bounded
+        // like free_range's.
+        let mut stack = if st.dn.nlevels > 1 && !top.is_hole() { vec![(st.dn.nlevels - 1, 0u64)] } else { vec![] };
+        while let Some((l, idx)) = stack.pop() {
+            st.ensure_path(ctx.core, idx << (IND_SHIFT * l as u32))?;
+            let ind = st.ind.get(&(l, idx)).ok_or_else(|| Error::corrupt("indirect block missing"))?;
+            for (c, bp) in ind.bps.iter().enumerate().filter(|(_, bp)| !bp.is_hole()) {
+                ctx.core.free_block(bp, ctx.txg)?;
+                freed += bp.asize_total() as i64;
+                if l > 1 {
+                    stack.push((l - 1, (idx << IND_SHIFT) + c as u64));
+                }
+            }
+        }
+        ctx.core.free_block(&top, ctx.txg)?;
+        freed += top.asize_total() as i64;
+    }
+    st.ind.clear();
+    st.dn.blkptr = None;
+    st.dn.inline = None;
+    st.dn.nlevels = 0;
+    Ok(freed)
 }
 
 /// Frees the blocks in [start, end) of the synced tree; returns bytes freed.

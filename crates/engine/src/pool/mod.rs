@@ -7,6 +7,8 @@
 //! Opening (import) reads every label, takes the newest valid config, then the
 //! newest uberblock whose checksum, guid sum and tree verify — falling back to
 //! older ones — and rebuilds the allocator from the space checkpoint and log.
+//! It refuses, naming the device, a device of another pool given with the
+//! pool's own and a device smaller than its config says (truncated).
 //!
 //! ## The sync of one txg
 //! ```text

@@ -378,6 +378,7 @@ impl Pool {
         opts.tunables.validate()?;
         let (config, devs) = match_devices(devs)?;
         check_features(&config, opts.readonly)?;
+        check_device_sizes(&config, &devs)?;
         let mut ubs = Vec::new();
         for (_, d) in &devs {
             ubs.extend(read_labels(d.as_ref()).uberblocks);
@@ -717,12 +718,24 @@ fn check_features(c: &LabelConfig, readonly: bool) -> Result<()> {
 fn match_devices(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<(LabelConfig, Vec<(String, Arc<dyn BlockDevice>)>)> {
     let mut labelled = Vec::new();
     for (p, d) in devs {
-        match read_labels(d.as_ref()).config {
+        let labels = read_labels(d.as_ref());
+        match labels.config {
             Some(c) => labelled.push((p, d, c)),
-            None => return Err(Error::not_found(format!("'{}' has no valid tarn label", p))),
+            None => {
+                let why: Vec<String> = labels.bad.iter().map(|(i, e)| format!("label {}: {}", i, e)).collect();
+                return Err(Error::not_found(format!("'{}' has no valid tarn label ({})", p, why.join("; "))));
+            }
         }
     }
     let best = labelled.iter().map(|(_, _, c)| c).max_by_key(|c| c.config_txg).cloned().ok_or_else(|| Error::invalid("no devices given"))?;
+    // A device of another pool is an operator mistake to report, not a
+    // spare to ignore: importing without it could hide which pool was meant.
+    if let Some((p, _, c)) = labelled.iter().find(|(_, _, c)| c.pool_guid != best.pool_guid) {
+        return Err(Error::invalid(format!(
+            "'{}' belongs to another pool '{}' (guid {:016x}), not '{}' (guid {:016x})",
+            p, c.pool_name, c.pool_guid, best.pool_name, best.pool_guid
+        )));
+    }
     let mut ordered = Vec::new();
     for leaf in best.tree.children.iter() {
         let found = labelled.iter().find(|(_, _, c)| c.pool_guid == best.pool_guid && c.device_guid == leaf.guid);
@@ -737,6 +750,23 @@ fn match_devices(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<(LabelConf
         }
     }
     Ok((best, ordered))
+}
+
+/// Every device must still hold the space its config gives it: a device cut
+/// short (a partial copy, a shrunk partition) keeps its front labels, but
+/// blocks near its old end are gone.
+fn check_device_sizes(config: &LabelConfig, devs: &[(String, Arc<dyn BlockDevice>)]) -> Result<()> {
+    for (leaf, (path, dev)) in config.tree.children.iter().zip(devs) {
+        let need = label::LABELS_FRONT + leaf.asize + label::LABELS_BACK;
+        let size = label::usable_device_size(dev.size_bytes());
+        if size < need {
+            return Err(Error::invalid(format!(
+                "pool '{}': device {} ('{}') is smaller than the pool expects: {} bytes, needs {} (was it truncated?)",
+                config.pool_name, leaf.id, path, size, need
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl ShellShared {

@@ -1,0 +1,133 @@
+//! Helpers shared by the integration tests: a seeded generator, data
+//! patterns, in-memory devices and pool tunables small enough that txgs come
+//! often. Each test file uses a subset, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use tarn_engine::sys::{BlockDevice, FaultDevice};
+use tarn_engine::{OpenOptions, Pool, Result, Tunables};
+
+/// splitmix64: one `u64` seed drives a whole run, so a failure reproduces
+/// from the seed it prints.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, n); n > 0.
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "below(0)");
+        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+    }
+
+    /// Uniform in [lo, hi].
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        assert!(lo <= hi, "range({lo}, {hi})");
+        lo + self.below(hi - lo + 1)
+    }
+
+    /// True `percent` times in a hundred.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// An independent generator (for a thread or a sub-task).
+    pub fn fork(&mut self) -> Rng {
+        Rng(self.next_u64())
+    }
+}
+
+/// `len` pseudo-random bytes from `seed` (incompressible).
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// `n` in-memory devices of `size` bytes named mem0, mem1, …
+pub fn mem_devs(n: usize, size: u64, seed: u64) -> Vec<Arc<FaultDevice>> {
+    (0..n).map(|i| Arc::new(FaultDevice::new(size, seed.wrapping_add(i as u64)).with_name(format!("mem{}", i)))).collect()
+}
+
+/// The devices as a pool takes them, keeping our handles usable.
+pub fn as_dyn(devs: &[Arc<FaultDevice>]) -> Vec<(String, Arc<dyn BlockDevice>)> {
+    devs.iter().enumerate().map(|(i, d)| (format!("mem{}", i), d.clone() as Arc<dyn BlockDevice>)).collect()
+}
+
+/// Tunables for tests: 8 MiB of dirty data (a txg every ~1.6 MiB written),
+/// few I/O threads, a small block cache so reads really reach the devices.
+pub fn small_tunables() -> Tunables {
+    Tunables { zfs_dirty_data_max: 8 << 20, tarn_vdev_threads: 4, tarn_cache_bytes: 8 << 20, ..Default::default() }
+}
+
+pub fn open(devs: &[Arc<FaultDevice>]) -> Result<Pool> {
+    Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
+}
+
+/// The crash images of every device (power lost on all of them at once).
+pub fn crash_all(devs: &[Arc<FaultDevice>], seed: u64) -> Vec<Arc<FaultDevice>> {
+    devs.iter().enumerate().map(|(i, d)| Arc::new(d.crash(seed.wrapping_add(i as u64 * 0x1000_0001)))).collect()
+}
+
+/// Where two byte strings first differ, for messages that must not dump data.
+pub fn first_difference(a: &[u8], b: &[u8]) -> String {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => format!("first difference at byte {} (lengths {} and {})", i, a.len(), b.len()),
+        None => format!("lengths differ: {} and {}", a.len(), b.len()),
+    }
+}
+
+/// A pool named "tank" on `n` in-memory devices of 128 MiB, with root
+/// dataset properties `props`.
+pub fn new_pool(n: usize, props: &[(&str, &str)]) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(n, 128 << 20, 1);
+    let opts = tarn_engine::CreateOptions {
+        tunables: small_tunables(),
+        root_props: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Default::default()
+    };
+    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
+    (devs, pool)
+}
+
+/// Creates an object holding `data` (one transaction, no sync); its id.
+pub fn put(pool: &Pool, data: &[u8]) -> u64 {
+    let os = pool.root();
+    let tx = os.begin().expect("begin");
+    let obj = os.create(&tx, tarn_ondisk::ObjectType::PlainData).expect("create");
+    os.write(&tx, obj, 0, data).expect("write");
+    obj
+}
+
+/// What the devices hold durably right now, as new devices (a power cut
+/// with nothing pending: after a sync, everything written so far).
+pub fn durable(devs: &[Arc<FaultDevice>]) -> Vec<Arc<FaultDevice>> {
+    devs.iter().map(|d| Arc::new(d.snapshot_durable())).collect()
+}
+
+/// The error of an import that must fail (`Pool` has no `Debug`, so
+/// `expect_err` is not available).
+pub fn refused(r: Result<Pool>, what: &str) -> tarn_engine::Error {
+    match r {
+        Ok(p) => panic!("{what}: the pool imported at txg {}", p.uberblock().txg),
+        Err(e) => e,
+    }
+}
