@@ -1,30 +1,15 @@
 //! The engine end to end on in-memory devices: create, write, sync, reopen,
 //! read back; objects of every shape (inline, single block, multi-level).
 
-use std::sync::Arc;
+mod common;
 
-use tarn_engine::sys::{BlockDevice, FaultDevice};
+use common::{as_dyn, pattern};
+use tarn_engine::sys::FaultDevice;
 use tarn_engine::{CreateOptions, OpenOptions, Pool};
 use tarn_ondisk::ObjectType;
 
-fn devs(n: usize, size: u64) -> Vec<Arc<FaultDevice>> {
-    (0..n).map(|i| Arc::new(FaultDevice::new(size, i as u64 + 1).with_name(format!("mem{}", i)))).collect()
-}
-
-fn as_dyn(d: &[Arc<FaultDevice>]) -> Vec<(String, Arc<dyn BlockDevice>)> {
-    d.iter().enumerate().map(|(i, d)| (format!("mem{}", i), d.clone() as Arc<dyn BlockDevice>)).collect()
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+fn devs(n: usize, size: u64) -> Vec<std::sync::Arc<FaultDevice>> {
+    common::mem_devs(n, size, 1)
 }
 
 #[test]

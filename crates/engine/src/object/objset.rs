@@ -281,12 +281,19 @@ impl Objset {
         }
         st.size = st.size.max(end);
         st.maxblkid = st.maxblkid.max((end - 1) / bs);
+        self.finish_change(st, obj, txg, added);
+        Ok(())
+    }
+
+    /// The end of every change in open context: the txg's record takes the
+    /// object's new size, a small object claims room to go inline, and the
+    /// dirty bytes and the object are accounted to the txg.
+    fn finish_change(&self, mut st: parking_lot::MutexGuard<'_, ObjState>, obj: u64, txg: u64, added: u64) {
         self.sync_rec_header(&mut st, txg);
         self.reserve_inline(&mut st, obj);
         drop(st);
         self.core.txg.dirty_add(txg, added);
         self.mark_dirty(obj, txg);
-        Ok(())
     }
 
     fn sync_rec_header(&self, st: &mut ObjState, txg: u64) {
@@ -463,11 +470,7 @@ impl Objset {
             st.maxblkid = first_free.saturating_sub(1);
         }
         st.size = size;
-        self.sync_rec_header(&mut st, txg);
-        self.reserve_inline(&mut st, obj);
-        drop(st);
-        self.core.txg.dirty_add(txg, added);
-        self.mark_dirty(obj, txg);
+        self.finish_change(st, obj, txg, added);
         Ok(())
     }
 
