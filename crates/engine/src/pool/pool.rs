@@ -772,6 +772,9 @@ fn check_device_sizes(config: &LabelConfig, devs: &[(String, Arc<dyn BlockDevice
 impl ShellShared {
     fn assemble(config: LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, tunables: &Tunables, readonly: bool, ub: Uberblock) -> Result<ShellShared> {
         let txg = Arc::new(TxgEngine::new(&config.pool_name, ub.txg, ThrottleParams::from_tunables(tunables)));
+        // Dirty data bounds the buffers a write stream has in flight; keeping
+        // that many free ones lets the stream reuse them.
+        crate::sys::buf::set_recycle_limit(((tunables.zfs_dirty_data_max / 4 * 5) as usize).max(1 << 30));
         let limits = queue_limits(tunables);
         let mut alloc = Allocator::new();
         let mut vdevs = Vec::new();
@@ -984,6 +987,9 @@ impl Shared {
         self.root.sync_done(txg);
         self.mos.sync_done(txg);
         core.refresh_space();
+        // Keep free buffers for what is dirty now (the stream continues),
+        // give the rest back when writing has gone quiet.
+        crate::sys::buf::trim_recycled((2 * core.txg.dirty_total() as usize).max(256 << 20));
         Ok(())
     }
 

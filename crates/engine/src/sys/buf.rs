@@ -46,9 +46,43 @@ pub struct AlignedBuf {
 
 /// Smallest allocation worth recycling.
 const RECYCLE_MIN_BYTES: usize = 64 << 10;
-/// Most bytes kept on the free lists: about one txg of dirty data, so a
-/// steady write stream reuses its buffers instead of faulting in new pages.
-const RECYCLE_MAX_BYTES: usize = 1 << 30;
+/// Most bytes kept on the free lists unless a pool raises it
+/// ([`set_recycle_limit`]): enough for a steady write stream's dirty data to
+/// reuse its buffers instead of faulting in new pages.
+static RECYCLE_MAX_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1 << 30);
+
+/// Sets how many bytes of free buffers may be kept (pools set it from their
+/// dirty-data maximum, which bounds how much a write stream has in flight).
+pub fn set_recycle_limit(bytes: usize) {
+    RECYCLE_MAX_BYTES.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Frees kept buffers until at most `keep` bytes remain (when writing goes
+/// quiet, memory goes back to the host).
+pub fn trim_recycled(keep: usize) {
+    let mut victims = Vec::new();
+    if let Ok(mut g) = FREE.lock() {
+        if let Some(fl) = g.as_mut() {
+            for (cap, list) in fl.by_cap.iter_mut() {
+                while fl.bytes > keep {
+                    let Some(p) = list.pop() else { break };
+                    fl.bytes -= cap;
+                    victims.push((p, *cap));
+                }
+            }
+        }
+    }
+    for (p, cap) in victims {
+        // SAFETY: every pointer on the free lists came from `zeroed` with
+        // this capacity's layout and is owned by nothing else.
+        unsafe { alloc::dealloc(p.as_ptr(), AlignedBuf::layout(cap)) }
+    }
+}
+
+/// Bytes currently kept on the free lists.
+pub fn recycled_bytes() -> usize {
+    FREE.lock().ok().and_then(|g| g.as_ref().map(|f| f.bytes)).unwrap_or(0)
+}
 
 struct FreeLists {
     by_cap: std::collections::HashMap<usize, Vec<NonNull<u8>>>,
@@ -76,7 +110,7 @@ fn give_back(ptr: NonNull<u8>, cap: usize) -> bool {
     }
     let Ok(mut g) = FREE.lock() else { return false };
     let fl = g.get_or_insert_with(|| FreeLists { by_cap: Default::default(), bytes: 0 });
-    if fl.bytes + cap > RECYCLE_MAX_BYTES {
+    if fl.bytes + cap > RECYCLE_MAX_BYTES.load(std::sync::atomic::Ordering::Relaxed) {
         return false;
     }
     fl.bytes += cap;
