@@ -85,16 +85,31 @@ pub const TARGETS: &[Target] = &[
         seeds: seeds::blockptr,
         alloc_limit_bytes: |_| ALLOC_FIXED_BYTES,
     },
-    Target { name: "label", run: label, seeds: seeds::label, alloc_limit_bytes: |_| ALLOC_FIXED_BYTES },
+    Target {
+        name: "label",
+        run: label,
+        seeds: seeds::label,
+        alloc_limit_bytes: |_| ALLOC_FIXED_BYTES,
+    },
     Target {
         name: "uberblock",
         run: uberblock,
         seeds: seeds::uberblock,
         alloc_limit_bytes: |_| ALLOC_FIXED_BYTES,
     },
-    Target { name: "dnode", run: dnode, seeds: seeds::dnode, alloc_limit_bytes: |_| ALLOC_FIXED_BYTES },
+    Target {
+        name: "dnode",
+        run: dnode,
+        seeds: seeds::dnode,
+        alloc_limit_bytes: |_| ALLOC_FIXED_BYTES,
+    },
     // Values are copied out of the input; the map's nodes are small.
-    Target { name: "kv", run: kv, seeds: seeds::kv, alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + 2 * n },
+    Target {
+        name: "kv",
+        run: kv,
+        seeds: seeds::kv,
+        alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + 2 * n,
+    },
     // Each 2-byte entry becomes a 24-byte extent; a Vec may double once.
     Target {
         name: "spacelog",
