@@ -74,8 +74,17 @@ pub fn as_dyn(devs: &[Arc<FaultDevice>]) -> Vec<(String, Arc<dyn BlockDevice>)> 
 
 /// Tunables for tests: 8 MiB of dirty data (a txg every ~1.6 MiB written),
 /// few I/O threads, a small block cache so reads really reach the devices.
+/// A space checkpoint every third txg (instead of 64) puts checkpoints,
+/// deferred frees and log replay in every crash run: a replay bug around
+/// them once made pools unimportable and no test ran long enough to see it.
 pub fn small_tunables() -> Tunables {
-    Tunables { zfs_dirty_data_max: 8 << 20, tarn_vdev_threads: 4, tarn_cache_bytes: 8 << 20, ..Default::default() }
+    Tunables {
+        zfs_dirty_data_max: 8 << 20,
+        tarn_vdev_threads: 4,
+        tarn_cache_bytes: 8 << 20,
+        tarn_space_checkpoint_interval: 3,
+        ..Default::default()
+    }
 }
 
 pub fn open(devs: &[Arc<FaultDevice>]) -> Result<Pool> {

@@ -1217,6 +1217,14 @@ impl Allocator {
         if let Some(prev) = self.replayed_txg.filter(|&p| recs.txg <= p) {
             return order(format!("log of txg {} replayed after txg {prev}", recs.txg));
         }
+        // When txg R allocated, txg R-1 had synced and released the frees
+        // of txg R-3 and older; a checkpoint taken during the sync of txg C
+        // still lists the frees of C-2 as deferred. Release them as the live
+        // allocator had, or an allocation of such space looks like a
+        // double allocation.
+        if let Some(prev) = recs.txg.checked_sub(1) {
+            self.txg_synced(prev);
+        }
         for e in &recs.allocs {
             self.vdev_mut(e.vdev)?.replay_alloc(e.offset, e.len)?;
         }
@@ -1820,6 +1828,37 @@ mod tests {
         assert_eq!(c.checkpoint(), a.checkpoint());
         assert_eq!(c.space(), a.space());
         assert!(live.iter().all(|&(v, o, l)| c.is_allocated(v, o, l)));
+    }
+
+    /// Regression: a checkpoint is taken during the sync of txg C, when the
+    /// frees of C-2 are still deferred; txg C+1 may allocate that space (it
+    /// was released when C synced). Replay refused the allocation as a
+    /// double allocation, and the pool could not be imported.
+    #[test]
+    fn replay_after_mid_sync_checkpoint_releases_old_frees() {
+        let mut a = one_vdev(64 << 20);
+        let chunk = 1 << 20;
+        let mut all = Vec::new();
+        while let Ok(x) = a.alloc(chunk, 1, &[]) {
+            all.push(x);
+        }
+        a.txg_synced(1);
+        let (v, off, len) = all[7];
+        a.free(v, off, len, 2).unwrap();
+        a.txg_synced(2);
+        a.txg_synced(3);
+        // The sync of txg 4 writes a checkpoint: the free of txg 2 is still
+        // deferred (it is released by txg_synced(4), after the checkpoint).
+        let cp = a.checkpoint();
+        let _ = a.take_records(4);
+        a.txg_synced(4);
+        assert_eq!(a.alloc(chunk, 5, &[]).unwrap(), (v, off, len), "the only free space");
+        let recs = a.take_records(5);
+        a.txg_synced(5);
+        let mut b = Allocator::new();
+        b.load_checkpoint(&decode_checkpoint(&encode_checkpoint(&cp)).unwrap()).unwrap();
+        b.replay(&recs, 5).expect("txg 5 may allocate what txg 2 freed");
+        assert_eq!(b.checkpoint(), a.checkpoint());
     }
 
     #[test]
