@@ -866,8 +866,16 @@ const MOS_PROPS: ObjsetProps = ObjsetProps {
 /// (after the pool directory's three dnode slots).
 const ROOT_RECORD: u64 = 4;
 
+/// Largest key/value object tarn reads (pool directory, dataset records):
+/// far above any real one, and a bound on what a damaged size field can make
+/// import allocate.
+const KV_MAX_BYTES: u64 = 64 << 20;
+
 fn read_kv(os: &Objset, obj: u64) -> Result<KvMap> {
     let info = os.info(obj)?;
+    if info.size > KV_MAX_BYTES {
+        return Err(Error::corrupt(format!("key/value object {} claims {} bytes", obj, info.size)));
+    }
     let data = os.read(obj, 0, info.size as usize)?;
     Ok(kv::decode(&data)?)
 }
