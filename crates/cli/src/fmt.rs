@@ -61,6 +61,13 @@ pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
     }
 }
 
+/// A table whose header is the chosen column names, upper-cased (`-o`).
+pub fn columns(fields: &[String], rows: &[Vec<String>], scripted: bool) {
+    let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    table(&hdr, rows, scripted);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

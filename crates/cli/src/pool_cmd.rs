@@ -215,9 +215,7 @@ fn list(scripted: bool, parsable: bool, fields: Vec<String>, json: bool, names: 
         }
         rows.push(r);
     }
-    let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
-    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    fmt::table(&hdr, &rows, scripted);
+    fmt::columns(&fields, &rows, scripted);
     Ok(())
 }
 
@@ -347,8 +345,6 @@ fn get(scripted: bool, parsable: bool, fields: Vec<String>, props: String, name:
         }
         out.push(r);
     }
-    let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
-    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    fmt::table(&hdr, &out, scripted);
+    fmt::columns(&fields, &out, scripted);
     Ok(())
 }
