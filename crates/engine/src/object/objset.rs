@@ -457,7 +457,7 @@ impl Objset {
         }
         if size < st.size {
             let bs = st.blksz as u64;
-            if size % bs != 0 {
+            if !size.is_multiple_of(bs) {
                 let buf = self.dirty_block(&mut st, obj, txg, size / bs, false, &mut added)?;
                 buf[(size % bs) as usize..].fill(0);
             }

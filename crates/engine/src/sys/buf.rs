@@ -200,7 +200,7 @@ impl AlignedBuf {
     /// reused from the free lists when one of that size is there. For callers
     /// that overwrite every byte.
     pub fn recycled(len: usize) -> AlignedBuf {
-        assert!(len % BUF_GRANULE == 0, "AlignedBuf length {len} is not a multiple of {BUF_GRANULE}");
+        assert!(len.is_multiple_of(BUF_GRANULE), "AlignedBuf length {len} is not a multiple of {BUF_GRANULE}");
         match take_recycled(len) {
             Some(ptr) => AlignedBuf { ptr, len, cap: len },
             None => AlignedBuf::zeroed(len),
@@ -210,7 +210,7 @@ impl AlignedBuf {
     /// Shortens the buffer to `len` bytes (a multiple of 512), keeping the
     /// allocation.
     pub fn truncate(&mut self, len: usize) {
-        assert!(len % BUF_GRANULE == 0 && len <= self.len, "bad truncate of {} to {}", self.len, len);
+        assert!(len.is_multiple_of(BUF_GRANULE) && len <= self.len, "bad truncate of {} to {}", self.len, len);
         self.len = len;
     }
 
