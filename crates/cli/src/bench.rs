@@ -108,6 +108,8 @@ pub struct Report {
     pub dirty_max: u64,
     /// (ms since start, dirty bytes) samples when --sample-ms is given.
     pub dirty_samples: Vec<(u64, u64)>,
+    /// The txgs synced during the run.
+    pub txgs: Vec<tarn_engine::pool::TxgRecord>,
 }
 
 struct Gen {
@@ -185,6 +187,7 @@ pub fn run(a: BenchArgs, t: &Tunables) -> Result<()> {
 }
 
 struct Counters {
+    synced_txg: u64,
     w_ops: u64,
     w_bytes: u64,
     r_ops: u64,
@@ -193,7 +196,7 @@ struct Counters {
 }
 
 fn counters(pool: &Pool) -> Counters {
-    let mut c = Counters { w_ops: 0, w_bytes: 0, r_ops: 0, r_bytes: 0, allocated: pool.status().allocated };
+    let mut c = Counters { synced_txg: pool.core().txg.synced_txg(), w_ops: 0, w_bytes: 0, r_ops: 0, r_bytes: 0, allocated: pool.status().allocated };
     for v in &pool.core().vdevs {
         let s = v.leaf.stats();
         c.w_ops += s.write_ops.load(Ordering::Relaxed);
@@ -413,6 +416,7 @@ fn run_smallobj(a: &BenchArgs, t: &Tunables) -> Result<Report> {
 #[allow(clippy::too_many_arguments)]
 fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histogram<u64>, b: &Counters, e: &Counters, samples: Vec<(u64, u64)>, objects: u64) -> Report {
     let wops = e.w_ops - b.w_ops;
+    let txgs: Vec<_> = pool.txg_history().into_iter().filter(|t| t.txg > b.synced_txg).collect();
     let stats = &pool.core().txg.stats;
     let allocated = e.allocated as i64 - b.allocated as i64;
     Report {
@@ -438,6 +442,7 @@ fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histo
         throttle_over_max: stats.over_max.load(Ordering::Relaxed),
         dirty_max: pool.core().txg.params().dirty_max,
         dirty_samples: samples,
+        txgs,
     }
 }
 
@@ -496,6 +501,12 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         println!("space         {:.0} bytes allocated per object", r.bytes_allocated_per_object);
     }
     println!("throttle      {} delayed, {} at the dirty limit ({} bytes)", r.throttle_delayed, r.throttle_over_max, r.dirty_max);
+    if !r.txgs.is_empty() {
+        let n = r.txgs.len() as f64;
+        let mib = r.txgs.iter().map(|t| t.dirty_bytes as f64).sum::<f64>() / n / (1 << 20) as f64;
+        let ms = r.txgs.iter().map(|t| t.sync_ms).sum::<f64>() / n;
+        println!("txgs          {} synced, mean {:.0} MiB dirty, mean sync {:.0} ms (--json lists each)", r.txgs.len(), mib, ms);
+    }
     if !r.dirty_samples.is_empty() {
         let n = r.dirty_samples.len();
         let tail = &r.dirty_samples[n / 2..];

@@ -232,3 +232,23 @@ fn copies_two_on_one_device() {
     let rep = pool.verify().unwrap();
     assert!(rep.errors.is_empty(), "{:#?}", rep.errors);
 }
+
+/// Each sync leaves a record of what it wrote (the txg history `tarn bench`
+/// reports and `pool txgs` will show).
+#[test]
+fn syncs_are_recorded() {
+    let d = devs(1, 256 << 20);
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions::default()).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, ObjectType::PlainData).unwrap();
+    os.write(&tx, o, 0, &pattern(1 << 20, 4)).unwrap();
+    let txg = tx.txg();
+    drop(tx);
+    pool.sync().unwrap();
+    let h = pool.txg_history();
+    let rec = h.iter().find(|r| r.txg == txg).expect("the txg is recorded");
+    assert!(rec.dirty_bytes >= 1 << 20, "{:?}", rec);
+    assert!(rec.write_bytes >= 1 << 20, "{:?}", rec);
+    assert!(rec.write_ops >= 1 && rec.sync_ms >= rec.write_ms && rec.write_ms >= rec.issue_ms, "{:?}", rec);
+}

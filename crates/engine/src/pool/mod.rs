@@ -37,4 +37,4 @@ mod pool;
 pub mod spacemap;
 pub mod verify;
 
-pub use pool::{discover, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};
+pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};

@@ -95,6 +95,25 @@ pub struct PoolStatus {
     pub error: Option<String>,
 }
 
+/// What one txg's sync did (the raw material of `pool txgs`, issue 4).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TxgRecord {
+    pub txg: u64,
+    /// Dirty bytes accounted to the txg when its sync began.
+    pub dirty_bytes: u64,
+    /// Milliseconds from the start of the sync until every write was queued,
+    /// until every write had landed, and until the uberblock was durable.
+    pub issue_ms: f64,
+    pub write_ms: f64,
+    pub sync_ms: f64,
+    /// Physical writes and bytes the sync issued (all devices, after aggregation).
+    pub write_ops: u64,
+    pub write_bytes: u64,
+}
+
+/// Syncs remembered per pool.
+const TXG_HISTORY: usize = 256;
+
 struct SyncState {
     ub: Uberblock,
     cp_chain: Vec<BlockPtr>,
@@ -110,6 +129,7 @@ pub(crate) struct Shared {
     sync: Mutex<SyncState>,
     config: Mutex<LabelConfig>,
     pool_props: Mutex<KvMap>,
+    history: Mutex<std::collections::VecDeque<TxgRecord>>,
     /// Devices with the open-file lock, kept alive as long as the pool.
     _locks: Vec<Arc<FileDevice>>,
 }
@@ -477,6 +497,11 @@ impl Pool {
 
     pub fn uberblock(&self) -> Uberblock {
         self.sh.sync.lock().ub.clone()
+    }
+
+    /// The last syncs of this pool (most recent last).
+    pub fn txg_history(&self) -> Vec<TxgRecord> {
+        self.sh.history.lock().iter().cloned().collect()
     }
 
     pub fn config(&self) -> LabelConfig {
@@ -851,7 +876,17 @@ impl ShellShared {
     }
 
     fn finish(self, mos: Arc<Objset>, root: Arc<Objset>) -> Shared {
-        Shared { core: self.core, mos, root, root_record: ROOT_RECORD, sync: self.sync, config: self.config, pool_props: self.pool_props, _locks: self.locks }
+        Shared {
+            core: self.core,
+            mos,
+            root,
+            root_record: ROOT_RECORD,
+            sync: self.sync,
+            config: self.config,
+            pool_props: self.pool_props,
+            history: Mutex::new(std::collections::VecDeque::with_capacity(TXG_HISTORY)),
+            _locks: self.locks,
+        }
     }
 }
 
@@ -940,6 +975,7 @@ impl Shared {
         let t2 = core.txg.clone();
         let t0 = std::time::Instant::now();
         let dirty0 = core.txg.dirty_of(txg);
+        let io0 = self.device_writes();
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
         if let Some(bp) = self.root.sync(txg, &group)? {
             self.update_record_bp(txg, &bp)?;
@@ -951,9 +987,6 @@ impl Shared {
         let (cp, cp_chain, log) = self.write_space(txg)?;
         for v in &core.vdevs {
             v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
-        }
-        if std::env::var_os("TARN_DEBUG_SYNC").is_some() {
-            eprintln!("txg {} dirty {} MiB: issued {:?} written {:?} space+flush {:?}", txg, dirty0 >> 20, t_issue, t_wait, t0.elapsed());
         }
         let ub = {
             let s = self.sync.lock();
@@ -991,6 +1024,17 @@ impl Shared {
                 s.logs_since_cp += 1;
             }
         }
+        let io1 = self.device_writes();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        self.record(TxgRecord {
+            txg,
+            dirty_bytes: dirty0,
+            issue_ms: ms(t_issue),
+            write_ms: ms(t_wait),
+            sync_ms: ms(t0.elapsed()),
+            write_ops: io1.0 - io0.0,
+            write_bytes: io1.1 - io0.1,
+        });
         core.alloc.lock().txg_synced(txg);
         self.root.sync_done(txg);
         self.mos.sync_done(txg);
@@ -999,6 +1043,25 @@ impl Shared {
         // give the rest back when writing has gone quiet.
         crate::sys::buf::trim_recycled((2 * core.txg.dirty_total() as usize).max(256 << 20));
         Ok(())
+    }
+
+    /// (write ops, write bytes) of all devices so far.
+    fn device_writes(&self) -> (u64, u64) {
+        self.core.vdevs.iter().fold((0, 0), |(o, b), v| {
+            let s = v.leaf.stats();
+            (o + s.write_ops.load(Ordering::Relaxed), b + s.write_bytes.load(Ordering::Relaxed))
+        })
+    }
+
+    fn record(&self, r: TxgRecord) {
+        if std::env::var_os("TARN_DEBUG_SYNC").is_some() {
+            eprintln!("{:?}", r);
+        }
+        let mut h = self.history.lock();
+        if h.len() == TXG_HISTORY {
+            h.pop_front();
+        }
+        h.push_back(r);
     }
 
     /// Writes the space log (or a checkpoint) of `txg` and waits for it.
