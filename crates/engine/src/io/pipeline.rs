@@ -291,6 +291,12 @@ fn perform(sh: &Shared, issue: Issue<Req>) {
     }
 }
 
+/// Runs a device call; a panic inside it becomes an I/O error, so every
+/// request of the issue is still completed and no waiter hangs.
+fn guarded(f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| Err(io::Error::other("the device call panicked")))
+}
+
 fn perform_write(sh: &Shared, issue: Issue<Req>) {
     // A merged write is written back to back: its parts must be adjacent, or
     // bytes would land at the wrong offsets. (The queue never merges across
@@ -313,7 +319,7 @@ fn perform_write(sh: &Shared, issue: Issue<Req>) {
                 Req::Read { .. } | Req::ReadThen { .. } => &[][..],
             })
             .collect();
-        sh.dev.writev_at(&bufs, issue.offset)
+        guarded(|| sh.dev.writev_at(&bufs, issue.offset))
     };
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
     if res.is_ok() {
@@ -349,7 +355,7 @@ fn perform_read(sh: &Shared, issue: Issue<Req>) {
     }
     let res = {
         let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        sh.dev.readv_at(&mut slices, issue.offset)
+        guarded(|| sh.dev.readv_at(&mut slices, issue.offset))
     };
     sh.stats.read_ops.fetch_add(1, Ordering::Relaxed);
     if res.is_ok() {
