@@ -201,3 +201,47 @@ fn a_panic_while_syncing_suspends_the_pool_instead_of_hanging() {
     assert!(os.begin().is_err(), "a suspended pool takes no new transactions");
     drop(pool);
 }
+
+/// A device whose writes panic after the pool is created.
+#[derive(Debug)]
+struct PanickyDevice {
+    inner: Arc<FaultDevice>,
+    armed: AtomicBool,
+}
+
+impl BlockDevice for PanickyDevice {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        assert!(!self.armed.load(Ordering::SeqCst), "simulated bug in a device");
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.inner.flush()
+    }
+    fn name(&self) -> String {
+        "panicky".into()
+    }
+}
+
+/// Bug: a panic inside a device call on an I/O thread lost the completion of
+/// every request in that I/O, so the txg sync waited for them forever and
+/// every writer hung. Now the I/O fails and the pool suspends.
+#[test]
+fn a_panicking_device_suspends_the_pool_instead_of_hanging() {
+    let dev = Arc::new(PanickyDevice { inner: mem_devs(1, 128 << 20, 9).remove(0), armed: AtomicBool::new(false) });
+    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let pool = Pool::create_on("panicky", vec![("panicky".into(), dev.clone() as Arc<dyn BlockDevice>)], vec![], &opts).expect("create");
+    dev.armed.store(true, Ordering::SeqCst);
+    let os = pool.root().clone();
+    let tx = os.begin().expect("begin");
+    let o = os.create(&tx, ObjectType::PlainData).expect("create object");
+    os.write(&tx, o, 0, &pattern(200_000, 3)).expect("write");
+    drop(tx);
+    let e = pool.sync().expect_err("the sync cannot succeed");
+    assert_eq!(e.kind, ErrorKind::Suspended, "{}", e);
+}
