@@ -9,7 +9,8 @@
 //! Layout (512 bytes at the start of a slot, the rest of the slot zero):
 //!
 //! ```text
-//!   0  8 magic 0x7461726e_75626572 ("tarnuber")
+//!   0  8 magic 0x7461726e_75626572 (as a little-endian u64: the bytes on disk
+//!          read "rebunrat", "tarnuber" backwards)
 //!   8  8 format version
 //!  16  8 txg
 //!  24  8 guid_sum of the vdev tree
