@@ -75,9 +75,14 @@ pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
     }
     let os = pool.root();
     if let Some(obj) = a.object {
-        let info = os.info(obj)?;
-        let d = &info.dnode;
-        println!("object {} of '{}': type={} size={} blksz={} maxblksz={} levels={} maxblkid={} used={} slots={} gen={}{}", obj, pool.name(), d.otype.name(), d.size, d.datablksz, d.maxblksz, d.nlevels, d.maxblkid, d.used_bytes, info.slots, d.gen, if d.inline.is_some() { " INLINE" } else { "" });
+        // Object 0 is the dnode array itself, described by the object-set root.
+        let (d, slots) = if obj == 0 {
+            (os.meta_dnode(), 3)
+        } else {
+            let info = os.info(obj)?;
+            (info.dnode, info.slots)
+        };
+        println!("object {} of '{}': type={} size={} blksz={} maxblksz={} levels={} maxblkid={} used={} slots={} gen={}{}", obj, pool.name(), d.otype.name(), d.size, d.datablksz, d.maxblksz, d.nlevels, d.maxblkid, d.used_bytes, slots, d.gen, if d.inline.is_some() { " INLINE" } else { "" });
         for (level, idx, bp) in os.tree(obj, a.limit)? {
             println!("  L{} {:>8}  {}", level, idx, describe_bp(&bp));
         }
