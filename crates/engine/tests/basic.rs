@@ -252,3 +252,22 @@ fn syncs_are_recorded() {
     assert!(rec.write_bytes >= 1 << 20, "{:?}", rec);
     assert!(rec.write_ops >= 1 && rec.sync_ms >= rec.write_ms && rec.write_ms >= rec.issue_ms, "{:?}", rec);
 }
+
+/// Regression: an indirect block pointer's fill must count the data blocks
+/// beneath it; it was always 1 (the pointer was tested for being a hole
+/// before it had an address, so the count was never stored).
+#[test]
+fn indirect_fill_counts_data_blocks() {
+    let d = devs(1, 256 << 20);
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions::default()).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, ObjectType::PlainData).unwrap();
+    os.write(&tx, o, 0, &pattern(160 * 131072, 5)).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    let tree = os.tree(o, 10).unwrap();
+    let (level, _, top) = tree[0];
+    assert_eq!(level, 1);
+    assert_eq!(top.fill, 160, "{:?}", top);
+}

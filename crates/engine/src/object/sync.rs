@@ -369,7 +369,9 @@ fn write_indirects(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
                 (Arc::new(ind.encode()), ind.bps.iter().map(|b| b.fill).sum::<u64>())
             };
             let mut prep = block::prepare(&buf, buf.len(), st.dn.otype, l, ctx.txg, WriteProps::METADATA, ctx.core.sector);
-            if !prep.bp.is_hole() {
+            // (A prepared pointer has no DVA yet, so `is_hole` cannot tell: a
+            // hole is what has neither physical bytes nor an embedded payload.)
+            if prep.phys.is_some() || prep.bp.is_embedded() {
                 prep.bp.fill = fill;
             }
             let new = ctx.core.write_block(prep, ctx.txg, ctx.props.copies.max(1), ctx.group, 0, None)?;
