@@ -20,7 +20,7 @@ use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, SLOTS_
 use super::state::{slot, ObjState, Source};
 use super::sync::{new_dnode, sync_objects, DnodeUpdate, SyncCtx};
 use super::Object;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::io::{block, WriteGroup, WriteProps};
 use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
@@ -703,10 +703,5 @@ impl Objset {
                 st.objects.remove(&o.id);
             }
         }
-    }
-
-    /// Whether an error is the kind a caller should treat as "no such object".
-    pub fn is_not_found(e: &Error) -> bool {
-        e.kind == ErrorKind::NotFound
     }
 }
