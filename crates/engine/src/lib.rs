@@ -8,6 +8,7 @@
 //! - [`txg`]     transaction groups, dirty-data accounting, the write throttle
 //! - [`object`]  objects, object sets, transactions and their sync
 //! - [`pool`]    labels, allocation, import/export, the txg sync sequence
+//! - [`posix`]   files, directories, links, attributes (the FUSE layer's contract)
 //! - [`tunables`] every tunable, with its OpenZFS name
 
 pub mod arc;
@@ -17,6 +18,7 @@ pub mod fuzzing;
 pub mod io;
 pub mod object;
 pub mod pool;
+pub mod posix;
 pub mod sys;
 pub mod tunables;
 pub mod txg;
