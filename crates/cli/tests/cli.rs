@@ -126,9 +126,10 @@ fn a_held_pool_names_its_holder() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Wait until the bench holds the pool.
+    // Wait until the bench holds the pool (up to 30 s: a loaded machine
+    // starts the child slowly).
     let mut msg = String::new();
-    for _ in 0..100 {
+    for _ in 0..600 {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let o = e.run(&["pool", "set", "comment=x", "tank"]);
         if !o.status.success() {

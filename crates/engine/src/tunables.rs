@@ -114,8 +114,12 @@ tunables! {
     tarn_vdev_threads: u32 = 16;
     /// Largest object whose data is stored inline in its dnode, in bytes.
     tarn_inline_max_bytes: u64 = 3072;
-    /// Bytes of decompressed blocks kept in the block cache (the ARC arrives with issue 4).
-    tarn_cache_bytes: u64 = (physical_memory_bytes() / 16).clamp(64 << 20, 2 << 30);
+    /// Most bytes the ARC holds. Default a quarter of the host's memory (or its cgroup limit).
+    zfs_arc_max: u64 = crate::arc::default_arc_max();
+    /// The ARC never shrinks below this under memory pressure. Default 1/32 of memory, at least 32 MiB.
+    zfs_arc_min: u64 = crate::arc::default_arc_min();
+    /// Weight of metadata ghost hits against data ghost hits when the ARC divides itself (500: data counts 1/5).
+    zfs_arc_meta_balance: u64 = 500;
     /// Farthest a sequential stream is read ahead, in bytes (dmu_zfetch.c).
     zfetch_max_distance: u64 = 64 << 20;
     /// 1 turns read-ahead off.
@@ -204,6 +208,15 @@ impl Tunables {
         }
         if self.zfs_vdev_aggregation_limit > (16 << 20) {
             return Err(Error::invalid("zfs_vdev_aggregation_limit is at most 16M"));
+        }
+        if self.zfs_arc_min > self.zfs_arc_max {
+            return Err(Error::invalid("zfs_arc_min must not exceed zfs_arc_max"));
+        }
+        if self.zfs_arc_max < (4 << 20) {
+            return Err(Error::invalid("zfs_arc_max must be at least 4M"));
+        }
+        if self.zfs_arc_meta_balance == 0 {
+            return Err(Error::invalid("zfs_arc_meta_balance must be at least 1"));
         }
         if self.tarn_inline_max_bytes > 3072 {
             return Err(Error::invalid("tarn_inline_max_bytes is at most 3072"));

@@ -90,14 +90,22 @@ pub(crate) struct ObjState {
     pub bonus: Vec<u8>,
     /// Dnode slots reserved for this object.
     pub slots: usize,
-    /// Read-ahead stream: where the next sequential read would start, how far
-    /// ahead to read (bytes, 0: not sequential) and the first block not yet
-    /// read ahead.
-    pub seq_next: u64,
-    pub pf_dist: u64,
-    pub pf_until: u64,
+    /// Read-ahead streams (at most `MAX_STREAMS`), most recently used last.
+    pub streams: Vec<Stream>,
     pub ind: HashMap<(u8, u64), IndBlock>,
     pub dirty: [Option<DirtyRec>; TXG_SIZE],
+}
+
+/// Sequential streams tracked per object (dmu_zfetch's zfetch_max_streams).
+pub const MAX_STREAMS: usize = 8;
+
+/// One sequential read stream: where its next read would start, how far
+/// ahead to read (bytes) and the first block not yet read ahead.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stream {
+    pub next: u64,
+    pub dist: u64,
+    pub until: u64,
 }
 
 pub(crate) fn slot(txg: u64) -> usize {
@@ -113,9 +121,7 @@ impl ObjState {
             freed: false,
             bonus: dn.bonus.clone(),
             slots,
-            seq_next: u64::MAX,
-            pf_dist: 0,
-            pf_until: 0,
+            streams: Vec::new(),
             dn,
             ind: HashMap::new(),
             dirty: Default::default(),

@@ -62,7 +62,7 @@ pub struct PoolCore {
     pub alloc: Mutex<Allocator>,
     pub txg: Arc<TxgEngine>,
     pub tunables: RwLock<Tunables>,
-    pub cache: BlockCache,
+    pub cache: Arc<BlockCache>,
     /// Allocation unit of the pool: the largest sector of its vdevs.
     pub sector: usize,
     pub readonly: bool,
@@ -80,6 +80,9 @@ pub struct PrefetchStats {
     pub issued: AtomicU64,
     /// Demand reads that found their block read ahead (cached or in flight).
     pub hits: AtomicU64,
+    /// Reads that continued a sequential stream, and reads no stream expected.
+    pub stream_hits: AtomicU64,
+    pub stream_misses: AtomicU64,
 }
 
 fn key_of(bp: &BlockPtr) -> BlockKey {
@@ -110,7 +113,7 @@ impl PoolCore {
             match self.read_copy(bp, dva, class) {
                 Ok(d) => {
                     let d = Arc::new(d);
-                    self.cache.insert(key, d.clone());
+                    self.cache.insert(key, d.clone(), meta);
                     return Ok(d);
                 }
                 Err(e) => last_err = Some(e),
@@ -178,7 +181,7 @@ impl PoolCore {
                     Err(e) => Err(e.to_string()),
                 };
                 if let Ok(d) = &r {
-                    core.cache.insert(key, d.clone());
+                    core.cache.insert_prefetch(key, d.clone(), bp.otype.is_metadata() || bp.level > 0);
                 }
                 core.inflight.lock().remove(&key);
                 *inflight.res.lock() = Some(r);
@@ -212,7 +215,7 @@ impl PoolCore {
             leaf.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 });
         }
         if let Some(d) = cache_as {
-            self.cache.insert(key_of(&bp), d);
+            self.cache.insert(key_of(&bp), d, bp.otype.is_metadata() || bp.level > 0);
         }
         Ok(bp)
     }

@@ -525,7 +525,8 @@ impl Pool {
         for v in &self.sh.core.vdevs {
             v.leaf.set_limits(queue_limits(&t));
         }
-        self.sh.core.cache.set_limit(t.tarn_cache_bytes);
+        self.sh.core.cache.set_limits(t.zfs_arc_max, t.zfs_arc_min);
+        self.sh.core.cache.set_meta_balance(t.zfs_arc_meta_balance);
         Ok(())
     }
 
@@ -822,7 +823,12 @@ impl ShellShared {
             alloc: Mutex::new(alloc),
             txg,
             tunables: RwLock::new(tunables.clone()),
-            cache: BlockCache::new(tunables.tarn_cache_bytes),
+            cache: {
+                let c = Arc::new(BlockCache::new(tunables.zfs_arc_max, tunables.zfs_arc_min));
+                c.set_meta_balance(tunables.zfs_arc_meta_balance);
+                c.start_host_sampler(std::time::Duration::from_secs(1));
+                c
+            },
             sector,
             readonly,
             size_bytes: Default::default(),
