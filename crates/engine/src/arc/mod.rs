@@ -184,7 +184,7 @@ pub struct ArcStats {
 }
 
 /// A snapshot of sizes and targets, for `arcstat` and tests.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ArcSizes {
     pub size: u64,
     pub c: u64,

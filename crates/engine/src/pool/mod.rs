@@ -32,6 +32,7 @@
 pub mod alloc;
 pub mod core;
 pub mod label;
+pub mod metrics;
 #[allow(clippy::module_inception)]
 mod pool;
 pub mod spacemap;

@@ -68,7 +68,7 @@ pub struct OpenOptions {
 const SAFE_REWIND_TXGS: u64 = 2;
 
 /// A device as `status` shows it.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct VdevStatus {
     pub id: u32,
     pub path: String,
@@ -81,7 +81,7 @@ pub struct VdevStatus {
     pub direct_io: bool,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
     pub guid: u64,
@@ -96,7 +96,7 @@ pub struct PoolStatus {
 }
 
 /// What one txg's sync did (the raw material of `pool txgs`, issue 4).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TxgRecord {
     pub txg: u64,
     /// Dirty bytes accounted to the txg when its sync began.
@@ -109,6 +109,9 @@ pub struct TxgRecord {
     /// Physical writes and bytes the sync issued (all devices, after aggregation).
     pub write_ops: u64,
     pub write_bytes: u64,
+    /// Time open and quiescing, and the throttle's delays and stalls.
+    #[serde(flatten)]
+    pub timing: crate::txg::TxgTiming,
 }
 
 /// Syncs remembered per pool.
@@ -1040,6 +1043,7 @@ impl Shared {
             sync_ms: ms(t0.elapsed()),
             write_ops: io1.0 - io0.0,
             write_bytes: io1.1 - io0.1,
+            timing: core.txg.timing(txg),
         });
         core.alloc.lock().txg_synced(txg);
         self.root.sync_done(txg);
@@ -1123,7 +1127,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 }
 
 /// A pool found by scanning devices.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DiscoveredPool {
     pub name: String,
     pub guid: u64,
