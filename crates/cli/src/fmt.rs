@@ -22,11 +22,18 @@ pub fn size(v: u64) -> String {
 
 /// Prints rows as aligned columns (or tab-separated without a header for -H).
 pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
+    print!("{}", table_string(header, rows, scripted));
+}
+
+/// `table`'s output as a string.
+pub fn table_string(header: &[&str], rows: &[Vec<String>], scripted: bool) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     if scripted {
         for r in rows {
-            println!("{}", r.join("\t"));
+            let _ = writeln!(out, "{}", r.join("\t"));
         }
-        return;
+        return out;
     }
     let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
@@ -36,7 +43,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
             }
         }
     }
-    let line = |cells: Vec<String>| {
+    let mut line = |cells: Vec<String>| {
         let mut s = String::new();
         for (i, c) in cells.iter().enumerate() {
             let pad = w[i].saturating_sub(c.chars().count());
@@ -53,12 +60,13 @@ pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
                 s.push_str(c);
             }
         }
-        println!("{}", s.trim_end());
+        let _ = writeln!(out, "{}", s.trim_end());
     };
     line(header.iter().map(|h| h.to_string()).collect());
     for r in rows {
         line(r.clone());
     }
+    out
 }
 
 /// A table whose header is the chosen column names, upper-cased (`-o`).

@@ -10,6 +10,9 @@ mod bench;
 mod cache;
 mod fmt;
 mod inspect;
+// Rendered by the daemon-backed commands (pool iostat, arcstat, pool txgs, pool explain, --metrics).
+#[allow(dead_code)]
+mod observe;
 mod pool_cmd;
 
 use clap::{Parser, Subcommand};
