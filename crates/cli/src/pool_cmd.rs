@@ -112,7 +112,7 @@ pub fn open(name: &str, readonly: bool, t: &Tunables) -> Result<Pool> {
     let cache = Cache::load()?;
     let entry = cache.find(name)?;
     let paths: Vec<PathBuf> = entry.devices.iter().map(PathBuf::from).collect();
-    Pool::open(&paths, &OpenOptions { readonly, tunables: t.clone(), rewind: false })
+    Pool::open(&paths, &OpenOptions { readonly, tunables: t.clone(), rewind: false, ..Default::default() })
 }
 
 /// Opens a pool with every device wrapped by `wrap` (benchmarks).
@@ -128,7 +128,7 @@ pub fn open_wrapped(name: &str, t: &Tunables, wrap: &dyn Fn(Arc<dyn BlockDevice>
         locks.push(fd.clone());
         devs.push((p.clone(), wrap(fd as Arc<dyn BlockDevice>)));
     }
-    Pool::open_on(devs, locks, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false })
+    Pool::open_on(devs, locks, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false, ..Default::default() })
 }
 
 pub fn run(cmd: PoolCmd, t: &Tunables) -> Result<()> {
@@ -305,7 +305,7 @@ fn import(dirs: Vec<PathBuf>, json: bool, force: bool, rewind: bool, pool: Optio
     }
     let mut cache = Cache::load()?;
     let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
-    let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind })?;
+    let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind, ..Default::default() })?;
     pool.close()?;
     cache.add(CachedPool { name: p.name.clone(), guid: p.guid, devices: p.devices.iter().map(|d| abs(std::path::Path::new(d))).collect() })?;
     cache.save()

@@ -120,17 +120,26 @@ fn a_held_pool_names_its_holder() {
     let e = Env::new("held");
     let a = e.path("a.img");
     e.ok(&["pool", "create", "tank", &a, "--size", "256M"]);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tarn"))
-        .args(["--tunable", "zfs_txg_timeout=1", "bench", "tank", "--workload", "seqwrite", "--size", "64M", "--device-bandwidth", "8M"])
-        .env("TARN_CACHE", e.dir.join("tarn.cache"))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_tarn"))
+            .args(["--tunable", "zfs_txg_timeout=1", "bench", "tank", "--workload", "seqwrite", "--size", "64M", "--device-bandwidth", "8M"])
+            .env("TARN_CACHE", e.dir.join("tarn.cache"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = spawn();
     // Wait until the bench holds the pool (up to 30 s: a loaded machine
-    // starts the child slowly).
+    // starts the child slowly). Our probe takes the lock for a moment too:
+    // a bench that started just then fails to open, and is started again.
     let mut msg = String::new();
     for _ in 0..600 {
         std::thread::sleep(std::time::Duration::from_millis(50));
+        if let Ok(Some(_)) = child.try_wait() {
+            child = spawn();
+            continue;
+        }
         let o = e.run(&["pool", "set", "comment=x", "tank"]);
         if !o.status.success() {
             msg = String::from_utf8_lossy(&o.stderr).into_owned();

@@ -120,6 +120,22 @@ tunables! {
     zfs_arc_min: u64 = crate::arc::default_arc_min();
     /// Weight of metadata ghost hits against data ghost hits when the ARC divides itself (500: data counts 1/5).
     zfs_arc_meta_balance: u64 = 500;
+    /// Most bytes written to a cache device per L2ARC feed.
+    l2arc_write_max: u64 = 32 << 20;
+    /// Extra bytes per feed while a cache device has not wrapped yet (warming up).
+    l2arc_write_boost: u64 = 32 << 20;
+    /// How far into the ARC's eviction end a feed scans, in multiples of l2arc_write_max.
+    l2arc_headroom: u64 = 8;
+    /// Seconds between L2ARC feeds when idle.
+    l2arc_feed_secs: u64 = 1;
+    /// Milliseconds between L2ARC feeds while busy.
+    l2arc_feed_min_ms: u64 = 200;
+    /// 1: prefetched blocks are not written to cache devices.
+    l2arc_noprefetch: u32 = 1;
+    /// Most of the ARC's target (%) the L2ARC index may take.
+    l2arc_meta_percent: u64 = 33;
+    /// 1: rebuild the L2ARC index from the cache devices at import.
+    l2arc_rebuild_enabled: u32 = 1;
     /// Farthest a sequential stream is read ahead, in bytes (dmu_zfetch.c).
     zfetch_max_distance: u64 = 64 << 20;
     /// 1 turns read-ahead off.

@@ -67,10 +67,14 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use tarn_ondisk::bp::BlockPtr;
+
 use crate::io::block::BlockData;
 
 mod host;
+pub mod l2;
 pub use host::{default_arc_max, default_arc_min, host_memory, HostMemory};
+pub use l2::{L2Arc, L2Params};
 
 const SHARDS: usize = 16;
 /// Fractions are fixed point with this many bits.
@@ -108,6 +112,8 @@ struct Hdr {
     prefetch: bool,
     size: u64,
     data: Option<Arc<BlockData>>,
+    /// The block's pointer, for the L2ARC feed (None for blocks cached by key only).
+    bp: Option<BlockPtr>,
     tick: u64,
     last_access: Instant,
 }
@@ -328,16 +334,25 @@ impl BlockCache {
     /// Adds a block just read (or written). A ghost of it revives into MFU
     /// (a demand read) and steers the targets toward its list.
     pub fn insert(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
-        self.insert_as(k, v, meta, false)
+        self.insert_as(k, v, meta, false, None)
     }
 
     /// Adds a block read ahead: it enters MRU marked as prefetch.
     pub fn insert_prefetch(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
         self.count(meta, true, false);
-        self.insert_as(k, v, meta, true)
+        self.insert_as(k, v, meta, true, None)
     }
 
-    fn insert_as(&self, k: BlockKey, v: Arc<BlockData>, meta: bool, prefetch: bool) {
+    /// Adds a block with its pointer (so the L2ARC can feed it).
+    pub fn insert_bp(&self, k: BlockKey, v: Arc<BlockData>, bp: &BlockPtr, prefetch: bool) {
+        let meta = bp.otype.is_metadata() || bp.level > 0;
+        if prefetch {
+            self.count(meta, true, false);
+        }
+        self.insert_as(k, v, meta, prefetch, Some(*bp))
+    }
+
+    fn insert_as(&self, k: BlockKey, v: Arc<BlockData>, meta: bool, prefetch: bool, bp: Option<BlockPtr>) {
         let size = v.len() as u64;
         if size > self.c.load(Ordering::Relaxed) / SHARDS as u64 {
             return;
@@ -362,10 +377,39 @@ impl BlockCache {
                 live => state = live,
             }
         }
-        s.link(k, Hdr { state, meta, prefetch, size, data: Some(v), tick: 0, last_access: Instant::now() });
+        s.link(k, Hdr { state, meta, prefetch, size, data: Some(v), bp, tick: 0, last_access: Instant::now() });
         drop(s);
         self.adapt();
         self.evict_shard(self.shard_of(&k));
+    }
+
+    /// Blocks at the eviction end of the live lists, up to `max_bytes`, in
+    /// the L2ARC's order: MFU metadata, MRU metadata, MFU data, MRU data
+    /// (each shard contributing its share). Only blocks with a pointer;
+    /// prefetched ones skipped if `noprefetch`.
+    pub fn eviction_candidates(&self, max_bytes: u64, noprefetch: bool) -> Vec<(BlockPtr, Arc<BlockData>)> {
+        let per_shard = (max_bytes / SHARDS as u64).max(1);
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let s = shard.lock();
+            let mut taken = 0;
+            'lists: for list in [list_of(State::Mfu, true), list_of(State::Mru, true), list_of(State::Mfu, false), list_of(State::Mru, false)] {
+                for k in s.lists[list].order.values() {
+                    if taken >= per_shard {
+                        break 'lists;
+                    }
+                    let Some(h) = s.map.get(k) else { continue };
+                    if noprefetch && h.prefetch {
+                        continue;
+                    }
+                    if let (Some(bp), Some(d)) = (h.bp, h.data.as_ref()) {
+                        taken += h.size;
+                        out.push((bp, d.clone()));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// True when the block is cached (no statistics, no state change).

@@ -30,6 +30,7 @@
 //! uberblock's txg is above the previous one.
 
 pub mod alloc;
+pub mod cache_dev;
 pub mod core;
 pub mod label;
 pub mod metrics;

@@ -61,6 +61,9 @@ pub struct OpenOptions {
     /// the newer txgs may have been reused, so such a rewind is checked with
     /// the verifier before the pool is used.
     pub rewind: bool,
+    /// Cache devices to use instead of opening the paths the pool recorded
+    /// (in-memory devices in tests), matched by their headers.
+    pub cache_devices: Vec<(String, Arc<dyn BlockDevice>)>,
 }
 
 /// Txgs import may fall back without `rewind`: frees are deferred this long,
@@ -168,7 +171,7 @@ pub fn validate_pool_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn new_guid(salt: &str) -> u64 {
+pub(crate) fn new_guid(salt: &str) -> u64 {
     let mut h = blake3::Hasher::new();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     h.update(&now.to_le_bytes());
@@ -457,6 +460,7 @@ impl Pool {
         if !opts.readonly {
             cfg.config_txg = ub.txg + 1;
             sh.write_configs(&cfg)?;
+            super::cache_dev::open_recorded(&sh.core, &sh.pool_props.lock(), &opts.cache_devices);
         }
         Ok(Pool::start(sh))
     }
@@ -530,6 +534,7 @@ impl Pool {
         }
         self.sh.core.cache.set_limits(t.zfs_arc_max, t.zfs_arc_min);
         self.sh.core.cache.set_meta_balance(t.zfs_arc_meta_balance);
+        self.sh.core.l2.set_params(super::cache_dev::l2_params(&t));
         Ok(())
     }
 
@@ -601,8 +606,13 @@ impl Pool {
 
     /// Sets a settable pool property (persisted in the pool directory).
     pub fn set_property(&self, name: &str, value: &str) -> Result<()> {
+        self.update_pool_dir(|props| set_pool_prop(props, name, value))
+    }
+
+    /// Changes the pool directory (properties, cache devices) and syncs it.
+    pub(crate) fn update_pool_dir(&self, f: impl FnOnce(&mut KvMap) -> Result<()>) -> Result<()> {
         let mut props = self.sh.pool_props.lock().clone();
-        set_pool_prop(&mut props, name, value)?;
+        f(&mut props)?;
         let tx = self.sh.mos.begin()?;
         let bytes = kv::encode(&props);
         self.sh.mos.write(&tx, POOL_DIR_OBJ, 0, &bytes)?;
@@ -637,6 +647,7 @@ impl Pool {
             return Ok(());
         }
         *closed = true;
+        self.sh.core.l2.shutdown();
         let res = if self.sh.core.readonly || self.sh.core.txg.failure().is_some() {
             Ok(())
         } else {
@@ -832,6 +843,7 @@ impl ShellShared {
                 c.start_host_sampler(std::time::Duration::from_secs(1));
                 c
             },
+            l2: Arc::new(crate::arc::L2Arc::new(config.pool_guid, sector, super::cache_dev::l2_params(tunables))),
             sector,
             readonly,
             size_bytes: Default::default(),
