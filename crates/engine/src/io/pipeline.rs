@@ -299,22 +299,28 @@ fn perform(sh: &Shared, issue: Issue<Timed>) {
     if issue.parts.len() > 1 {
         sh.stats.merged_requests.fetch_add(issue.parts.len() as u64, Ordering::Relaxed);
     }
+    match issue.kind {
+        IoKind::Write => perform_write(sh, issue),
+        IoKind::Read => perform_read(sh, issue),
+    }
+}
+
+/// Counts a device operation in its class's statistics. Called after the
+/// device call and before any caller is told it completed, so a caller that
+/// has seen its I/O finish also sees it counted.
+fn record(sh: &Shared, issue: &Issue<Timed>, started: Instant) {
+    let disk = started.elapsed().as_nanos() as u64;
     let c = sh.io.class(issue.class);
     c.ops.fetch_add(1, Ordering::Relaxed);
     c.bytes.fetch_add(issue.len, Ordering::Relaxed);
     if issue.parts.len() > 1 {
         c.agg_size.record(issue.len);
     }
-    let t0s: Vec<(u64, u64)> = issue.parts.iter().map(|(_, len, t)| (t.t0, *len)).collect();
-    let disk = match issue.kind {
-        IoKind::Write => perform_write(sh, issue),
-        IoKind::Read => perform_read(sh, issue),
-    };
     c.disk_ns.record(disk);
     let end = sh.epoch.elapsed().as_nanos() as u64;
-    for (t0, len) in t0s {
-        c.ind_size.record(len);
-        c.total_ns.record(end.saturating_sub(t0));
+    for (_, len, t) in &issue.parts {
+        c.ind_size.record(*len);
+        c.total_ns.record(end.saturating_sub(t.t0));
     }
 }
 
@@ -324,8 +330,7 @@ fn guarded(f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| Err(io::Error::other("the device call panicked")))
 }
 
-/// Performs a write; returns the device call's duration in ns.
-fn perform_write(sh: &Shared, issue: Issue<Timed>) -> u64 {
+fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     // A merged write is written back to back: its parts must be adjacent, or
     // bytes would land at the wrong offsets. (The queue never merges across
     // a gap with the write gap limit at 0, which the tunables enforce; should
@@ -350,7 +355,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) -> u64 {
             .collect();
         guarded(|| sh.dev.writev_at(&bufs, issue.offset))
     };
-    let disk = started.elapsed().as_nanos() as u64;
+    record(sh, &issue, started);
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
     if res.is_ok() {
         sh.stats.write_bytes.fetch_add(issue.len, Ordering::Relaxed);
@@ -366,11 +371,10 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) -> u64 {
             };
             group.done(&r2, *retire, &what);
         }
-    }    disk
+    }
 }
 
-/// Performs a read; returns the device call's duration in ns.
-fn perform_read(sh: &Shared, issue: Issue<Timed>) -> u64 {
+fn perform_read(sh: &Shared, issue: Issue<Timed>) {
     // One buffer per request plus throwaway buffers for the gaps between them.
     let mut bufs: Vec<AlignedBuf> = Vec::with_capacity(issue.parts.len() * 2);
     let mut is_gap: Vec<bool> = Vec::with_capacity(issue.parts.len() * 2);
@@ -389,7 +393,7 @@ fn perform_read(sh: &Shared, issue: Issue<Timed>) -> u64 {
         let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
         guarded(|| sh.dev.readv_at(&mut slices, issue.offset))
     };
-    let disk = started.elapsed().as_nanos() as u64;
+    record(sh, &issue, started);
     sh.stats.read_ops.fetch_add(1, Ordering::Relaxed);
     if res.is_ok() {
         sh.stats.read_bytes.fetch_add(issue.len, Ordering::Relaxed);
@@ -410,5 +414,5 @@ fn perform_read(sh: &Shared, issue: Issue<Timed>) -> u64 {
             Req::ReadThen { done } => done(result),
             Req::Write { .. } => {}
         }
-    }    disk
+    }
 }

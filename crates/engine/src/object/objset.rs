@@ -703,11 +703,15 @@ impl Objset {
         let objs = std::mem::take(&mut self.st.lock().syncing[slot(txg)]);
         let mut gone = Vec::new();
         let mut clean = Vec::new();
+        // Indirect blocks written in this txg have landed: from now on
+        // readers find them in the ARC (bounded by zfs_arc_max), not here.
+        self.meta.st.lock().ind.retain(|_, b| b.dirty);
         for o in &objs {
             let mut st = o.st.lock();
             if st.dirty[slot(txg)].as_ref().is_some_and(|r| r.txg == txg) {
                 st.dirty[slot(txg)] = None;
             }
+            st.ind.retain(|_, b| b.dirty);
             if st.freed && !st.has_dirty() {
                 gone.push(o.id);
             } else if !st.has_dirty() && o.id != 0 {

@@ -13,7 +13,10 @@
 //!   syncing;
 //! - every dirty block buffer is exactly the object's block size in its txg,
 //!   rounded to 512 bytes;
-//! - cached indirect blocks are keyed (level, index) and level >= 1.
+//! - indirect blocks held by the object are keyed (level, index) and level
+//!   >= 1; they are there only while the sync path changes them (loaded by
+//!   `ensure_path`, dropped when their txg's writes have landed). Readers
+//!   find clean indirect blocks in the ARC (`tree_bp`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -194,12 +197,33 @@ impl ObjState {
         if blkid >= self.span() {
             return Ok(None);
         }
-        if self.dn.nlevels == 1 {
+        let nl = self.dn.nlevels;
+        if nl == 1 {
             return Ok(Some(top));
         }
-        self.ensure_path(core, blkid)?;
-        let key = (1u8, blkid >> IND_SHIFT);
-        Ok(self.ind.get(&key).map(|b| b.bps[(blkid & (BPS_PER_INDIRECT - 1)) as usize]))
+        // Walk down from the top. A level's block is taken from the map when
+        // the sync path holds it there (it may be newer than the ARC's
+        // copy); otherwise its one pointer is read out of the block in the
+        // ARC, so clean indirect blocks live — and are evicted — in the ARC
+        // like all metadata, not in the object.
+        let mut bp = top;
+        for l in (1..nl).rev() {
+            let idx = blkid >> (IND_SHIFT * l as u32);
+            let slot = ((blkid >> (IND_SHIFT * (l as u32 - 1))) & (BPS_PER_INDIRECT - 1)) as usize;
+            if let Some(b) = self.ind.get(&(l, idx)) {
+                bp = b.bps[slot];
+                continue;
+            }
+            if bp.is_hole() {
+                return Ok(Some(BlockPtr::default()));
+            }
+            let data = core.read_block(&bp, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, idx))?;
+            if data.len() != INDIRECT_BLOCK_SIZE {
+                return Err(Error::corrupt(format!("indirect block L{} #{} of {} bytes", l, idx, data.len())));
+            }
+            bp = BlockPtr::decode(&data[slot * BP_SIZE..(slot + 1) * BP_SIZE])?;
+        }
+        Ok(Some(bp))
     }
 
     /// Loads the indirect blocks on the path to `blkid`, top down.
