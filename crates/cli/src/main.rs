@@ -53,12 +53,14 @@ pub enum TunableCmd {
 /// Tunables with this command's --tunable settings applied.
 pub fn tunables(cli_sets: &[String]) -> Result<Tunables> {
     let mut t = Tunables::default();
+    let mut sets = Vec::new();
     for s in cli_sets {
         let (k, v) = s
             .split_once('=')
             .ok_or_else(|| Error::invalid(format!("--tunable takes NAME=VALUE, not '{}'", s)))?;
-        t.set(k.trim(), v.trim())?;
+        sets.push((k.trim(), v.trim()));
     }
+    t.set_many(&sets)?;
     Ok(t)
 }
 

@@ -48,12 +48,20 @@ macro_rules! tunables {
 
             /// Sets one tunable from its text form (sizes accept K/M/G suffixes).
             pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+                self.set_many(&[(name, value)])
+            }
+
+            /// Sets several tunables, validating the result once (so that
+            /// e.g. zfs_arc_min and zfs_arc_max can move together).
+            pub fn set_many(&mut self, sets: &[(&str, &str)]) -> Result<()> {
                 let mut t = self.clone();
-                match name {
-                    $( stringify!($name) => {
-                        t.$name = parse_value(name, value)?;
-                    } )*
-                    _ => return Err(Error::invalid(format!("unknown tunable '{}'", name))),
+                for &(name, value) in sets {
+                    match name {
+                        $( stringify!($name) => {
+                            t.$name = parse_value(name, value)?;
+                        } )*
+                        _ => return Err(Error::invalid(format!("unknown tunable '{}'", name))),
+                    }
                 }
                 t.validate()?;
                 *self = t;
