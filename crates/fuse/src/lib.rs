@@ -270,7 +270,7 @@ fn umount(dir: &Path, force: bool) -> Result<()> {
     match e.raw_os_error() {
         Some(libc::EBUSY) => Err(Error::new(
             ErrorKind::Busy,
-            format!("'{}' is busy: files are open or a process has its working directory there (close them, or force)", dir.display()),
+            format!("'{}' is busy: files are open or a process has its working directory there", dir.display()),
         )),
         Some(libc::EPERM) => {
             let mut cmd = std::process::Command::new("fusermount3");
