@@ -144,6 +144,13 @@ fn unmount_busy_forced_and_mount_again() {
     assert!(!is_mounted(&mnt));
     e.ok(&["mount", "tank", &other]);
     assert!(is_mounted(&other));
+    // Unmounted behind the daemon's back: it notices and forgets the mount.
+    let c = std::ffi::CString::new(other.clone()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::umount2(c.as_ptr(), 0) }, 0);
+    // (The session ends a moment after the kernel drops the connection.)
+    wait_for("the daemon to forget the mount", || e.ok(&["mount"]).lines().count() == 1);
+    e.ok(&["mount", "tank"]);
 }
 
 #[test]

@@ -179,9 +179,10 @@ impl MountHandle {
         self.table.main()
     }
 
-    /// Whether the mount is still in place (not yet unmounted by this handle).
+    /// Whether the mount is still served: not unmounted by this handle, and
+    /// its session has not ended (as it does if someone else unmounted it).
     pub fn is_mounted(&self) -> bool {
-        self.session.lock().is_some()
+        self.session.lock().as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// Inodes the kernel currently holds references to.
@@ -223,9 +224,13 @@ impl MountHandle {
         let Some(thread) = self.session.lock().take() else {
             return Ok(());
         };
-        if let Err(e) = umount(&self.dir, force) {
-            *self.session.lock() = Some(thread);
-            return Err(e);
+        // A session that already ended was unmounted by someone else
+        // (`umount DIR`): only the sync remains to do.
+        if !thread.is_finished() {
+            if let Err(e) = umount(&self.dir, force) {
+                *self.session.lock() = Some(thread);
+                return Err(e);
+            }
         }
         let deadline = Instant::now() + SESSION_END_WAIT;
         while !thread.is_finished() {

@@ -8,8 +8,8 @@
 //! not enforce the ownership rules the real layer owns (set-group-ID
 //! directories, sticky directories, clearing set-user-ID bits).
 //!
-//! For the tests it also observes the glue: the size of every WRITE that
-//! arrives ([`MemFs::write_sizes`]), how many calls were in flight at once
+//! For the tests it also observes the glue: the size of every WRITE and
+//! READ that arrives ([`MemFs::write_sizes`], [`MemFs::read_sizes`]), how many calls were in flight at once
 //! ([`MemFs::max_in_flight`]), calls per operation ([`MemFs::calls`]), and
 //! it can hold a read of one file until a read of another has completed
 //! ([`MemFs::hold_read_until`]) — proof that requests are served in
@@ -67,6 +67,7 @@ struct Hold {
 pub struct MemFs {
     state: Mutex<State>,
     write_sizes: Mutex<BTreeMap<usize, u64>>,
+    read_sizes: Mutex<BTreeMap<u32, u64>>,
     calls: Mutex<BTreeMap<&'static str, u64>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
@@ -111,6 +112,7 @@ impl MemFs {
         MemFs {
             state: Mutex::new(State { nodes: HashMap::from([(ROOT, root)]), next_ino: ROOT + 1 }),
             write_sizes: Mutex::new(BTreeMap::new()),
+            read_sizes: Mutex::new(BTreeMap::new()),
             calls: Mutex::new(BTreeMap::new()),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
@@ -122,6 +124,11 @@ impl MemFs {
     /// WRITE request sizes seen, with their counts.
     pub fn write_sizes(&self) -> BTreeMap<usize, u64> {
         self.write_sizes.lock().clone()
+    }
+
+    /// READ request sizes (bytes asked for) seen, with their counts.
+    pub fn read_sizes(&self) -> BTreeMap<u32, u64> {
+        self.read_sizes.lock().clone()
     }
 
     /// Calls per operation name ("read", "readdirplus", …).
@@ -520,6 +527,7 @@ impl FileSystem for MemFs {
 
     fn read(&self, ino: Ino, offset: u64, size: u32) -> PResult<Vec<u8>> {
         let _f = self.enter("read");
+        *self.read_sizes.lock().entry(size).or_default() += 1;
         self.wait_if_held(ino)?;
         let data = {
             let mut s = self.state.lock();

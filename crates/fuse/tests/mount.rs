@@ -259,6 +259,20 @@ fn large_writes_arrive_as_1mib_requests() {
     eprintln!("MemFs through FUSE: {} MiB in {:.2} s = {:.0} MiB/s; WRITE sizes seen {:?}", total_mib, secs, total_mib as f64 / secs, sizes);
     assert!(full * 10 >= requests * 9, "at least 90% of WRITEs are 1 MiB: {sizes:?}");
     assert_eq!(fs::metadata(m.p("big")).unwrap().len(), (total_mib * MIB) as u64);
+    // Read it back cold (the page cache dropped): read-ahead asks in large requests.
+    m.handle.invalidate_all();
+    let mut f = File::open(m.p("big")).unwrap();
+    let mut back = vec![0u8; MIB];
+    let t = Instant::now();
+    for i in 0..total_mib {
+        f.read_exact(&mut back).unwrap();
+        assert!(i > 0 || back == buf);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let reads = m.fs.read_sizes();
+    eprintln!("MemFs through FUSE: read {} MiB in {:.2} s = {:.0} MiB/s; READ sizes seen {:?}", total_mib, secs, total_mib as f64 / secs, reads);
+    let big_reads: u64 = reads.iter().filter(|(s, _)| **s >= 128 << 10).map(|(_, n)| n).sum();
+    assert!(big_reads * 2 >= reads.values().sum::<u64>(), "most READs are 128 KiB or more: {reads:?}");
 }
 
 #[test]

@@ -51,6 +51,7 @@ use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
@@ -59,6 +60,11 @@ use tarn_engine::{Error, ErrorKind, Result};
 use crate::client;
 use proto::{Command, Request, Response};
 pub use state::{Out, State};
+
+/// Most client connections served at once (a thread each); more are
+/// answered with an error. Requests run one at a time anyway: this bounds
+/// the threads waiting for the state lock, not the work.
+const CLIENTS_MAX: usize = 64;
 
 #[derive(Args)]
 pub struct DaemonArgs {
@@ -138,12 +144,23 @@ fn serve(cli_tunables: &[String]) -> Result<()> {
         })
         .map_err(|e| Error::io("starting the signal thread", e))?;
     log("ready");
+    let clients = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         match conn {
-            Ok(stream) => {
-                let d = daemon.clone();
-                let spawned = std::thread::Builder::new().name("tarn-client".into()).spawn(move || serve_client(&d, stream));
+            Ok(mut stream) => {
+                if clients.fetch_add(1, Ordering::SeqCst) >= CLIENTS_MAX {
+                    clients.fetch_sub(1, Ordering::SeqCst);
+                    let busy = format!("the tarn daemon is serving {} clients already; retry", CLIENTS_MAX);
+                    let _ = proto::send(&mut stream, &Response { error: Some(busy), ..Default::default() });
+                    continue;
+                }
+                let (d, n) = (daemon.clone(), clients.clone());
+                let spawned = std::thread::Builder::new().name("tarn-client".into()).spawn(move || {
+                    serve_client(&d, stream);
+                    n.fetch_sub(1, Ordering::SeqCst);
+                });
                 if let Err(e) = spawned {
+                    clients.fetch_sub(1, Ordering::SeqCst);
                     log(&format!("cannot start a client thread: {}", e));
                 }
             }

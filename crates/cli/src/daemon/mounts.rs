@@ -126,6 +126,7 @@ pub fn unmount(st: &mut State, dataset: &str, force: bool) -> Result<()> {
 
 pub fn handle_mount(st: &mut State, a: MountArgs, out: &mut Out) -> Result<()> {
     let Some(dataset) = a.dataset else {
+        prune_ended(st);
         let rows: Vec<Vec<String>> = st.mounts.iter().map(|(d, h)| vec![d.clone(), h.dir().display().to_string()]).collect();
         out.text = fmt::table(&["DATASET", "MOUNTPOINT"], &rows, false);
         return Ok(());
@@ -136,6 +137,18 @@ pub fn handle_mount(st: &mut State, a: MountArgs, out: &mut Out) -> Result<()> {
         None => return Err(Error::invalid(format!("'{}' has mountpoint=none: give a directory", dataset))),
     };
     mount(st, &dataset, &dir)
+}
+
+/// Forgets mounts whose session ended because someone else unmounted them
+/// (`umount DIR`), syncing their file systems.
+fn prune_ended(st: &mut State) {
+    let ended: Vec<String> = st.mounts.iter().filter(|(_, h)| !h.is_mounted()).map(|(d, _)| d.clone()).collect();
+    for ds in ended {
+        log(&format!("'{}' was unmounted outside tarn", ds));
+        if let Err(e) = unmount(st, &ds, false) {
+            log(&e.msg);
+        }
+    }
 }
 
 pub fn handle_unmount(st: &mut State, a: UnmountArgs, _out: &mut Out) -> Result<()> {
