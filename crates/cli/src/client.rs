@@ -96,7 +96,12 @@ pub fn start_with(tunables: &[String]) -> Result<u32> {
             return Ok(child.id());
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(cannot(format!("it exited ({}): {}", status, last_log_line(&log_path))));
+            // Two commands starting a daemon at once: the one that lost the
+            // lock exits, the winner answers shortly.
+            let why = last_log_line(&log_path);
+            if !why.contains("already running") {
+                return Err(cannot(format!("it exited ({}): {}", status, why)));
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
