@@ -55,6 +55,19 @@ impl FsTable {
     pub fn main(&self) -> Arc<dyn FileSystem> {
         self.fss.read()[0].clone()
     }
+
+    /// Adds a file system to the mount's inode space (a snapshot under
+    /// `.zfs/snapshot`); returns its index. Its inodes are reachable once a
+    /// directory of file system 0 names its root.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn attach(&self, fs: Arc<dyn FileSystem>) -> PResult<usize> {
+        let mut fss = self.fss.write();
+        if fss.len() >= crate::MAX_FILESYSTEMS {
+            return Err(Errno::new(libc::ENOSPC, format!("a mount holds at most {} file systems", crate::MAX_FILESYSTEMS)));
+        }
+        fss.push(fs);
+        Ok(fss.len() - 1)
+    }
 }
 
 /// The `fuser::Filesystem` of one mount.
@@ -500,6 +513,20 @@ fn xattr_reply(v: &[u8], size: u32, reply: ReplyXattr) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MemFs;
+
+    #[test]
+    fn inodes_resolve_to_their_file_system() {
+        let (a, b): (Arc<dyn FileSystem>, Arc<dyn FileSystem>) = (Arc::new(MemFs::new()), Arc::new(MemFs::new()));
+        let t = FsTable::new(a.clone());
+        assert_eq!(t.attach(b.clone()).expect("room"), 1);
+        let (fs, idx, ino) = t.resolve(1).expect("the root");
+        assert!(Arc::ptr_eq(&fs, &a) && idx == 0 && ino == a.root());
+        let snap_root = t.map.to_fuse(1, b.root()).expect("fits");
+        let (fs, idx, ino) = t.resolve(snap_root).expect("attached");
+        assert!(Arc::ptr_eq(&fs, &b) && idx == 1 && ino == b.root());
+        assert!(matches!(t.resolve(t.map.to_fuse(2, 5).expect("fits")), Err(e) if e.errno == libc::ESTALE));
+    }
 
     #[test]
     fn times_round_trip() {
