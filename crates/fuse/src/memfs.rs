@@ -368,10 +368,17 @@ impl State {
     }
 }
 
-fn set_size(data: &mut Vec<u8>, attr: &mut Attr, size: u64) {
+/// Largest file MemFs holds: its data lives in memory.
+const FILE_MAX_BYTES: u64 = 16 << 30;
+
+fn set_size(data: &mut Vec<u8>, attr: &mut Attr, size: u64) -> PResult<()> {
+    if size > FILE_MAX_BYTES {
+        return Err(err(libc::EFBIG, format!("MemFs files are at most {FILE_MAX_BYTES} bytes")));
+    }
     data.resize(size as usize, 0);
     attr.size = size;
     attr.blocks = size.div_ceil(512);
+    Ok(())
 }
 
 impl FileSystem for MemFs {
@@ -401,7 +408,7 @@ impl FileSystem for MemFs {
         let now = Timespec::now();
         if let Some(size) = set.size {
             let (d, a) = s.file_mut(ino)?;
-            set_size(d, a, size);
+            set_size(d, a, size)?;
             a.mtime = now;
         }
         let n = s.node_mut(ino)?;
@@ -545,10 +552,11 @@ impl FileSystem for MemFs {
         *self.write_sizes.lock().entry(data.len()).or_default() += 1;
         let mut s = self.state.lock();
         let (d, a) = s.file_mut(ino)?;
-        let end = offset as usize + data.len();
-        if end > d.len() {
-            set_size(d, a, end as u64);
+        let end = offset.saturating_add(data.len() as u64);
+        if end > d.len() as u64 {
+            set_size(d, a, end)?;
         }
+        let end = end as usize;
         d[offset as usize..end].copy_from_slice(data);
         let now = Timespec::now();
         a.mtime = now;
@@ -570,7 +578,7 @@ impl FileSystem for MemFs {
             return Err(err(libc::EOPNOTSUPP, "PUNCH_HOLE needs KEEP_SIZE"));
         }
         if end > d.len() as u64 && !flags.keep_size {
-            set_size(d, a, end);
+            set_size(d, a, end)?;
         }
         if flags.punch_hole || flags.zero_range {
             let zend = (end as usize).min(d.len());
@@ -590,10 +598,11 @@ impl FileSystem for MemFs {
             d[start..end].to_vec()
         };
         let (d, a) = s.file_mut(ino_out)?;
-        let end = off_out as usize + src.len();
-        if end > d.len() {
-            set_size(d, a, end as u64);
+        let end = off_out.saturating_add(src.len() as u64);
+        if end > d.len() as u64 {
+            set_size(d, a, end)?;
         }
+        let end = end as usize;
         d[off_out as usize..end].copy_from_slice(&src);
         a.mtime = Timespec::now();
         Ok(src.len() as u64)
