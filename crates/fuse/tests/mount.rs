@@ -341,3 +341,47 @@ fn busy_unmount_fails_then_succeeds() {
     let ino = m.fs.lookup(m.fs.root(), b"f").unwrap().ino;
     assert_eq!(m.fs.read(ino, 0, 100).unwrap(), b"data written before unmount", "write-back data reached the file system");
 }
+
+/// Runs a command; `None` if the program is not installed.
+fn sh(dir: &Path, prog: &str, args: &[&str]) -> Option<std::process::Output> {
+    match std::process::Command::new(prog).args(args).current_dir(dir).output() {
+        Ok(o) => {
+            assert!(o.status.success(), "{prog} {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+            Some(o)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => panic!("{prog}: {e}"),
+    }
+}
+
+#[test]
+fn real_tools_cp_tar_git() {
+    let Some(m) = Mounted::new("tools", |_| {}) else { return };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = src.to_str().unwrap();
+    let tree = m.p("tree");
+    let tree = tree.to_str().unwrap();
+    if sh(&m.dir, "cp", &["-a", src, tree]).is_none() {
+        eprintln!("skipping real_tools_cp_tar_git: cp is not installed");
+        return;
+    }
+    sh(&m.dir, "diff", &["-r", src, tree]).expect("diff is installed with cp");
+    if sh(&m.dir, "tar", &["cf", "tree.tar", "tree"]).is_some() {
+        sh(&m.dir, "mkdir", &["x"]);
+        sh(&m.dir.join("x"), "tar", &["xf", "../tree.tar"]);
+        sh(&m.dir, "diff", &["-r", src, "x/tree"]);
+    }
+    let git = |args: &[&str]| sh(Path::new(tree), "git", &[&["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"], args].concat());
+    if git(&["init", "-q"]).is_none() {
+        eprintln!("git is not installed: its part skipped");
+        return;
+    }
+    git(&["add", "."]);
+    git(&["commit", "-qm", "first"]);
+    fs::write(m.p("tree/lib.rs"), b"changed\n").unwrap();
+    git(&["commit", "-qam", "second"]);
+    git(&["gc", "-q"]);
+    git(&["fsck", "--strict"]);
+    let log = git(&["log", "--oneline"]).unwrap();
+    assert_eq!(String::from_utf8_lossy(&log.stdout).lines().count(), 2);
+}
