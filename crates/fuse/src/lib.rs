@@ -60,9 +60,10 @@
 //! back every dirty page through the workers), waits for the workers to see
 //! the connection end, then calls `sync_all` so everything written is
 //! durable. A busy mount fails with [`ErrorKind::Busy`] and stays mounted.
-//! `force` aborts the connection first (`MNT_FORCE`, then `MNT_DETACH`):
-//! open files fail with `ENOTCONN`, and data still in the kernel's page cache
-//! is lost, as with `umount -f`. Dropping a handle unmounts. Nothing here
+//! `force` first invalidates every inode the kernel holds, which makes it
+//! write back their dirty pages, then aborts the connection (`MNT_FORCE`,
+//! then `MNT_DETACH`): open files fail with `ENOTCONN`; only writes racing
+//! with the unmount can be lost, as with `umount -f`. Dropping a handle unmounts. Nothing here
 //! calls `sync(2)` or `syncfs(2)` on the host: a loop device whose image
 //! lives on a tarn mount would make such a call wait on tarn itself.
 
@@ -253,8 +254,8 @@ impl MountHandle {
         self.unmount_inner(false)
     }
 
-    /// Unmounts even if busy: aborts the connection and detaches the mount
-    /// (open files then fail; data only in the kernel's cache is lost).
+    /// Unmounts even if busy: writes back the kernel's dirty pages, then
+    /// aborts the connection and detaches the mount (open files then fail).
     pub fn unmount_force(&self) -> Result<()> {
         self.unmount_inner(true)
     }
@@ -266,6 +267,13 @@ impl MountHandle {
         // A session that already ended was unmounted by someone else
         // (`umount DIR`): only the sync remains to do.
         if !thread.is_finished() {
+            if force {
+                // Aborting the connection drops the kernel's dirty pages:
+                // invalidating every inode first makes the kernel write
+                // them back (it launders dirty pages it invalidates),
+                // without syncfs(2).
+                self.invalidate_all();
+            }
             if let Err(e) = umount(&self.dir, force) {
                 *self.session.lock() = Some(thread);
                 return Err(e);
