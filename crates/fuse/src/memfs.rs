@@ -13,7 +13,7 @@
 //! ([`MemFs::max_in_flight`]), calls per operation ([`MemFs::calls`]), and
 //! it can hold a read of one file until a read of another has completed
 //! ([`MemFs::hold_read_until`]) — proof that requests are served in
-//! parallel.
+//! parallel — or make an operation panic ([`MemFs::panic_on`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -73,6 +73,8 @@ pub struct MemFs {
     max_in_flight: AtomicUsize,
     hold: Mutex<Hold>,
     hold_cv: Condvar,
+    /// Operation that panics when called (a stand-in for a file-system bug).
+    panic_on: Mutex<Option<&'static str>>,
 }
 
 fn err(errno: i32, msg: impl Into<String>) -> Errno {
@@ -118,6 +120,7 @@ impl MemFs {
             max_in_flight: AtomicUsize::new(0),
             hold: Mutex::new(Hold::default()),
             hold_cv: Condvar::new(),
+            panic_on: Mutex::new(None),
         }
     }
 
@@ -152,8 +155,17 @@ impl MemFs {
         self.state.lock().nodes.len()
     }
 
+    /// Makes every call of `op` panic (`None`: none), to test how a bug in
+    /// the file system is contained.
+    pub fn panic_on(&self, op: Option<&'static str>) {
+        *self.panic_on.lock() = op;
+    }
+
     fn enter(&self, op: &'static str) -> InFlight<'_> {
         *self.calls.lock().entry(op).or_default() += 1;
+        if *self.panic_on.lock() == Some(op) {
+            panic!("MemFs: {op} set to panic");
+        }
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         InFlight(self)

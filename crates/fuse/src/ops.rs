@@ -6,7 +6,9 @@
 //! Handlers run on the session's worker threads, several at once (fuser
 //! gives each worker its own cloned `/dev/fuse` descriptor), so a slow read
 //! never holds up a `stat`. They return errors as values: `Errno` from the
-//! POSIX layer is passed to the kernel unchanged.
+//! POSIX layer is passed to the kernel unchanged. Every call into the file
+//! system is guarded: a panic there fails that one request with `EIO`
+//! rather than killing the worker and leaving the caller waiting forever.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -211,9 +213,21 @@ impl Glue {
     }
 }
 
+/// Runs one call into the file system. A panic there (a bug) becomes `EIO`
+/// for this request: the caller gets an error instead of waiting forever
+/// for a reply, and the worker thread lives on to serve the next request.
+fn guarded<T>(f: impl FnOnce() -> PResult<T>) -> PResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+        Err(Errno::new(libc::EIO, format!("the file system panicked: {why}")))
+    })
+}
+
+/// Evaluates a file-system call (guarded), or replies with its error and
+/// returns from the handler.
 macro_rules! try_reply {
     ($reply:expr, $e:expr) => {
-        match $e {
+        match guarded(|| $e) {
             Ok(v) => v,
             Err(e) => return $reply.error(errno(e)),
         }
@@ -244,7 +258,7 @@ impl Filesystem for Glue {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        self.entry(idx, parent.0, name.as_bytes(), fs.lookup(p, name.as_bytes()), reply);
+        self.entry(idx, parent.0, name.as_bytes(), guarded(|| fs.lookup(p, name.as_bytes())), reply);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -291,12 +305,12 @@ impl Filesystem for Glue {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
         let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        self.entry(idx, parent.0, name.as_bytes(), fs.mknod(&caller(req), p, name.as_bytes(), mode, rdev), reply);
+        self.entry(idx, parent.0, name.as_bytes(), guarded(|| fs.mknod(&caller(req), p, name.as_bytes(), mode, rdev)), reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
         let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        self.entry(idx, parent.0, name.as_bytes(), fs.mkdir(&caller(req), p, name.as_bytes(), mode), reply);
+        self.entry(idx, parent.0, name.as_bytes(), guarded(|| fs.mkdir(&caller(req), p, name.as_bytes(), mode)), reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -313,7 +327,7 @@ impl Filesystem for Glue {
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        let a = fs.symlink(&caller(req), p, link_name.as_bytes(), target.as_os_str().as_bytes());
+        let a = guarded(|| fs.symlink(&caller(req), p, link_name.as_bytes(), target.as_os_str().as_bytes()));
         self.entry(idx, parent.0, link_name.as_bytes(), a, reply);
     }
 
@@ -338,7 +352,7 @@ impl Filesystem for Glue {
         if idx != nidx {
             return reply.error(errno(exdev()));
         }
-        self.entry(idx, newparent.0, newname.as_bytes(), fs.link(&caller(req), local, np, newname.as_bytes()), reply);
+        self.entry(idx, newparent.0, newname.as_bytes(), guarded(|| fs.link(&caller(req), local, np, newname.as_bytes())), reply);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -416,7 +430,7 @@ impl Filesystem for Glue {
     }
 
     fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        match self.readdir_plus(ino.0, offset, &mut reply) {
+        match guarded(|| self.readdir_plus(ino.0, offset, &mut reply)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }

@@ -358,6 +358,31 @@ fn forced_unmount_writes_back_dirty_pages_first() {
     assert!(f.read(&mut buf).is_err(), "the open file fails after a forced unmount");
 }
 
+#[test]
+fn a_panicking_file_system_call_fails_that_request_only() {
+    let Some(m) = Mounted::new("panic", |_| {}) else { return };
+    fs::write(m.p("f"), b"x").unwrap();
+    let p = cstr(&m.p("f"));
+    let name = CString::new("user.a").unwrap();
+    let getxattr = || {
+        // SAFETY: valid path and name; size 0 asks for the length only.
+        let r = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
+        if r < 0 {
+            errno()
+        } else {
+            0
+        }
+    };
+    m.fs.panic_on(Some("getxattr"));
+    // More panics than there are workers: none of them may die.
+    for _ in 0..(MountOptions::default().threads * 2) {
+        assert_eq!(getxattr(), libc::EIO);
+    }
+    m.fs.panic_on(None);
+    assert_eq!(getxattr(), libc::ENODATA, "the workers still serve");
+    assert_eq!(fs::read(m.p("f")).unwrap(), b"x");
+}
+
 /// Runs a command; `None` if the program is not installed.
 fn sh(dir: &Path, prog: &str, args: &[&str]) -> Option<std::process::Output> {
     match std::process::Command::new(prog).args(args).current_dir(dir).output() {
