@@ -57,6 +57,15 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// 0 for a call that succeeded (returned ≥ 0), else its errno.
+fn errno_of(ret: i64) -> i32 {
+    if ret < 0 {
+        errno()
+    } else {
+        0
+    }
+}
+
 #[test]
 fn files_directories_links() {
     let Some(m) = Mounted::new("basic", |_| {}) else { return };
@@ -98,12 +107,7 @@ fn rename_flags() {
     fs::write(m.p("b"), b"B").unwrap();
     let rename2 = |from: &str, to: &str, flags: u32| {
         // SAFETY: both paths are valid NUL-terminated strings for the call.
-        let r = unsafe { libc::renameat2(libc::AT_FDCWD, cstr(&m.p(from)).as_ptr(), libc::AT_FDCWD, cstr(&m.p(to)).as_ptr(), flags) };
-        if r == 0 {
-            0
-        } else {
-            errno()
-        }
+        errno_of(unsafe { libc::renameat2(libc::AT_FDCWD, cstr(&m.p(from)).as_ptr(), libc::AT_FDCWD, cstr(&m.p(to)).as_ptr(), flags) } as i64)
     };
     assert_eq!(rename2("a", "b", libc::RENAME_NOREPLACE), libc::EEXIST);
     assert_eq!(rename2("a", "b", libc::RENAME_EXCHANGE), 0);
@@ -366,12 +370,7 @@ fn a_panicking_file_system_call_fails_that_request_only() {
     let name = CString::new("user.a").unwrap();
     let getxattr = || {
         // SAFETY: valid path and name; size 0 asks for the length only.
-        let r = unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) };
-        if r < 0 {
-            errno()
-        } else {
-            0
-        }
+        errno_of(unsafe { libc::getxattr(p.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0) } as i64)
     };
     m.fs.panic_on(Some("getxattr"));
     // More panics than there are workers: none of them may die.

@@ -164,7 +164,7 @@ fn list(statuses: &[PoolStatus], scripted: bool, parsable: bool, fields: Vec<Str
                 "alloc" | "allocated" => sz(s.allocated),
                 "free" => sz(s.free),
                 "frag" | "fragmentation" => format!("{}%", s.fragmentation_pct),
-                "cap" | "capacity" => format!("{}%", if s.size > 0 { s.allocated * 100 / s.size } else { 0 }),
+                "cap" | "capacity" => format!("{}%", s.allocated.saturating_mul(100).checked_div(s.size).unwrap_or(0)),
                 "health" => s.state.clone(),
                 "guid" => s.guid.to_string(),
                 other => return Err(Error::invalid(format!("unknown column '{}': name,size,alloc,free,frag,cap,health,guid", other))),
