@@ -20,18 +20,14 @@ pub fn size(v: u64) -> String {
     }
 }
 
-/// Prints rows as aligned columns (or tab-separated without a header for -H).
-pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
-    print!("{}", table_string(header, rows, scripted));
-}
-
-/// `table`'s output as a string.
-pub fn table_string(header: &[&str], rows: &[Vec<String>], scripted: bool) -> String {
-    use std::fmt::Write;
+/// Rows as aligned columns (or tab-separated without a header for -H),
+/// one line each, ready to print.
+pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) -> String {
     let mut out = String::new();
     if scripted {
         for r in rows {
-            let _ = writeln!(out, "{}", r.join("\t"));
+            out.push_str(&r.join("\t"));
+            out.push('\n');
         }
         return out;
     }
@@ -60,7 +56,8 @@ pub fn table_string(header: &[&str], rows: &[Vec<String>], scripted: bool) -> St
                 s.push_str(c);
             }
         }
-        let _ = writeln!(out, "{}", s.trim_end());
+        out.push_str(s.trim_end());
+        out.push('\n');
     };
     line(header.iter().map(|h| h.to_string()).collect());
     for r in rows {
@@ -70,10 +67,10 @@ pub fn table_string(header: &[&str], rows: &[Vec<String>], scripted: bool) -> St
 }
 
 /// A table whose header is the chosen column names, upper-cased (`-o`).
-pub fn columns(fields: &[String], rows: &[Vec<String>], scripted: bool) {
+pub fn columns(fields: &[String], rows: &[Vec<String>], scripted: bool) -> String {
     let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
     let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    table(&hdr, rows, scripted);
+    table(&hdr, rows, scripted)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use tarn_engine::arc::HostMemory;
 use tarn_engine::io::stats::{ClassIoSnapshot, HistSnapshot, BUCKETS};
 use tarn_engine::pool::metrics::{PoolMetrics, VdevMetrics};
 
-use crate::fmt::{size, table_string};
+use crate::fmt::{size, table};
 
 /// Which views `pool iostat` adds to its default columns.
 #[derive(Clone, Copy, Debug, Default)]
@@ -217,7 +217,7 @@ pub fn iostat(cur: &PoolMetrics, prev: Option<&PoolMetrics>, secs: f64, v: Iosta
             cells
         })
         .collect();
-    out.push_str(&table_string(&header, &body, false));
+    out.push_str(&table(&header, &body, false));
     out
 }
 
@@ -247,7 +247,7 @@ fn size_hist(r: &Row) -> String {
             rows.push(cells);
         }
     }
-    table_string(&hdr, &rows, false)
+    table(&hdr, &rows, false)
 }
 
 /// `-w`: latency histograms, total (queue + device) and device alone, for
@@ -271,7 +271,7 @@ fn latency_hist(r: &Row) -> String {
             rows.push(cells);
         }
     }
-    table_string(&header, &rows, false)
+    table(&header, &rows, false)
 }
 
 /// arcstat's fields.
@@ -435,7 +435,7 @@ pub fn txgs(m: &PoolMetrics) -> String {
             ]
         })
         .collect();
-    table_string(&header, &rows, false)
+    table(&header, &rows, false)
 }
 
 /// `pool explain`: which mechanism limits the workload between two
