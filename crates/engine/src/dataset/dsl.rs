@@ -84,6 +84,26 @@ impl Op {
     }
 }
 
+/// Operations queued by `Datasets::submit`.
+pub struct Submitted {
+    core: Arc<PoolCore>,
+    txg: u64,
+    outs: Vec<Arc<Mutex<Option<Result<()>>>>>,
+}
+
+impl Submitted {
+    /// The txg the operations run in: they are on disk once it has synced.
+    pub fn txg(&self) -> u64 {
+        self.txg
+    }
+
+    /// Waits for the txg; each operation's result.
+    pub fn wait(self) -> Result<Vec<Result<()>>> {
+        self.core.txg.wait_synced(self.txg)?;
+        Ok(self.outs.iter().map(|o| o.lock().take().unwrap_or_else(|| Err(Error::corrupt("a dataset task did not run")))).collect())
+    }
+}
+
 struct Task {
     txg: u64,
     op: Op,
@@ -237,6 +257,11 @@ impl Datasets {
     /// systems and rollbacks first: they run before the txg's object sets
     /// sync); waits for the txg and returns each operation's result.
     pub fn run(&self, ops: Vec<Op>) -> Result<Vec<Result<()>>> {
+        self.submit(ops)?.wait()
+    }
+
+    /// Queues `ops` for the open txg without waiting (see `run`).
+    pub fn submit(&self, ops: Vec<Op>) -> Result<Submitted> {
         for op in &ops {
             self.precheck(op)?;
         }
@@ -250,8 +275,7 @@ impl Datasets {
             }
         }
         drop(tx);
-        self.core.txg.wait_synced(txg)?;
-        Ok(outs.iter().map(|o| o.lock().take().unwrap_or_else(|| Err(Error::corrupt("a dataset task did not run")))).collect())
+        Ok(Submitted { core: self.core.clone(), txg, outs })
     }
 
     fn run_one(&self, op: Op) -> Result<()> {

@@ -90,6 +90,6 @@ mod record;
 mod space;
 mod traverse;
 
-pub use dsl::{DatasetInfo, DatasetKind, Datasets, Op, Types};
+pub use dsl::{DatasetInfo, DatasetKind, Datasets, Op, Submitted, Types};
 pub use props::{PropValue, Source};
 pub(crate) use record::Rec;

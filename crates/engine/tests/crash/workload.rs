@@ -65,6 +65,8 @@ pub enum Op {
     Write { off: u64, len: u64, fill: Fill },
     Truncate { size: u64 },
     Free,
+    /// An operation of the dataset thread (its `obj` is 0).
+    Ds(super::datasets::DsOp),
 }
 
 /// One committed-or-not operation: its txg, its object and what it did.
@@ -78,6 +80,7 @@ pub struct Logged {
 /// Applies `op` to an object's content (None: the object does not exist).
 pub fn apply(content: &mut Option<Vec<u8>>, op: &Op) {
     match op {
+        Op::Ds(_) => {}
         Op::Create => *content = Some(Vec::new()),
         Op::Free => *content = None,
         Op::Truncate { size } => content.as_mut().expect("truncate of a live object").resize(*size as usize, 0),
@@ -178,7 +181,7 @@ impl Worker<'_> {
             Op::Write { off, len, fill } => os.write(&tx, obj.id, *off, &fill.bytes(*len as usize))?,
             Op::Truncate { size } => os.truncate(&tx, obj.id, *size)?,
             Op::Free => os.free(&tx, obj.id)?,
-            Op::Create => unreachable!("creates go through create()"),
+            Op::Create | Op::Ds(_) => unreachable!("creates go through create()"),
         }
         log.push(Logged { txg: tx.txg(), obj: obj.id, op: op.clone() });
         drop(tx);
