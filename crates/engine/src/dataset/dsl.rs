@@ -626,8 +626,19 @@ impl Datasets {
         Ok(())
     }
 
-    /// Writes the records changed in this txg into the MOS.
+    /// Writes the records changed in this txg into the MOS (after checking
+    /// their links in debug builds: the cheap, local part of the invariants,
+    /// before the uberblock that would make them durable).
     fn flush(&self, st: &mut State, txg: u64) -> Result<()> {
+        if cfg!(debug_assertions) {
+            let ids: Vec<u64> = st.dirty.iter().copied().collect();
+            for id in ids {
+                if st.recs.contains_key(&id) {
+                    let r = self.get_rec(st, id)?;
+                    self.check_links(st, &r)?;
+                }
+            }
+        }
         for id in std::mem::take(&mut st.dirty) {
             let Some(r) = st.recs.get(&id) else { continue };
             let bytes = kv::encode(&r.encode());
@@ -1010,6 +1021,7 @@ impl Datasets {
             assert!(bound < 100_000_000, "dataset walk over its bound");
             let r = self.get_rec(&mut st, id)?;
             self.check_indexed(&mut st, &r)?;
+            self.check_links(&mut st, &r)?;
             for c in self.check_children(&mut st, &r)? {
                 stack.push(c);
             }
@@ -1031,6 +1043,30 @@ impl Datasets {
         for (id, o) in self.open.lock().iter() {
             let r = self.get_rec(&mut st, *id)?;
             ensure(o.owner.snapshot || o.owner.prev_snap_txg.load(Ordering::Acquire) == r.prev_snap_txg, || format!("open '{}' has a stale latest-snapshot txg", r.name))?;
+        }
+        Ok(())
+    }
+
+    /// One record's links agree with its neighbours': the previous snapshot
+    /// names it as next (same file system) and its txg is the creation txg;
+    /// siblings point back; its first child is first; a clone's origin
+    /// lists it.
+    fn check_links(&self, st: &mut State, r: &Rec) -> Result<()> {
+        let fs = if r.snapshot { r.head } else { r.id };
+        if r.prev_snap != 0 {
+            let p = self.get_rec(st, r.prev_snap)?;
+            ensure(p.creation_txg == r.prev_snap_txg, || format!("'{}': prev_snap_txg {} but '{}' was made in {}", r.name, r.prev_snap_txg, p.name, p.creation_txg))?;
+            ensure(p.head != fs || p.next_snap == r.id, || format!("'{}' does not name '{}' as its next", p.name, r.name))?;
+        }
+        if r.sib_next != 0 {
+            ensure(self.get_rec(st, r.sib_next)?.sib_prev == r.id, || format!("next sibling of '{}' does not point back", r.name))?;
+        }
+        if r.child_first != 0 {
+            let c = self.get_rec(st, r.child_first)?;
+            ensure(c.sib_prev == 0 && c.parent == r.id, || format!("first child '{}' of '{}' is linked wrongly", c.name, r.name))?;
+        }
+        if r.origin != 0 && !r.snapshot {
+            ensure(self.get_rec(st, r.origin)?.clones.contains(&r.id), || format!("origin of '{}' does not list it", r.name))?;
         }
         Ok(())
     }

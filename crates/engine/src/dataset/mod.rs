@@ -56,7 +56,8 @@
 //! (creates, snapshots, clones, snapshot destroys, properties); the changed
 //! records into the MOS; then the MOS syncs.
 //!
-//! ## Invariants (`Datasets::check_invariants`, run by `Pool::check_invariants`)
+//! ## Invariants (`Datasets::check_invariants`, run by `Pool::check_invariants`;
+//! `check_links` runs on every changed record before each uberblock in debug builds)
 //! - every record is found under its name in the index (`check_indexed`);
 //! - children name their parent, are named below it, and the sibling list is
 //!   doubly linked (`check_children`);
@@ -66,8 +67,10 @@
 //!   (`check_chain`);
 //! - dead-list entries are born no later than their owner's previous
 //!   snapshot and the record's byte counters match them (`check_deadlist`);
+//! - a record's links agree with its neighbours' (`check_links`);
 //! - a clone names its origin and the origin lists the clone;
 //! - an open head's `prev_snap_txg` is its record's.
+//!
 //! The pool checker (`pool/verify.rs`) adds: every block is counted once
 //! however many trees and dead lists share it, every dead-list entry is in
 //! some snapshot's tree, and the allocator holds exactly what all trees and

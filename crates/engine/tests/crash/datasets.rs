@@ -11,7 +11,7 @@ use tarn_engine::dataset::Op as DsTask;
 use tarn_engine::Pool;
 use tarn_ondisk::ObjectType;
 
-use super::workload::{Fill, Logged, Op, ThreadLog};
+use super::workload::{run_steps, Fill, Logged, Op, ThreadLog};
 use crate::common::{first_difference, Rng};
 
 /// A logged dataset operation (`Op::Ds`).
@@ -25,15 +25,18 @@ pub enum DsOp {
     Destroy(String),
 }
 
-/// Name → the object of the file system or snapshot (None: none yet).
-pub type DsModel = BTreeMap<String, Option<(u64, Vec<u8>)>>;
+/// A file system's or snapshot's object and its content (None: none yet).
+pub type Content = Option<(u64, Vec<u8>)>;
+
+/// Name → content.
+pub type DsModel = BTreeMap<String, Content>;
 
 const FS_MAX: usize = 3;
 
 struct Fs {
     name: String,
-    obj: Option<(u64, Vec<u8>)>,
-    snaps: Vec<(String, Option<(u64, Vec<u8>)>)>,
+    obj: Content,
+    snaps: Vec<(String, Content)>,
 }
 
 pub struct DsWorker<'a> {
@@ -47,18 +50,9 @@ pub struct DsWorker<'a> {
 impl DsWorker<'_> {
     pub fn run(mut self) -> ThreadLog {
         let mut fss: Vec<Fs> = Vec::new();
-        let mut log = Vec::new();
         let mut made = 0;
-        for _ in 0..self.ops {
-            if self.stop.load(Ordering::SeqCst) {
-                break;
-            }
-            if let Err(e) = self.step(&mut fss, &mut log, &mut made) {
-                self.stop.store(true, Ordering::SeqCst);
-                return ThreadLog { log, error: Some(e) };
-            }
-        }
-        ThreadLog { log, error: None }
+        let (ops, stop) = (self.ops, self.stop);
+        run_steps(ops, stop, |log| self.step(&mut fss, log, &mut made))
     }
 
     /// Queues one task, logs it with its txg, then waits for it.

@@ -107,6 +107,22 @@ pub struct ThreadLog {
     pub error: Option<Error>,
 }
 
+/// Runs `step` up to `ops` times; stops at the first error (and tells the
+/// other threads to stop) or when another thread failed.
+pub fn run_steps(ops: usize, stop: &AtomicBool, mut step: impl FnMut(&mut Vec<Logged>) -> tarn_engine::Result<()>) -> ThreadLog {
+    let mut log = Vec::new();
+    for _ in 0..ops {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        if let Err(e) = step(&mut log) {
+            stop.store(true, Ordering::SeqCst);
+            return ThreadLog { log, error: Some(e) };
+        }
+    }
+    ThreadLog { log, error: None }
+}
+
 pub struct Worker<'a> {
     pub pool: &'a Pool,
     pub rng: Rng,
@@ -116,21 +132,11 @@ pub struct Worker<'a> {
 }
 
 impl Worker<'_> {
-    /// Runs up to `ops` operations; stops at the first error (and tells the
-    /// other threads to stop) or when another thread failed.
+    /// Runs up to `ops` operations (see `run_steps`).
     pub fn run(mut self) -> ThreadLog {
         let mut live: Vec<Live> = Vec::new();
-        let mut log = Vec::new();
-        for _ in 0..self.ops {
-            if self.stop.load(Ordering::SeqCst) {
-                break;
-            }
-            if let Err(e) = self.step(&mut live, &mut log) {
-                self.stop.store(true, Ordering::SeqCst);
-                return ThreadLog { log, error: Some(e) };
-            }
-        }
-        ThreadLog { log, error: None }
+        let (ops, stop) = (self.ops, self.stop);
+        run_steps(ops, stop, |log| self.step(&mut live, log))
     }
 
     fn step(&mut self, live: &mut Vec<Live>, log: &mut Vec<Logged>) -> tarn_engine::Result<()> {
