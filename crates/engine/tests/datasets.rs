@@ -572,3 +572,40 @@ fn random_clone_histories_never_leak() {
     eprintln!("{clones} clones, {rollbacks} rollbacks, {destroys} destroys before teardown");
     assert!(clones > 0 && rollbacks > 0 && destroys > 0, "the histories exercised too little");
 }
+
+/// A reservation keeps its space: other datasets run out first, and a
+/// reservation larger than what is available is refused.
+#[test]
+fn reservation_holds_space_for_its_dataset() {
+    let (_d, pool) = pool_of(128 << 20);
+    let ds = pool.datasets();
+    assert_eq!(ds.create("tank/huge", &[("reservation", "1T")], false).unwrap_err().kind, ErrorKind::NoSpace);
+    ds.create("tank/huge", &[], false).unwrap();
+    let e = ds.set("tank/huge", "reservation", "1T").unwrap_err();
+    assert!(e.kind == ErrorKind::NoSpace && e.msg.contains("tank/huge"), "{e}");
+    ds.destroy("tank/huge", false).unwrap();
+    let avail = num(&pool, "tank", "available");
+    ds.create("tank/r", &[("reservation", &(avail - (24 << 20)).to_string())], false).unwrap();
+    ds.create("tank/o", &[("compression", "off")], false).unwrap();
+    let os = ds.objset("tank/o").unwrap();
+    let mut written = 0u64;
+    let err = loop {
+        let tx = os.begin().unwrap();
+        let obj = os.create(&tx, ObjectType::PlainData).unwrap();
+        match os.write(&tx, obj, 0, &pattern(1 << 20, written)) {
+            Ok(()) => written += 1 << 20,
+            Err(e) => break e,
+        }
+        drop(tx);
+        pool.sync().unwrap();
+        assert!(written < 64 << 20, "the reservation never held");
+    };
+    assert_eq!(err.kind, ErrorKind::NoSpace, "{err}");
+    assert!(err.msg.contains("reserved"), "{err}");
+    assert!(written <= 24 << 20, "wrote {written} bytes past the reservation");
+    // The reserving dataset can still write.
+    put(&ds.objset("tank/r").unwrap(), &pattern(4 << 20, 1));
+    ds.inherit("tank/r", "reservation").unwrap();
+    put(&os, &pattern(1 << 20, 2));
+    check(&pool, "reservation released");
+}

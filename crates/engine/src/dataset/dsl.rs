@@ -741,6 +741,12 @@ impl Datasets {
     fn new_fs(&self, st: &mut State, txg: u64, name: &str, parent_id: u64, props: &[(String, String)], origin: Option<&Rec>) -> Result<u64> {
         for (k, v) in props {
             props::validate(k, v)?;
+            if k == "reservation" {
+                let room = self.available(st, parent_id)?;
+                if props::size_value(v) > room {
+                    return Err(Error::no_space(format!("cannot reserve {} for '{}': only {} bytes are available", v, name, room)));
+                }
+            }
         }
         let id = self.new_record(st, txg, name)?;
         let mut parent = self.get_rec(st, parent_id)?;
@@ -992,6 +998,13 @@ impl Datasets {
             }
         }
         if prop == "reservation" {
+            let want = props::size_value(r.props.get(prop).map_or("none", |s| s.as_str()));
+            let mut memo = HashMap::new();
+            let used = self.used(st, r.id, &mut memo)?;
+            let room = used + self.available(st, r.id)?;
+            if want > room {
+                return Err(Error::no_space(format!("cannot reserve {} bytes for '{}': only {} are available to it", want, name, room)));
+            }
             let mut root = if r.id == self.root_id { r.clone() } else { self.get_rec(st, self.root_id)? };
             if props::size_value(r.props.get(prop).map_or("none", |s| s.as_str())) > 0 {
                 root.reservations.insert(r.id);
