@@ -188,6 +188,7 @@ fn snapshot_clone_rollback_destroy_semantics() {
     // Destroying the clone frees only its own blocks; then s1 can go.
     ds.destroy("tank/cl", false).unwrap();
     assert!(cl.begin().and_then(|tx| cl.write(&tx, obj, 0, b"z")).is_err(), "a destroyed clone took a write");
+    assert_eq!(cl.read(obj, 0, 10).unwrap_err().kind, ErrorKind::NotFound, "a destroyed clone's blocks may be reused");
     check(&pool, "after clone destroy");
     ds.destroy("tank/fs@s1", false).unwrap();
     check(&pool, "after s1 destroy");
@@ -608,4 +609,40 @@ fn reservation_holds_space_for_its_dataset() {
     ds.inherit("tank/r", "reservation").unwrap();
     put(&os, &pattern(1 << 20, 2));
     check(&pool, "reservation released");
+}
+
+/// Rename moves a file system with its descendants and snapshots (data,
+/// inherited properties and lookups follow), and renames a snapshot in place.
+#[test]
+fn rename_moves_subtrees_and_snapshots() {
+    let (devs, pool) = pool_of(128 << 20);
+    let ds = pool.datasets();
+    ds.create("tank/a/b/c", &[], true).unwrap();
+    ds.create("tank/z", &[("compression", "zstd")], false).unwrap();
+    let os = ds.objset("tank/a/b/c").unwrap();
+    let obj = put(&os, &pattern(70_000, 5));
+    ds.snapshot("tank/a/b/c@s").unwrap();
+    ds.snapshot("tank/a/b@t").unwrap();
+    assert_eq!(ds.rename("tank/a", "tank/a/b/x").unwrap_err().kind, ErrorKind::Invalid, "below itself");
+    assert_eq!(ds.rename("tank/a/b", "tank/z").unwrap_err().kind, ErrorKind::Exists);
+    assert_eq!(ds.rename("tank/a/b@t", "tank/z@t").unwrap_err().kind, ErrorKind::Invalid);
+    ds.rename("tank/a/b", "tank/z/m").unwrap();
+    for gone in ["tank/a/b", "tank/a/b/c", "tank/a/b/c@s", "tank/a/b@t"] {
+        assert!(!ds.exists(gone), "{gone}");
+    }
+    assert_eq!(ds.get("tank/z/m/c", "compression").unwrap().source, Source::Inherited("tank/z".into()));
+    assert_eq!(ds.get("tank/z/m/c", "mountpoint").unwrap().value, "/tank/z/m/c");
+    assert!(read_all(&ds.objset("tank/z/m/c@s").unwrap(), obj) == pattern(70_000, 5));
+    ds.rename("tank/z/m@t", "tank/z/m@u").unwrap();
+    overwrite(&os, obj, 0, b"still the same object set");
+    check(&pool, "after renames");
+    pool.export().unwrap();
+    let pool = open(&devs).unwrap();
+    let ds = pool.datasets();
+    assert_eq!(
+        ds.names("tank", true, Types::ALL).unwrap(),
+        ["tank", "tank/a", "tank/z", "tank/z/m", "tank/z/m@u", "tank/z/m/c", "tank/z/m/c@s"].map(String::from).to_vec()
+    );
+    assert!(read_all(&ds.objset("tank/z/m/c").unwrap(), obj)[..25] == *b"still the same object set");
+    check(&pool, "reopened");
 }

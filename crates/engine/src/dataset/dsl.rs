@@ -70,6 +70,9 @@ pub enum Op {
     Rollback { snapshot: String },
     /// Sets a property (None: inherit it).
     Set { name: String, prop: String, value: Option<String> },
+    /// Renames a file system (with everything below it and its snapshots)
+    /// under any existing parent, or a snapshot within its file system.
+    Rename { from: String, to: String },
 }
 
 impl Op {
@@ -299,6 +302,14 @@ impl Datasets {
             },
             Op::Destroy { name } => names::parse(name, self.pool()).map(|_| ()),
             Op::Rollback { snapshot } => names::parse(snapshot, self.pool()).map(|_| ()),
+            Op::Rename { from, to } => {
+                let (f, t) = (names::parse(from, self.pool())?, names::parse(to, self.pool())?);
+                match (&f.snap, &t.snap) {
+                    (None, None) => Ok(()),
+                    (Some(_), Some(_)) if f.fs == t.fs => Ok(()),
+                    _ => Err(Error::invalid(format!("cannot rename '{}' to '{}': a snapshot keeps its file system", from, to))),
+                }
+            }
             Op::Set { name, prop, value } => {
                 names::parse(name, self.pool())?;
                 match value {
@@ -329,6 +340,12 @@ impl Datasets {
     /// Rolls the file system back to `snapshot`, its latest snapshot.
     pub fn rollback(&self, snapshot: &str) -> Result<()> {
         self.run_one(Op::Rollback { snapshot: snapshot.into() })
+    }
+
+    /// Renames `from` to `to` (`zfs rename`): a file system moves with its
+    /// descendants and snapshots; a snapshot is renamed within its file system.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.run_one(Op::Rename { from: from.into(), to: to.into() })
     }
 
     pub fn set(&self, name: &str, prop: &str, value: &str) -> Result<()> {
@@ -683,6 +700,7 @@ impl Datasets {
             }
             Op::Rollback { snapshot } => self.exec_rollback(st, txg, snapshot),
             Op::Set { name, prop, value } => self.exec_set(st, name, prop, value.as_deref()),
+            Op::Rename { from, to } => self.exec_rename(st, txg, from, to),
         }
     }
 
@@ -928,20 +946,7 @@ impl Datasets {
             o.clones.remove(&r.id);
             Self::put(st, o);
         }
-        if r.sib_prev != 0 {
-            let mut p = self.get_rec(st, r.sib_prev)?;
-            p.sib_next = r.sib_next;
-            Self::put(st, p);
-        } else {
-            let mut p = self.get_rec(st, r.parent)?;
-            p.child_first = r.sib_next;
-            Self::put(st, p);
-        }
-        if r.sib_next != 0 {
-            let mut n = self.get_rec(st, r.sib_next)?;
-            n.sib_prev = r.sib_prev;
-            Self::put(st, n);
-        }
+        self.unlink(st, &r)?;
         let mut root = self.get_rec(st, self.root_id)?;
         if root.reservations.remove(&r.id) {
             Self::put(st, root);
@@ -979,6 +984,83 @@ impl Datasets {
             *o.owner.acct.lock() = Default::default();
         }
         Self::put(st, h);
+        Ok(())
+    }
+
+    /// Every record whose name starts with the file system's: it, its
+    /// descendants and all their snapshots get the new prefix; a file system
+    /// with a new parent moves between the sibling lists. O(subtree).
+    fn exec_rename(&self, st: &mut State, txg: u64, from: &str, to: &str) -> Result<()> {
+        let r = self.resolve(st, from)?;
+        if r.id == self.root_id {
+            return Err(Error::invalid(format!("'{}' is the pool's root dataset and cannot be renamed", from)));
+        }
+        let t = names::parse(to, self.pool())?;
+        self.check_new(st, &t)?;
+        let mut moved = vec![r.clone()];
+        if !r.snapshot {
+            let parent = self.resolve(st, t.parent().unwrap_or(""))?;
+            if parent.snapshot || parent.name == r.name || parent.name.starts_with(&format!("{}/", r.name)) {
+                return Err(Error::invalid(format!("cannot rename '{}' below itself or a snapshot ('{}')", from, parent.name)));
+            }
+            let mut stack = vec![r.clone()];
+            while let Some(x) = stack.pop() {
+                let kids = self.children_of(st, &x)?;
+                moved.extend(self.snapshots_of(st, &x)?);
+                moved.extend(kids.iter().cloned());
+                stack.extend(kids);
+            }
+            if parent.id != r.parent {
+                self.unlink(st, &r)?;
+                let mut p = self.get_rec(st, parent.id)?;
+                let mut me = self.get_rec(st, r.id)?;
+                me.parent = p.id;
+                me.sib_prev = 0;
+                me.sib_next = p.child_first;
+                if p.child_first != 0 {
+                    let mut s = self.get_rec(st, p.child_first)?;
+                    s.sib_prev = me.id;
+                    Self::put(st, s);
+                }
+                p.child_first = me.id;
+                Self::put(st, p);
+                Self::put(st, me);
+            }
+        }
+        let table = self.get_rec(st, self.root_id)?.index;
+        for m in moved {
+            let new_name = format!("{}{}", to, &m.name[from.len()..]);
+            index::remove(&self.mos, txg, table, &m.name)?;
+            index::insert(&self.mos, txg, table, &new_name, m.id)?;
+            st.names.remove(&m.name);
+            st.names.insert(new_name.clone(), m.id);
+            if let Some(o) = self.open.lock().get(&m.id) {
+                *o.os.name.write() = new_name.clone();
+                *o.owner.name.lock() = new_name.clone();
+            }
+            let mut x = self.get_rec(st, m.id)?;
+            x.name = new_name;
+            Self::put(st, x);
+        }
+        Ok(())
+    }
+
+    /// Takes a file system out of its parent's child list.
+    fn unlink(&self, st: &mut State, r: &Rec) -> Result<()> {
+        if r.sib_prev != 0 {
+            let mut p = self.get_rec(st, r.sib_prev)?;
+            p.sib_next = r.sib_next;
+            Self::put(st, p);
+        } else {
+            let mut p = self.get_rec(st, r.parent)?;
+            p.child_first = r.sib_next;
+            Self::put(st, p);
+        }
+        if r.sib_next != 0 {
+            let mut n = self.get_rec(st, r.sib_next)?;
+            n.sib_prev = r.sib_prev;
+            Self::put(st, n);
+        }
         Ok(())
     }
 

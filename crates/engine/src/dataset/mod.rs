@@ -43,8 +43,11 @@
 //! every subtree born earlier; its dead list holds origin blocks, kept.
 //! Rollback to the latest snapshot S frees the head's blocks born after S,
 //! drops its dead list (S holds those blocks, and the head again) and
-//! restarts its object set from S's root. A clone is a new head whose root
-//! is its origin snapshot's and whose `prev_snap` is that snapshot.
+//! restarts its object set from S's root (the same `Arc<Objset>`: holders
+//! see the rolled-back content; unsynced changes are dropped). A clone is a
+//! new head whose root is its origin snapshot's and whose `prev_snap` is
+//! that snapshot. Rename rewrites the names of a subtree (O(subtree)).
+//! An object set of a destroyed dataset refuses reads and writes.
 //!
 //! ## Sync tasks
 //! Every change to records runs in syncing context (`Datasets::run` queues a

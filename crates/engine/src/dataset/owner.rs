@@ -39,7 +39,8 @@ pub(crate) struct Limit {
 
 pub(crate) struct Owner {
     pub id: u64,
-    pub name: String,
+    /// For messages (a rename changes it).
+    pub name: Mutex<String>,
     pub snapshot: bool,
     pub dsl: Weak<Datasets>,
     /// Txg of the latest snapshot (or the origin): frees of blocks born at
@@ -58,7 +59,7 @@ impl Owner {
     pub fn new(id: u64, name: &str, snapshot: bool, prev_snap_txg: u64, readonly: bool, dsl: Weak<Datasets>) -> Owner {
         Owner {
             id,
-            name: name.to_string(),
+            name: Mutex::new(name.to_string()),
             snapshot,
             dsl,
             prev_snap_txg: AtomicU64::new(prev_snap_txg),
@@ -94,15 +95,22 @@ impl Owner {
 }
 
 impl ObjsetOwner for Owner {
+    fn check_read(&self) -> Result<()> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::not_found(format!("dataset '{}' was destroyed", self.name.lock())));
+        }
+        Ok(())
+    }
+
     fn check_write(&self, txg: u64, bytes: u64) -> Result<()> {
         if self.destroyed.load(Ordering::Acquire) {
-            return Err(Error::not_found(format!("dataset '{}' was destroyed", self.name)));
+            return Err(Error::not_found(format!("dataset '{}' was destroyed", self.name.lock())));
         }
         if self.snapshot {
-            return Err(Error::invalid(format!("snapshot '{}' is read-only", self.name)));
+            return Err(Error::invalid(format!("snapshot '{}' is read-only", self.name.lock())));
         }
         if self.readonly.load(Ordering::Acquire) {
-            return Err(Error::invalid(format!("dataset '{}' is read-only (readonly=on)", self.name)));
+            return Err(Error::invalid(format!("dataset '{}' is read-only (readonly=on)", self.name.lock())));
         }
         if bytes == 0 {
             return Ok(());
@@ -114,7 +122,7 @@ impl ObjsetOwner for Owner {
             if pending + bytes > l.bytes {
                 return Err(Error::new(
                     ErrorKind::NoSpace,
-                    format!("dataset '{}' is out of space: {} ({} bytes left, {} pending, {} asked)", self.name, l.by, l.bytes, pending, bytes),
+                    format!("dataset '{}' is out of space: {} ({} bytes left, {} pending, {} asked)", self.name.lock(), l.by, l.bytes, pending, bytes),
                 ));
             }
         }
@@ -140,7 +148,7 @@ impl ObjsetOwner for Owner {
         if bp.is_hole() || bp.is_embedded() {
             return Ok(());
         }
-        debug_assert!(bp.birth < txg, "dataset '{}' frees a block born in the syncing txg {}", self.name, txg);
+        debug_assert!(bp.birth < txg, "dataset '{}' frees a block born in the syncing txg {}", self.name.lock(), txg);
         let mut a = self.acct.lock();
         a.freed += bp.asize_total();
         a.freed_lsize += bp.lsize as u64;

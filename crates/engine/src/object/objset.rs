@@ -67,6 +67,11 @@ pub trait ObjsetOwner: Send + Sync {
     /// May `bytes` more bytes be dirtied in `txg`? (0: any change at all —
     /// refused for snapshots and read-only datasets.)
     fn check_write(&self, txg: u64, bytes: u64) -> Result<()>;
+    /// May the set be read? (Not once its dataset is destroyed: its blocks
+    /// may be reused.)
+    fn check_read(&self) -> Result<()> {
+        Ok(())
+    }
     /// The sync wrote `bp` for this set.
     fn block_born(&self, bp: &BlockPtr);
     /// The set no longer references `bp`: free it, or keep it for a
@@ -437,6 +442,9 @@ impl Objset {
 
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
     pub fn read(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        if let Some(owner) = self.owner.get() {
+            owner.check_read()?;
+        }
         let o = self.object(obj)?;
         let mut st = o.st.lock();
         if st.freed {
