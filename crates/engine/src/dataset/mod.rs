@@ -89,11 +89,13 @@
 mod deadlist;
 mod dsl;
 mod index;
+mod invariants;
 pub mod names;
 mod owner;
 pub mod props;
 mod record;
 mod space;
+mod tasks;
 mod traverse;
 
 pub use dsl::{DatasetInfo, DatasetKind, Datasets, Op, Submitted, Types};
