@@ -81,7 +81,11 @@
 //!
 //! ## Bounds and costs
 //! Record cache and name cache grow with the datasets used since import
-//! (about 1 KiB each). Snapshot creation: 1–2 new MOS objects and 3 record
+//! (about 1 KiB each); object sets opened stay open (with their cached
+//! dnodes, bounded per set by `tarn_dnode_cache_objects`) until their
+//! dataset is destroyed. Measured (tests/datasets.rs): a cold lookup reads
+//! 0.8 blocks with 50 datasets and 2.2 with 5,000 datasets and 1,000
+//! snapshots; a snapshot of 1 MiB or of 48 MiB writes the same 64 KiB. Snapshot creation: 1–2 new MOS objects and 3 record
 //! rewrites. Snapshot destroy reads the next dead list; destroy and rollback
 //! read the indirect and dnode blocks born after the snapshot (synchronously
 //! in the sync task: OpenZFS frees large trees asynchronously).
