@@ -174,8 +174,9 @@ fn snapshot_clone_rollback_destroy_semantics() {
     // Rollback: the head is s1 again; writes after it work.
     ds.snapshot("tank/fs@s2").unwrap();
     assert_eq!(ds.rollback("tank/fs@s1").unwrap_err().kind, ErrorKind::Busy, "s2 is later");
-    ds.destroy("tank/fs@s2", false).unwrap();
-    ds.rollback("tank/fs@s1").unwrap();
+    ds.snapshot("tank/fs@s3").unwrap();
+    ds.rollback_destroying_later("tank/fs@s1").unwrap();
+    assert!(!ds.exists("tank/fs@s2") && !ds.exists("tank/fs@s3"));
     assert!(read_all(&os, obj) == v1, "rollback: {}", first_difference(&read_all(&os, obj), &v1));
     assert!(os.info(extra).is_err());
     check(&pool, "after rollback");

@@ -40,7 +40,7 @@ impl Types {
 }
 
 /// One dataset as `list` returns it, with every property.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct DatasetInfo {
     pub name: String,
     pub kind: DatasetKind,
@@ -338,6 +338,30 @@ impl Datasets {
     /// Rolls the file system back to `snapshot`, its latest snapshot.
     pub fn rollback(&self, snapshot: &str) -> Result<()> {
         self.run_one(Op::Rollback { snapshot: snapshot.into() })
+    }
+
+    /// `zfs rollback -r`: destroys the snapshots taken after `snapshot`
+    /// (newest first, in one txg; refused if any has clones), then rolls back.
+    pub fn rollback_destroying_later(&self, snapshot: &str) -> Result<()> {
+        let later = {
+            let mut st = self.st.lock();
+            let s = self.resolve(&mut st, snapshot)?;
+            if !s.snapshot {
+                return Err(Error::invalid(format!("'{}' is not a snapshot", snapshot)));
+            }
+            let head = self.get_rec(&mut st, s.head)?;
+            let later: Vec<Rec> = self.snapshots_of(&mut st, &head)?.into_iter().take_while(|x| x.id != s.id).collect();
+            for x in &later {
+                if let Some(&c) = x.clones.iter().next() {
+                    let cname = self.get_rec(&mut st, c)?.name;
+                    return Err(Error::new(ErrorKind::Busy, format!("snapshot '{}' has dependent clones: '{}' (destroy it first)", x.name, cname)));
+                }
+            }
+            later
+        };
+        let ops = later.into_iter().map(|x| Op::Destroy { name: x.name }).collect();
+        self.run(ops)?.into_iter().collect::<Result<Vec<()>>>()?;
+        self.rollback(snapshot)
     }
 
     /// Renames `from` to `to` (`zfs rename`): a file system moves with its

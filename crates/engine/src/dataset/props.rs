@@ -35,11 +35,17 @@ impl fmt::Display for Source {
     }
 }
 
-/// A property's value and its source.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A property's value and its source (serialized with the source as
+/// `zfs get` prints it: "local", "default", "inherited from X", "-").
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PropValue {
     pub value: String,
+    #[serde(serialize_with = "source_as_text")]
     pub source: Source,
+}
+
+fn source_as_text<S: serde::Serializer>(s: &Source, ser: S) -> std::result::Result<S::Ok, S::Error> {
+    ser.collect_str(s)
 }
 
 struct Def {
