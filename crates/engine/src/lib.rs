@@ -7,11 +7,13 @@
 //! - [`arc`]     the block cache
 //! - [`txg`]     transaction groups, dirty-data accounting, the write throttle
 //! - [`object`]  objects, object sets, transactions and their sync
+//! - [`dataset`] datasets, snapshots, clones, properties
 //! - [`pool`]    labels, allocation, import/export, the txg sync sequence
 //! - [`posix`]   files, directories, links, attributes (the FUSE layer's contract)
 //! - [`tunables`] every tunable, with its OpenZFS name
 
 pub mod arc;
+pub mod dataset;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -128,6 +128,13 @@ pub enum ObjectType {
     DatasetRecord = 7,
     /// A directory of the POSIX layer.
     Directory = 8,
+    // 9..=15 are left to the POSIX layer (being written in parallel).
+    /// The dataset name index of the meta object set: its bucket table and
+    /// its buckets (key/value maps of full names to dataset record numbers).
+    DatasetIndex = 16,
+    /// A dataset's dead list: block pointers a snapshot still references
+    /// but its successor (a later snapshot or the head) no longer does.
+    DeadList = 17,
 }
 
 impl ObjectType {
@@ -143,6 +150,8 @@ impl ObjectType {
             6 => SpaceCheckpoint,
             7 => DatasetRecord,
             8 => Directory,
+            16 => DatasetIndex,
+            17 => DeadList,
             _ => return Option::None,
         })
     }
@@ -158,6 +167,8 @@ impl ObjectType {
             SpaceCheckpoint => "space checkpoint",
             DatasetRecord => "dataset record",
             Directory => "directory",
+            DatasetIndex => "dataset index",
+            DeadList => "dead list",
         }
     }
     /// Metadata is anything that is not user data: it is cached with priority.

@@ -11,7 +11,7 @@
 //! array's (object 0) lock. The sync path takes them one at a time.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, ObjectType};
@@ -59,6 +59,26 @@ impl Drop for Tx {
     }
 }
 
+/// The owner of an object set (its dataset, `crate::dataset`): asked before
+/// every open-context change and told of every block the set writes or stops
+/// referencing in syncing context. The MOS has no owner: its blocks are
+/// simply allocated and freed.
+pub trait ObjsetOwner: Send + Sync {
+    /// May `bytes` more bytes be dirtied in `txg`? (0: any change at all —
+    /// refused for snapshots and read-only datasets.)
+    fn check_write(&self, txg: u64, bytes: u64) -> Result<()>;
+    /// May the set be read? (Not once its dataset is destroyed: its blocks
+    /// may be reused.)
+    fn check_read(&self) -> Result<()> {
+        Ok(())
+    }
+    /// The sync wrote `bp` for this set.
+    fn block_born(&self, bp: &BlockPtr);
+    /// The set no longer references `bp`: free it, or keep it for a
+    /// snapshot that still does (syncing context, object locks held).
+    fn block_freed(&self, core: &PoolCore, bp: &BlockPtr, txg: u64) -> Result<()>;
+}
+
 /// Properties that shape how an object set writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjsetProps {
@@ -92,6 +112,20 @@ struct OsState {
     syncing: [Vec<Arc<Object>>; TXG_SIZE],
 }
 
+impl OsState {
+    fn empty() -> Self {
+        OsState {
+            objects: HashMap::new(),
+            dirty: Default::default(),
+            next_object: 1,
+            object_count: 0,
+            used_bytes: 0,
+            root_bp: BlockPtr::default(),
+            syncing: Default::default(),
+        }
+    }
+}
+
 pub struct Objset {
     pub(crate) core: Arc<PoolCore>,
     /// The dataset record number in the meta object set (0 for the MOS itself).
@@ -101,6 +135,7 @@ pub struct Objset {
     props: RwLock<ObjsetProps>,
     meta: Arc<Object>,
     st: Mutex<OsState>,
+    owner: OnceLock<Arc<dyn ObjsetOwner>>,
 }
 
 impl Objset {
@@ -139,7 +174,46 @@ impl Objset {
                 root_bp: *root,
                 syncing: Default::default(),
             }),
+            owner: OnceLock::new(),
         }))
+    }
+
+    /// Gives the set its owner (once, right after opening).
+    pub(crate) fn set_owner(&self, owner: Arc<dyn ObjsetOwner>) {
+        if self.owner.set(owner).is_err() {
+            panic!("object set '{}' already has an owner", self.name.read());
+        }
+    }
+
+    pub(crate) fn owner(&self) -> Option<&dyn ObjsetOwner> {
+        self.owner.get().map(|o| o.as_ref())
+    }
+
+    fn check_write(&self, txg: u64, bytes: u64) -> Result<()> {
+        match self.owner.get() {
+            Some(o) => o.check_write(txg, bytes),
+            None => Ok(()),
+        }
+    }
+
+    /// Frees a block this set no longer references, through its owner.
+    fn release_block(&self, bp: &BlockPtr, txg: u64) -> Result<()> {
+        match self.owner.get() {
+            Some(o) => o.block_freed(&self.core, bp, txg),
+            None => self.core.free_block(bp, txg),
+        }
+    }
+
+    /// Replaces the whole in-memory state by the set `root` names (a
+    /// rollback, syncing context): every unsynced change is dropped.
+    /// Writers must not be inside an operation on the set.
+    pub(crate) fn reset(&self, root: &BlockPtr) -> Result<()> {
+        let fresh = Objset::open(self.core.clone(), self.id, &self.name.read(), root, self.ostype, self.props())?;
+        let meta = std::mem::replace(&mut *fresh.meta.st.lock(), ObjState::new(Dnode::new(ObjectType::DnodeArray, 0, 0), 0));
+        *self.meta.st.lock() = meta;
+        let new = std::mem::replace(&mut *fresh.st.lock(), OsState::empty());
+        *self.st.lock() = new;
+        Ok(())
     }
 
     pub fn begin(&self) -> Result<Tx> {
@@ -191,6 +265,12 @@ impl Objset {
     }
 
     pub fn create_with_slots(&self, tx: &Tx, otype: ObjectType, slots: usize) -> Result<u64> {
+        self.check_write(tx.txg(), 0)?;
+        self.create_in(tx.txg(), otype, slots)
+    }
+
+    /// Creates an object in `txg` directly (syncing context, see `write_txg`).
+    pub(crate) fn create_in(&self, txg: u64, otype: ObjectType, slots: usize) -> Result<u64> {
         if !(1..=tarn_ondisk::dnode::MAX_SLOTS).contains(&slots) || otype == ObjectType::None {
             return Err(Error::invalid(format!("cannot create an object of type {} with {} slots", otype.name(), slots)));
         }
@@ -203,10 +283,10 @@ impl Objset {
         }
         st.next_object = id + slots as u64;
         st.object_count += 1;
-        let mut os = ObjState::new(new_dnode(otype, recordsize, tx.txg()), slots);
-        os.rec(tx.txg()).created = true;
+        let mut os = ObjState::new(new_dnode(otype, recordsize, txg), slots);
+        os.rec(txg).created = true;
         st.objects.insert(id, Arc::new(Object { id, st: Mutex::new(os) }));
-        st.dirty[slot(tx.txg())].insert(id);
+        st.dirty[slot(txg)].insert(id);
         Ok(id)
     }
 
@@ -246,6 +326,7 @@ impl Objset {
 
     /// Writes `data` at `offset` of object `obj`.
     pub fn write(&self, tx: &Tx, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_write(tx.txg(), data.len() as u64)?;
         self.core.check_space(data.len() as u64)?;
         self.write_txg(tx.txg(), obj, offset, data)
     }
@@ -361,6 +442,9 @@ impl Objset {
 
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
     pub fn read(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+        if let Some(owner) = self.owner.get() {
+            owner.check_read()?;
+        }
         let o = self.object(obj)?;
         let mut st = o.st.lock();
         if st.freed {
@@ -472,6 +556,7 @@ impl Objset {
 
     /// Sets the object's size, freeing blocks past it.
     pub fn truncate(&self, tx: &Tx, obj: u64, size: u64) -> Result<()> {
+        self.check_write(tx.txg(), 0)?;
         self.truncate_txg(tx.txg(), obj, size)
     }
 
@@ -506,17 +591,23 @@ impl Objset {
 
     /// Frees the object and all its blocks.
     pub fn free(&self, tx: &Tx, obj: u64) -> Result<()> {
+        self.check_write(tx.txg(), 0)?;
+        self.free_in(tx.txg(), obj)
+    }
+
+    /// Frees an object in `txg` directly (syncing context).
+    pub(crate) fn free_in(&self, txg: u64, obj: u64) -> Result<()> {
         let o = self.object(obj)?;
         let mut st = o.st.lock();
         if st.freed {
             return Err(Error::not_found(format!("{} was already freed", self.what(obj))));
         }
         st.freed = true;
-        st.rec(tx.txg()).freed = true;
+        st.rec(txg).freed = true;
         drop(st);
         let mut os = self.st.lock();
         os.object_count = os.object_count.saturating_sub(1);
-        os.dirty[slot(tx.txg())].insert(obj);
+        os.dirty[slot(txg)].insert(obj);
         Ok(())
     }
 
@@ -625,12 +716,12 @@ impl Objset {
             return Ok(None);
         }
         let inline_max = self.core.tunables.read().tarn_inline_max_bytes;
-        let ctx = SyncCtx { core: &self.core, txg, group, props: self.props().write, inline_max };
+        let ctx = SyncCtx { core: &self.core, txg, group, props: self.props().write, inline_max, owner: self.owner() };
         let updates = sync_objects(&ctx, &objs)?;
         let mut used: i64 = updates.iter().map(|u| u.used_delta).sum();
         used += self.patch_dnodes(txg, &updates)?;
         let meta_props = WriteProps { copies: self.props().write.copies, ..WriteProps::METADATA };
-        let meta_ctx = SyncCtx { core: &self.core, txg, group, props: meta_props, inline_max: 0 };
+        let meta_ctx = SyncCtx { core: &self.core, txg, group, props: meta_props, inline_max: 0, owner: self.owner() };
         let meta_updates = sync_objects(&meta_ctx, std::slice::from_ref(&self.meta))?;
         used += meta_updates.iter().map(|u| u.used_delta).sum::<i64>();
         let bp = self.write_root(txg, group, used)?;
@@ -692,7 +783,10 @@ impl Objset {
         // dataset's `copies`: without it nothing below can be found.
         let copies = self.props().write.copies.max(2);
         let bp = self.core.write_block(prep, txg, copies, group, 0, None)?;
-        self.core.free_block(&old, txg)?;
+        if let Some(o) = self.owner() {
+            o.block_born(&bp);
+        }
+        self.release_block(&old, txg)?;
         self.st.lock().root_bp = bp;
         Ok(bp)
     }

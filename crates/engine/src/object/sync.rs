@@ -33,6 +33,32 @@ pub(crate) struct SyncCtx<'a> {
     pub group: &'a Arc<WriteGroup>,
     pub props: WriteProps,
     pub inline_max: u64,
+    /// The object set's owner, told of every block written and freed.
+    pub owner: Option<&'a dyn super::ObjsetOwner>,
+}
+
+impl SyncCtx<'_> {
+    /// Frees a block the object set no longer references (through its owner,
+    /// which may keep it for a snapshot).
+    fn free(&self, bp: &BlockPtr) -> Result<()> {
+        match self.owner {
+            Some(o) => o.block_freed(self.core, bp, self.txg),
+            None => self.core.free_block(bp, self.txg),
+        }
+    }
+
+    fn write_block(&self, prep: Prepared, copies: u8, retire: u64) -> Result<BlockPtr> {
+        self.write_block_cached(prep, copies, retire, None)
+    }
+
+    /// As `write_block`, inserting `cache_as` (the logical content) into the ARC.
+    fn write_block_cached(&self, prep: Prepared, copies: u8, retire: u64, cache_as: Option<Arc<BlockData>>) -> Result<BlockPtr> {
+        let bp = self.core.write_block(prep, self.txg, copies, self.group, retire, cache_as)?;
+        if let Some(o) = self.owner {
+            o.block_born(&bp);
+        }
+        Ok(bp)
+    }
 }
 
 /// What a synced object contributes to its dnode block.
@@ -238,7 +264,7 @@ fn leave_inline(ctx: &SyncCtx, st: &mut ObjState, wk: &Work, blksz: u32) -> Resu
 /// allocated bytes.
 fn install(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire: u64) -> Result<i64> {
     let hole = prep.phys.is_none();
-    let new = ctx.core.write_block(prep, ctx.txg, ctx.props.copies, ctx.group, retire, None)?;
+    let new = ctx.write_block(prep, ctx.props.copies, retire)?;
     if hole {
         // Nothing will be written, so nothing would retire these bytes.
         ctx.core.txg.dirty_retire(ctx.txg, retire);
@@ -258,7 +284,7 @@ fn install(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire:
         std::mem::replace(&mut ind.bps[(blkid & (BPS_PER_INDIRECT - 1)) as usize], new)
     };
     used -= old.asize_total() as i64;
-    ctx.core.free_block(&old, ctx.txg)?;
+    ctx.free(&old)?;
     Ok(used)
 }
 
@@ -296,14 +322,14 @@ fn free_tree(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
             st.ensure_path(ctx.core, idx << (IND_SHIFT * l as u32))?;
             let ind = st.ind.get(&(l, idx)).ok_or_else(|| Error::corrupt("indirect block missing"))?;
             for (c, bp) in ind.bps.iter().enumerate().filter(|(_, bp)| !bp.is_hole()) {
-                ctx.core.free_block(bp, ctx.txg)?;
+                ctx.free(bp)?;
                 freed += bp.asize_total() as i64;
                 if l > 1 {
                     stack.push((l - 1, (idx << IND_SHIFT) + c as u64));
                 }
             }
         }
-        ctx.core.free_block(&top, ctx.txg)?;
+        ctx.free(&top)?;
         freed += top.asize_total() as i64;
     }
     st.ind.clear();
@@ -326,7 +352,7 @@ fn free_range(ctx: &SyncCtx, st: &mut ObjState, start: u64, end: u64) -> Result<
             return Ok(0);
         }
         let old = st.dn.blkptr.replace(BlockPtr::hole(st.dn.datablksz, st.dn.otype, 0)).unwrap_or_default();
-        ctx.core.free_block(&old, ctx.txg)?;
+        ctx.free(&old)?;
         return Ok(old.asize_total() as i64);
     }
     let mut freed: i64 = 0;
@@ -345,7 +371,7 @@ fn free_range(ctx: &SyncCtx, st: &mut ObjState, start: u64, end: u64) -> Result<
                 continue;
             }
             if l == 1 {
-                ctx.core.free_block(&bp, ctx.txg)?;
+                ctx.free(&bp)?;
                 freed += bp.asize_total() as i64;
                 ind.bps[c as usize] = BlockPtr::default();
                 ind.dirty = true;
@@ -378,7 +404,7 @@ fn write_indirects(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
             // Cached as written: readers look indirect blocks up in the ARC
             // once the object lets go of them (see `ObjState::tree_bp`).
             let cached = Arc::new(BlockData::new(AlignedBuf::from_slice(&buf), buf.len()));
-            let new = ctx.core.write_block(prep, ctx.txg, ctx.props.copies.max(1), ctx.group, 0, Some(cached))?;
+            let new = ctx.write_block_cached(prep, ctx.props.copies.max(1), 0, Some(cached))?;
             used += new.asize_total() as i64;
             let old = if l == st.dn.nlevels - 1 {
                 st.dn.blkptr.replace(new).unwrap_or_default()
@@ -388,7 +414,7 @@ fn write_indirects(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
                 std::mem::replace(&mut p.bps[(idx & (BPS_PER_INDIRECT - 1)) as usize], new)
             };
             used -= old.asize_total() as i64;
-            ctx.core.free_block(&old, ctx.txg)?;
+            ctx.free(&old)?;
         }
     }
     Ok(used)

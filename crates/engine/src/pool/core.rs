@@ -259,9 +259,8 @@ impl PoolCore {
     /// will take and a slop reserve (1/32 of the pool, as OpenZFS) kept for
     /// metadata and frees, so a full pool still syncs and deletes.
     pub fn check_space(&self, bytes: u64) -> Result<()> {
-        let size = self.size_bytes.load(Ordering::Relaxed);
         let free = self.free_bytes.load(Ordering::Relaxed);
-        let slop = (size / 32).max(4 << 20);
+        let slop = self.slop_bytes();
         let need = bytes + self.txg.dirty_total() + slop;
         if free < need {
             return Err(Error::no_space(format!(
@@ -270,6 +269,11 @@ impl PoolCore {
             )));
         }
         Ok(())
+    }
+
+    /// The reserve kept for metadata and frees: 1/32 of the pool, at least 4 MiB.
+    pub fn slop_bytes(&self) -> u64 {
+        (self.size_bytes.load(Ordering::Relaxed) / 32).max(4 << 20)
     }
 
     /// Refreshes the space figures writers check (after each sync): computing

@@ -12,8 +12,10 @@
 //!
 //! ## The sync of one txg
 //! ```text
-//!  1. root dataset: dirty objects → data blocks, indirect blocks, dnode blocks, root block
-//!  2. its dataset record in the meta object set takes the new root pointer
+//!  0. dataset tasks that run first (destroys of file systems, rollbacks)
+//!  1. every dirty dataset: dirty objects → data blocks, indirect blocks, dnode blocks, root block
+//!  2. their records in the meta object set take the new root pointers, space and dead
+//!     blocks; the other dataset tasks run (creates, snapshots, clones, ...)
 //!  3. meta object set: same steps → new MOS root
 //!  4. wait for all those writes (dirty data retires as each lands)
 //!  5. space log block (or every N txgs a checkpoint); wait
@@ -39,4 +41,5 @@ mod pool;
 pub mod spacemap;
 pub mod verify;
 
+pub(crate) use pool::{new_guid, objset_props, read_kv};
 pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};

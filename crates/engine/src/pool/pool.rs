@@ -19,6 +19,7 @@ use super::core::{PoolCore, TopVdev};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
 use super::spacemap;
 use crate::arc::BlockCache;
+use crate::dataset::{Datasets, Rec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, WriteGroup, WriteProps};
 use crate::object::{Objset, ObjsetProps};
@@ -131,7 +132,7 @@ pub(crate) struct Shared {
     pub core: Arc<PoolCore>,
     pub mos: Arc<Objset>,
     pub root: Arc<Objset>,
-    root_record: u64,
+    pub dsl: Arc<Datasets>,
     sync: Mutex<SyncState>,
     config: Mutex<LabelConfig>,
     pool_props: Mutex<KvMap>,
@@ -217,7 +218,7 @@ pub(crate) fn queue_limits(t: &Tunables) -> QueueLimits {
 }
 
 /// Root dataset properties from a dataset record.
-fn objset_props(rec: &KvMap) -> Result<ObjsetProps> {
+pub(crate) fn objset_props(rec: &KvMap) -> Result<ObjsetProps> {
     let compress = CompressSetting::parse(kv::get_str(rec, "prop:compression").unwrap_or("lz4"))?;
     let checksum = match kv::get_str(rec, "prop:checksum").unwrap_or("fletcher4") {
         "on" | "fletcher4" => ChecksumType::Fletcher4,
@@ -247,12 +248,9 @@ pub fn parse_recordsize(s: &str) -> Result<u32> {
 
 /// Validates and stores a dataset property into a record.
 pub fn set_dataset_prop(rec: &mut KvMap, name: &str, value: &str) -> Result<()> {
-    match name {
-        "compression" | "checksum" | "recordsize" | "copies" => {}
-        _ => return Err(Error::invalid(format!("unknown or read-only dataset property '{}'", name))),
-    }
+    let value = crate::dataset::props::validate(name, value)?;
     let mut trial = rec.clone();
-    kv::put_str(&mut trial, &format!("prop:{}", name), value);
+    kv::put_str(&mut trial, &format!("prop:{}", name), &value);
     objset_props(&trial)?;
     *rec = trial;
     Ok(())
@@ -357,7 +355,7 @@ impl Pool {
         let sh = ShellShared::assemble(config.clone(), devs, locks, &opts.tunables, false, ub)?;
         sh.write_configs(&config)?;
         let (mos, root) = sh.core_objsets_new(rootrec.clone())?;
-        let sh = Arc::new(sh.finish(mos, root));
+        let sh = Arc::new(sh.finish(mos, root, None));
         let pool = Pool::start(sh);
         pool.init_directory(rootrec, pool_props)?;
         pool.sync()?;
@@ -369,14 +367,17 @@ impl Pool {
         let dir = self.sh.mos.create(&tx, ObjectType::KvMap)?;
         debug_assert_eq!(dir, POOL_DIR_OBJ);
         let rec = self.sh.mos.create(&tx, ObjectType::DatasetRecord)?;
-        assert_eq!(rec, self.sh.root_record, "root dataset record lands in its fixed object");
+        assert_eq!(rec, ROOT_RECORD, "root dataset record lands in its fixed object");
         let mut d = pool_props;
         kv::put_u64(&mut d, KEY_ROOT, rec);
         self.sh.mos.write(&tx, dir, 0, &kv::encode(&d))?;
         kv::put_str(&mut rootrec, "name", &self.sh.core.name);
-        kv::put_u64(&mut rootrec, "creation_txg", tx.txg());
-        kv::put_u64(&mut rootrec, "creation_time", now_secs());
-        self.sh.mos.write(&tx, rec, 0, &kv::encode(&rootrec))?;
+        let mut r = Rec::decode(rec, &rootrec)?;
+        r.creation_txg = tx.txg();
+        r.creation_time = now_secs();
+        r.guid = self.sh.core.guid;
+        r.has_referenced = true;
+        self.sh.mos.write(&tx, rec, 0, &kv::encode(&r.encode()))?;
         *self.sh.pool_props.lock() = d;
         tx.commit();
         Ok(())
@@ -454,8 +455,8 @@ impl Pool {
             s.logs_since_cp = s.log_chain.len() as u64;
         }
         sh.core.refresh_space();
-        let (mos, root, props) = sh.core_objsets_open(&ub)?;
-        let sh = Arc::new(sh.finish(mos, root));
+        let (mos, root, props, rec) = sh.core_objsets_open(&ub)?;
+        let sh = Arc::new(sh.finish(mos, root, Some(rec)));
         *sh.pool_props.lock() = props;
         if !opts.readonly {
             cfg.config_txg = ub.txg + 1;
@@ -491,6 +492,11 @@ impl Pool {
     /// The root dataset's object set.
     pub fn root(&self) -> &Arc<Objset> {
         &self.sh.root
+    }
+
+    /// The datasets, snapshots and clones of the pool.
+    pub fn datasets(&self) -> &Arc<Datasets> {
+        &self.sh.dsl
     }
 
     /// The meta object set (for inspection).
@@ -681,7 +687,8 @@ impl Pool {
     /// Runs every invariant check that walks whole structures.
     pub fn check_invariants(&self) -> Result<()> {
         self.sh.core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
-        self.sh.core.txg.check_invariants().map_err(|e| Error::corrupt(format!("txg: {}", e)))
+        self.sh.core.txg.check_invariants().map_err(|e| Error::corrupt(format!("txg: {}", e)))?;
+        self.sh.dsl.check_invariants()
     }
 }
 
@@ -884,7 +891,7 @@ impl ShellShared {
         Ok((mos, root))
     }
 
-    fn core_objsets_open(&self, ub: &Uberblock) -> Result<(Arc<Objset>, Arc<Objset>, KvMap)> {
+    fn core_objsets_open(&self, ub: &Uberblock) -> Result<(Arc<Objset>, Arc<Objset>, KvMap, Rec)> {
         let name = self.core.name.clone();
         let mos = Objset::open(self.core.clone(), 0, &format!("{}/$MOS", name), &ub.mos, ObjsetType::Meta, MOS_PROPS)?;
         let dir = read_kv(&mos, POOL_DIR_OBJ).map_err(|e| e.context("pool directory"))?;
@@ -893,15 +900,17 @@ impl ShellShared {
         let bp = rec.get(KEY_BP).ok_or_else(|| Error::corrupt("root dataset record has no block pointer"))?;
         let bp = BlockPtr::decode(bp)?;
         let root = Objset::open(self.core.clone(), rec_obj, &name, &bp, ObjsetType::Dataset, objset_props(&rec)?)?;
-        Ok((mos, root, dir))
+        let rec = Rec::decode(rec_obj, &rec).map_err(|e| e.context("root dataset record"))?;
+        Ok((mos, root, dir, rec))
     }
 
-    fn finish(self, mos: Arc<Objset>, root: Arc<Objset>) -> Shared {
+    fn finish(self, mos: Arc<Objset>, root: Arc<Objset>, root_rec: Option<Rec>) -> Shared {
+        let dsl = Datasets::new(self.core.clone(), mos.clone(), root_rec.as_ref().map_or(ROOT_RECORD, |r| r.id), root.clone(), root_rec);
         Shared {
             core: self.core,
             mos,
             root,
-            root_record: ROOT_RECORD,
+            dsl,
             sync: self.sync,
             config: self.config,
             pool_props: self.pool_props,
@@ -927,7 +936,7 @@ const ROOT_RECORD: u64 = 4;
 /// import allocate.
 const KV_MAX_BYTES: u64 = 64 << 20;
 
-fn read_kv(os: &Objset, obj: u64) -> Result<KvMap> {
+pub(crate) fn read_kv(os: &Objset, obj: u64) -> Result<KvMap> {
     let info = os.info(obj)?;
     if info.size > KV_MAX_BYTES {
         return Err(Error::corrupt(format!("key/value object {} claims {} bytes", obj, info.size)));
@@ -970,7 +979,7 @@ impl Shared {
     }
 
     fn has_work(&self, txg: u64) -> bool {
-        self.root.is_dirty(txg) || self.mos.is_dirty(txg)
+        self.dsl.has_work(txg) || self.mos.is_dirty(txg)
     }
 
     fn sync_loop(&self) {
@@ -998,9 +1007,7 @@ impl Shared {
         let dirty0 = core.txg.dirty_of(txg);
         let io0 = self.device_writes();
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
-        if let Some(bp) = self.root.sync(txg, &group)? {
-            self.update_record_bp(txg, &bp)?;
-        }
+        self.dsl.sync(txg, &group)?;
         let mos_bp = self.mos.sync(txg, &group)?;
         let t_issue = t0.elapsed();
         group.wait().map_err(|e| Error::new(ErrorKind::Io, e))?;
@@ -1058,7 +1065,7 @@ impl Shared {
             timing: core.txg.timing(txg),
         });
         core.alloc.lock().txg_synced(txg);
-        self.root.sync_done(txg);
+        self.dsl.sync_done(txg);
         self.mos.sync_done(txg);
         core.refresh_space();
         // Keep free buffers for what is dirty now (the stream continues),
@@ -1122,15 +1129,6 @@ impl Shared {
             v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
         }
         Ok(())
-    }
-
-    /// Records the root dataset's new object-set pointer (syncing context).
-    fn update_record_bp(&self, txg: u64, bp: &BlockPtr) -> Result<()> {
-        let mut rec = read_kv(&self.mos, self.root_record)?;
-        rec.insert(KEY_BP.to_string(), bp.to_bytes().to_vec());
-        let bytes = kv::encode(&rec);
-        self.mos.write_txg(txg, self.root_record, 0, &bytes)?;
-        self.mos.truncate_txg(txg, self.root_record, bytes.len() as u64)
     }
 }
 

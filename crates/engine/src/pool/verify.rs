@@ -3,11 +3,18 @@
 //! allocator — every referenced copy must be allocated, no two copies may
 //! overlap, and the allocated total must equal what is referenced (no leaks).
 //!
+//! Snapshots, clones and dead lists share blocks: a block is counted and
+//! read once however many trees reach it, and a subtree whose top block was
+//! already seen is not walked again (same pointer, same subtree — copy on
+//! write never changes a written block). Every dead-list entry must be a
+//! block of some snapshot's tree.
+//!
 //! It reads the on-disk state only (not in-memory dirty data), through the
 //! same decoders import uses, so it is an independent opinion on whether a
 //! pool is consistent. The crash tests run it after every simulated power cut;
 //! `tarn inspect --verify` runs it on a real pool. Walks use explicit stacks.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use tarn_ondisk::bp::{BlockPtr, ObjectType, BP_SIZE};
@@ -27,6 +34,11 @@ pub struct VerifyReport {
     pub allocated_bytes: u64,
     pub referenced_bytes: u64,
     pub objects: u64,
+    /// Bytes of the MOS's blocks and of the space checkpoint and log.
+    pub mos_bytes: u64,
+    pub space_bytes: u64,
+    /// Dead-list entries seen (a block on several dead lists counts each time).
+    pub dead_entries: u64,
     pub errors: Vec<String>,
 }
 
@@ -34,26 +46,36 @@ struct Walker<'a> {
     core: &'a PoolCore,
     rep: VerifyReport,
     extents: Vec<(u32, u64, u64, String)>,
+    /// Blocks already noted, by their first copy.
+    seen: HashSet<(u32, u64)>,
 }
 
 impl<'a> Walker<'a> {
-    fn note(&mut self, bp: &BlockPtr, what: &str) {
+    /// Notes a block; false if it was seen before (shared by several trees).
+    fn note(&mut self, bp: &BlockPtr, what: &str) -> bool {
         if bp.is_embedded() {
             self.rep.embedded_blocks += 1;
-            return;
+            return true;
         }
         if bp.is_hole() {
-            return;
+            return true;
+        }
+        if !self.seen.insert((bp.dva[0].vdev, bp.dva[0].offset)) {
+            return false;
         }
         self.rep.blocks += 1;
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
             self.rep.referenced_bytes += d.asize;
             self.extents.push((d.vdev, d.offset, d.asize, what.to_string()));
         }
+        true
     }
 
+    /// Reads a block not seen before (None: seen, or unreadable).
     fn read(&mut self, bp: &BlockPtr, what: &str) -> Option<Arc<BlockData>> {
-        self.note(bp, what);
+        if !self.note(bp, what) {
+            return None;
+        }
         match self.core.read_block(bp, IoClass::Scrub, &|| what.to_string()) {
             Ok(d) => Some(d),
             Err(e) => {
@@ -171,13 +193,20 @@ impl<'a> Walker<'a> {
 /// Walks the pool as of `ub` (see module docs). `space_blocks` are the
 /// blocks of the space checkpoint and log, which nothing else references.
 pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr]) -> Result<VerifyReport> {
-    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new() };
+    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashSet::new() };
     for bp in space_blocks {
         w.note(bp, "space map block");
     }
+    w.rep.space_bytes = w.rep.referenced_bytes;
     let mos_objects = w.walk_objset(mos, "$MOS");
+    w.rep.mos_bytes = w.rep.referenced_bytes - w.rep.space_bytes;
+    let mut dead = Vec::new();
     // Dataset records name the dataset object sets.
     for (obj, dn) in &mos_objects {
+        if dn.otype == ObjectType::DeadList {
+            dead.push((*obj, dn.clone()));
+            continue;
+        }
         if dn.otype != ObjectType::DatasetRecord {
             continue;
         }
@@ -197,6 +226,7 @@ pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[
         };
         let name = kv::get_str(&rec, "name").unwrap_or("?").to_string();
         match rec.get("bp").map(|b| BlockPtr::decode(b)) {
+            Some(Ok(bp)) if bp.is_hole() => {}
             Some(Ok(bp)) => {
                 w.walk_objset(&bp, &name);
             }
@@ -204,6 +234,60 @@ pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[
             None => w.rep.errors.push(format!("dataset '{}' has no root block", name)),
         }
     }
+    // Dead-list entries: blocks that snapshots hold and their successors
+    // no longer do, so each must have been reached through some tree.
+    let tree_blocks = w.seen.clone();
+    for (obj, dn) in dead {
+        let data = object_bytes(core, &mut w, obj, &dn);
+        for (i, chunk) in data.chunks_exact(BP_SIZE).enumerate() {
+            match BlockPtr::decode(chunk) {
+                Ok(bp) if bp.is_hole() || bp.is_embedded() => w.rep.errors.push(format!("dead list {} entry {} holds no block", obj, i)),
+                Ok(bp) => {
+                    w.rep.dead_entries += 1;
+                    if !tree_blocks.contains(&(bp.dva[0].vdev, bp.dva[0].offset)) {
+                        w.rep.errors.push(format!("dead list {} entry {} (born {}) is in no snapshot", obj, i, bp.birth));
+                        w.note(&bp, &format!("dead list {} entry {}", obj, i));
+                    }
+                }
+                Err(e) => w.rep.errors.push(format!("dead list {} entry {}: {}", obj, i, e)),
+            }
+        }
+    }
     w.check_extents();
     Ok(w.rep)
+}
+
+/// The content of a MOS object as of the walk (inline or its blocks).
+fn object_bytes(core: &PoolCore, w: &mut Walker, obj: u64, dn: &Dnode) -> Vec<u8> {
+    if let Some(d) = &dn.inline {
+        return d.clone();
+    }
+    let Some(top) = dn.blkptr else { return Vec::new() };
+    // The blocks were noted during the MOS walk; read them again here.
+    let bs = dn.datablksz as u64;
+    let mut out = vec![0u8; dn.size as usize];
+    let mut stack = vec![(top, 0u64)];
+    while let Some((bp, index)) = stack.pop() {
+        if bp.is_hole() {
+            continue;
+        }
+        match core.read_block(&bp, IoClass::Scrub, &|| format!("dead list {}", obj)) {
+            Ok(d) if bp.level == 0 => {
+                let start = (index * bs) as usize;
+                if start < out.len() {
+                    let n = d.len().min(out.len() - start);
+                    out[start..start + n].copy_from_slice(&d[..n]);
+                }
+            }
+            Ok(d) => {
+                for (i, c) in d.chunks_exact(BP_SIZE).enumerate() {
+                    if let Ok(child) = BlockPtr::decode(c) {
+                        stack.push((child, (index << 10) + i as u64));
+                    }
+                }
+            }
+            Err(e) => w.rep.errors.push(e.to_string()),
+        }
+    }
+    out
 }

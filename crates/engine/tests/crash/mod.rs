@@ -8,6 +8,7 @@
 //! after T do not exist; every block verifies and nothing leaks. The pool then
 //! stays usable: more writes, a sync, an export and a reopen all work.
 
+pub mod datasets;
 pub mod model;
 pub mod workload;
 
@@ -20,6 +21,7 @@ use tarn_engine::{CreateOptions, Error, Pool, Tunables};
 use tarn_ondisk::ObjectType;
 
 use crate::common::{as_dyn, crash_all, mem_devs, open, pattern, small_tunables, Rng};
+use datasets::{check_datasets, DsWorker};
 use model::{check_contents, check_verified, created, model_at, model_from, Model};
 use workload::{Logged, Op, ThreadLog, Worker};
 
@@ -43,6 +45,9 @@ pub struct Plan {
     /// One thread, txgs only at explicit syncs, one I/O thread and no
     /// aggregation: the same seed then gives the same writes (see `single`).
     pub deterministic: bool,
+    /// An extra thread creates, writes, snapshots, rolls back and destroys
+    /// datasets of its own (`datasets.rs`).
+    pub datasets: bool,
 }
 
 impl Plan {
@@ -64,6 +69,7 @@ impl Plan {
             aggregate: !rng.chance(30),
             copies: if ndevs > 1 && rng.chance(25) { 2 } else { 1 },
             deterministic: false,
+            datasets: rng.chance(60),
         }
     }
 
@@ -73,7 +79,7 @@ impl Plan {
     /// by timing. One thread, syncs only where the workload asks, one I/O
     /// thread per device and no aggregation make every write count repeat.
     pub fn single(seed: u64) -> Plan {
-        Plan { threads: 1, deterministic: true, ..Plan::new(seed) }
+        Plan { threads: 1, deterministic: true, datasets: false, ..Plan::new(seed) }
     }
 
     pub fn tunables(&self) -> Tunables {
@@ -129,8 +135,12 @@ pub fn run_workload(plan: &Plan, pool: &Pool, seed: u64) -> (Vec<Vec<Logged>>, O
     let mut rng = Rng::new(seed);
     let workers: Vec<Worker> =
         (0..plan.threads).map(|_| Worker { pool, rng: rng.fork(), ops: plan.ops, stop: &stop, seed: plan.seed }).collect();
+    let ds = plan.datasets.then(|| DsWorker { pool, rng: rng.fork(), ops: plan.ops / 2, stop: &stop, tag: seed % 100_000 });
     let results: Vec<ThreadLog> = std::thread::scope(|s| {
-        let handles: Vec<_> = workers.into_iter().map(|w| s.spawn(move || w.run())).collect();
+        let mut handles: Vec<_> = workers.into_iter().map(|w| s.spawn(move || w.run())).collect();
+        if let Some(d) = ds {
+            handles.push(s.spawn(move || d.run()));
+        }
         handles.into_iter().map(|h| h.join().expect("a workload thread panicked")).collect()
     });
     let mut error = None;
@@ -254,6 +264,7 @@ pub fn import_checked(images: &[Arc<FaultDevice>], base: &Model, logs: &[Vec<Log
     let ctx = format!("{ctx}, imported txg {t} (synced before the cut: {synced_before})");
     let model = model_from(base, logs, t);
     check_contents(&pool, &model, &created(logs), &ctx);
+    check_datasets(&pool, logs, t, &ctx);
     check_verified(&pool, &ctx);
     (pool, t, model)
 }
@@ -319,10 +330,12 @@ pub fn clean_run(plan: &Plan) {
     pool.sync().unwrap_or_else(|e| panic!("{ctx}: sync: {e}"));
     let model = model_at(&logs, u64::MAX);
     check_contents(&pool, &model, &created(&logs), &ctx);
+    check_datasets(&pool, &logs, u64::MAX, &ctx);
     check_verified(&pool, &ctx);
     pool.export().unwrap_or_else(|e| panic!("{ctx}: export: {e}"));
     let pool = open(&devs).unwrap_or_else(|e| panic!("{ctx}: import: {e}"));
     check_contents(&pool, &model, &created(&logs), &format!("{ctx}, imported"));
+    check_datasets(&pool, &logs, u64::MAX, &format!("{ctx}, imported"));
     check_verified(&pool, &format!("{ctx}, imported"));
     keep_using(pool, &devs, model, plan.seed, &ctx);
 }

@@ -24,7 +24,7 @@ pub fn model_from(base: &Model, logs: &[Vec<Logged>], t: u64) -> Model {
     let mut objs: BTreeMap<u64, Option<Vec<u8>>> = base.iter().map(|(&id, c)| (id, Some(c.clone()))).collect();
     for log in logs {
         assert!(log.windows(2).all(|w| w[0].txg <= w[1].txg), "a thread's txgs went backwards: {:?}", log);
-        for e in log.iter().take_while(|e| e.txg <= t) {
+        for e in log.iter().take_while(|e| e.txg <= t).filter(|e| !matches!(e.op, Op::Ds(_))) {
             apply(objs.entry(e.obj).or_insert(None), &e.op);
         }
     }

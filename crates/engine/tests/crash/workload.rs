@@ -65,6 +65,8 @@ pub enum Op {
     Write { off: u64, len: u64, fill: Fill },
     Truncate { size: u64 },
     Free,
+    /// An operation of the dataset thread (its `obj` is 0).
+    Ds(super::datasets::DsOp),
 }
 
 /// One committed-or-not operation: its txg, its object and what it did.
@@ -78,6 +80,7 @@ pub struct Logged {
 /// Applies `op` to an object's content (None: the object does not exist).
 pub fn apply(content: &mut Option<Vec<u8>>, op: &Op) {
     match op {
+        Op::Ds(_) => {}
         Op::Create => *content = Some(Vec::new()),
         Op::Free => *content = None,
         Op::Truncate { size } => content.as_mut().expect("truncate of a live object").resize(*size as usize, 0),
@@ -104,6 +107,22 @@ pub struct ThreadLog {
     pub error: Option<Error>,
 }
 
+/// Runs `step` up to `ops` times; stops at the first error (and tells the
+/// other threads to stop) or when another thread failed.
+pub fn run_steps(ops: usize, stop: &AtomicBool, mut step: impl FnMut(&mut Vec<Logged>) -> tarn_engine::Result<()>) -> ThreadLog {
+    let mut log = Vec::new();
+    for _ in 0..ops {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        if let Err(e) = step(&mut log) {
+            stop.store(true, Ordering::SeqCst);
+            return ThreadLog { log, error: Some(e) };
+        }
+    }
+    ThreadLog { log, error: None }
+}
+
 pub struct Worker<'a> {
     pub pool: &'a Pool,
     pub rng: Rng,
@@ -113,21 +132,11 @@ pub struct Worker<'a> {
 }
 
 impl Worker<'_> {
-    /// Runs up to `ops` operations; stops at the first error (and tells the
-    /// other threads to stop) or when another thread failed.
+    /// Runs up to `ops` operations (see `run_steps`).
     pub fn run(mut self) -> ThreadLog {
         let mut live: Vec<Live> = Vec::new();
-        let mut log = Vec::new();
-        for _ in 0..self.ops {
-            if self.stop.load(Ordering::SeqCst) {
-                break;
-            }
-            if let Err(e) = self.step(&mut live, &mut log) {
-                self.stop.store(true, Ordering::SeqCst);
-                return ThreadLog { log, error: Some(e) };
-            }
-        }
-        ThreadLog { log, error: None }
+        let (ops, stop) = (self.ops, self.stop);
+        run_steps(ops, stop, |log| self.step(&mut live, log))
     }
 
     fn step(&mut self, live: &mut Vec<Live>, log: &mut Vec<Logged>) -> tarn_engine::Result<()> {
@@ -178,7 +187,7 @@ impl Worker<'_> {
             Op::Write { off, len, fill } => os.write(&tx, obj.id, *off, &fill.bytes(*len as usize))?,
             Op::Truncate { size } => os.truncate(&tx, obj.id, *size)?,
             Op::Free => os.free(&tx, obj.id)?,
-            Op::Create => unreachable!("creates go through create()"),
+            Op::Create | Op::Ds(_) => unreachable!("creates go through create()"),
         }
         log.push(Logged { txg: tx.txg(), obj: obj.id, op: op.clone() });
         drop(tx);
