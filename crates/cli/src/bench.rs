@@ -78,6 +78,9 @@ pub struct BenchArgs {
     /// rand*/seqread: untimed operations first, to warm the caches
     #[arg(long, default_value_t = 0)]
     pub warmup_ops: u64,
+    /// After the warm-up, export and import the pool (cold ARC; the L2ARC index is rebuilt from its device)
+    #[arg(long)]
+    pub reimport_after_warmup: bool,
     /// Sample the dirty-data level every N ms and report the series
     #[arg(long)]
     pub sample_ms: Option<u64>,
@@ -129,6 +132,9 @@ pub struct Report {
     pub l2_hits: u64,
     pub l2_misses: u64,
     pub l2_size: u64,
+    /// L2ARC feeds and bytes written to cache devices since the pool opened.
+    pub l2_feeds: u64,
+    pub l2_write_bytes: u64,
 }
 
 struct Gen {
@@ -341,7 +347,7 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
         drop_host_cache(&a.pool);
         pool = open(a, t)?;
     }
-    let os = pool.root().clone();
+    let mut os = pool.root().clone();
     apply_overrides(&os, a)?;
     let nops = if seq { per_obj / bs as u64 } else { a.ops.unwrap_or(per_obj / bs as u64) };
     if a.warmup_ops > 0 && reading {
@@ -358,6 +364,14 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
                 .collect();
             hs.into_iter().try_for_each(|h| h.join().map_err(|_| Error::invalid("bench thread panicked"))?)
         })?;
+        if a.reimport_after_warmup {
+            drop(os);
+            pool.close()?;
+            drop(pool);
+            pool = open(a, t)?;
+            os = pool.root().clone();
+            apply_overrides(&os, a)?;
+        }
     }
     let before = counters(&pool);
     let stop = Arc::new(AtomicBool::new(false));
@@ -516,6 +530,8 @@ fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histo
         l2_hits: e.arc[4] - b.arc[4],
         l2_misses: e.arc[5] - b.arc[5],
         l2_size: pool.core().l2.size_bytes(),
+        l2_feeds: pool.core().l2.stats.feeds.load(Ordering::Relaxed),
+        l2_write_bytes: pool.core().l2.stats.write_bytes.load(Ordering::Relaxed),
     }
 }
 
