@@ -587,3 +587,59 @@ fn a_directory_of_200000_entries() {
     println!("{n} entries: create {create_s:.1} s, lookup all {lookup_s:.1} s, list while removing half {list_s:.1} s");
     drop(pool);
 }
+
+/// Damaged POSIX structures (written below the POSIX layer) give EIO, never
+/// a panic.
+#[test]
+fn corrupt_structures_give_eio() {
+    let (_d, pool, fs) = setup();
+    let r = fs.root();
+    let small = dir(&fs, r, "small");
+    file(&fs, small, "x");
+    let big = dir(&fs, r, "big");
+    for i in 0..400 {
+        file(&fs, big, &format!("name-{i}"));
+    }
+    let f = file(&fs, r, "f");
+    drop(fs);
+    let os = pool.root();
+    let tx = os.begin().unwrap();
+    os.write(&tx, small, 0, b"garbage that is no leaf").unwrap();
+    os.write(&tx, big, 8, &u64::MAX.to_le_bytes()).unwrap();
+    os.set_bonus(&tx, f, &[0xff; 112]).unwrap();
+    drop(tx);
+    let fs = mount(&pool);
+    assert_eq!(errno(fs.lookup(small, b"x")), libc::EIO);
+    assert_eq!(errno(fs.readdir(small, 0, 10)), libc::EIO);
+    assert_eq!(errno(fs.lookup(big, b"name-1")), libc::EIO);
+    assert_eq!(errno(fs.mknod(&ROOT, big, b"new", libc::S_IFREG, 0)), libc::EIO);
+    assert_eq!(errno(fs.getattr(f)), libc::EIO);
+    assert_eq!(errno(fs.lookup(r, b"f")), libc::EIO);
+}
+
+#[test]
+fn readdirplus_sync_hook_and_bad_times() {
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (_d, pool) = pool_of(256 << 20);
+    let c = calls.clone();
+    let hook: SyncFn = Arc::new(move || {
+        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    });
+    let fs = PosixFs::open(pool.root().clone(), PosixOptions { sync: Some(hook), ..Default::default() }).unwrap();
+    let f = file(&fs, fs.root(), "f");
+    fs.fsync(f, true).unwrap();
+    fs.sync_all().unwrap();
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let plus = fs.readdirplus(fs.root(), 0, 10).unwrap();
+    assert_eq!(plus.len(), 3);
+    assert_eq!(plus[2].1, fs.getattr(f).unwrap());
+    // Resuming from each cookie gives the rest.
+    assert_eq!(fs.readdir(fs.root(), plus[1].0.cookie, 10).unwrap()[0].name, b"f");
+    assert!(fs.readdir(fs.root(), plus[2].0.cookie, 10).unwrap().is_empty());
+    let bad = SetAttr { mtime: Some(TimeOrNow::At(Timespec { sec: 1, nsec: 1_000_000_000 })), ..Default::default() };
+    assert_eq!(errno(fs.setattr(&ROOT, f, &bad)), libc::EINVAL);
+    let min = SetAttr { atime: Some(TimeOrNow::At(Timespec { sec: i64::MIN, nsec: 0 })), ..Default::default() };
+    fs.setattr(&ROOT, f, &min).unwrap();
+    fs.read(f, 0, 1).unwrap();
+}

@@ -96,8 +96,8 @@ impl Leaf {
         let depth = b[4];
         let count = u16::from_le_bytes([b[6], b[7]]) as usize;
         let prefix = u64::from_le_bytes(b[8..16].try_into().expect("8"));
-        if depth as u32 > HASH_BITS {
-            return Err(Error::corrupt(format!("directory leaf of depth {}", depth)));
+        if depth as u32 > HASH_BITS || prefix >> depth != 0 {
+            return Err(Error::corrupt(format!("directory leaf of depth {} and prefix {:#x}", depth, prefix)));
         }
         let mut entries = Vec::with_capacity(count);
         let mut o = LEAF_HEADER;
@@ -166,7 +166,10 @@ impl Header {
         }
         let h = Header { depth: b[4], table_blk: u(8), table_blks: u(16), next_blk: u(24) };
         let need = (1u64 << h.depth.min(HASH_BITS as u8)).div_ceil(PTRS_PER_BLOCK);
-        if h.depth as u32 > HASH_BITS || h.table_blks != need || h.table_blk == 0 || h.table_blk + h.table_blks > h.next_blk {
+        // Bounds keep every block offset computed from the header in range.
+        let max_blk = crate::object::MAX_OBJECT_BYTES / DIR_BLOCK as u64;
+        let bad_table = h.table_blk == 0 || h.table_blk.saturating_add(h.table_blks) > h.next_blk;
+        if h.depth as u32 > HASH_BITS || h.table_blks != need || bad_table || h.next_blk > max_blk {
             return Err(Error::corrupt(format!("directory header {:?}", h)));
         }
         Ok(h)

@@ -66,6 +66,13 @@ impl PosixFs {
     }
 
     pub(crate) fn do_setattr(&self, caller: &Caller, ino: Ino, set: &SetAttr) -> PResult<Attr> {
+        let times = [set.atime, set.mtime].into_iter().flatten().filter_map(|t| match t {
+            TimeOrNow::At(t) => Some(t),
+            TimeOrNow::Now => None,
+        });
+        if times.chain(set.ctime).any(|t| t.nsec >= 1_000_000_000) {
+            return Err(err(libc::EINVAL, "a time with a billion nanoseconds or more"));
+        }
         let node = self.inode(ino)?;
         let tx = self.tx()?;
         let mut st = self.locked(&node)?;
@@ -172,7 +179,7 @@ impl PosixFs {
         if !self.opts.relatime {
             return true;
         }
-        p.atime <= p.mtime || p.atime <= p.ctime || Timespec::now().sec - p.atime.sec >= RELATIME_SEC
+        p.atime <= p.mtime || p.atime <= p.ctime || Timespec::now().sec.saturating_sub(p.atime.sec) >= RELATIME_SEC
     }
 
     pub(crate) fn do_write(&self, caller: &Caller, ino: Ino, offset: u64, data: &[u8]) -> PResult<u32> {
