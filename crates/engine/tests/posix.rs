@@ -119,6 +119,7 @@ fn directories_count_links_and_refuse_bad_removals() {
     fs.rmdir(&ROOT, r, b"d").unwrap();
     assert_eq!(fs.getattr(r).unwrap().nlink, 2);
     assert_eq!(names(&fs, r), vec![".", ".."]);
+    fs.verify().expect("the tree verifies");
 }
 
 #[test]
@@ -171,6 +172,7 @@ fn rename_moves_replaces_and_exchanges() {
     fs.link(&ROOT, h, a, b"h2").unwrap();
     fs.rename(&ROOT, a, b"x", a, b"h2", RenameFlags::default()).unwrap();
     assert_eq!(fs.getattr(h).unwrap().nlink, 2);
+    fs.verify().expect("the tree verifies");
 }
 
 #[test]
@@ -195,6 +197,7 @@ fn hard_links_and_symlinks() {
     let long = vec![b'y'; 4095];
     let t = fs.symlink(&ROOT, r, b"t", &long).unwrap();
     assert_eq!(fs.readlink(t.ino).unwrap(), long);
+    fs.verify().expect("the tree verifies");
 }
 
 #[test]
@@ -278,6 +281,7 @@ fn set_id_bits_and_sticky_directories() {
     assert_eq!(errno(fs.rename(&OTHER, t, b"mine", t, b"theirs", RenameFlags::default())), libc::EPERM);
     fs.rename(&USER, t, b"mine", t, b"still-mine", RenameFlags::default()).unwrap();
     fs.unlink(&USER, t, b"still-mine").unwrap();
+    fs.verify().expect("the tree verifies");
 }
 
 #[test]
@@ -386,6 +390,7 @@ fn a_tree_survives_export_and_reopen() {
     assert_eq!(fs.lookup(r, b"hard").unwrap().ino, f);
     assert_eq!(names(&fs, d).len(), 2 + 2 + 500);
     assert_eq!(fs.getattr(d).unwrap().size, 2 + 2 + 500);
+    fs.verify().expect("the tree verifies");
 }
 
 #[test]
@@ -415,6 +420,7 @@ fn unlinked_open_files_live_until_release_and_are_drained_after_a_crash() {
     assert_eq!(errno(fs.getattr(lost)), libc::ENOENT);
     assert_eq!(pool.root().object_count(), objects - 2, "inode and xattr object freed");
     assert_eq!(names(&fs, r), vec![".", ".."]);
+    fs.verify().expect("the tree verifies");
 }
 
 /// A 1 KiB file with its attributes is stored inline in its dnode: it must
@@ -498,6 +504,7 @@ fn parallel_callers_keep_the_tree_consistent() {
     assert_eq!(fs.getattr(shared).unwrap().size, 2 + 4 * 200);
     let f = fs.lookup(shared, b"t2-299").unwrap().ino;
     assert_eq!(fs.read(f, 299, 3000).unwrap(), common::pattern(3000, 2299));
+    fs.verify().expect("the tree verifies");
 }
 
 #[test]
@@ -535,6 +542,7 @@ fn a_full_pool_fails_cleanly_and_still_deletes() {
     assert_eq!(names(&fs, r), vec![".", ".."]);
     let f = file(&fs, r, "after");
     fs.write(&ROOT, f, 0, &common::pattern(1 << 20, 9)).unwrap();
+    fs.verify().expect("the tree verifies");
     pool.verify().expect("the pool verifies");
 }
 
@@ -584,6 +592,8 @@ fn a_directory_of_200000_entries() {
     }
     assert_eq!(fs.getattr(d).unwrap().size as usize, 2 + n - n / 2);
     assert_eq!(fs.readdir(d, 0, usize::MAX).unwrap().len(), 2 + n - n / 2);
+    let report = fs.verify().expect("the tree verifies");
+    assert_eq!(report.entries as usize, 1 + n - n / 2);
     println!("{n} entries: create {create_s:.1} s, lookup all {lookup_s:.1} s, list while removing half {list_s:.1} s");
     drop(pool);
 }
@@ -642,4 +652,87 @@ fn readdirplus_sync_hook_and_bad_times() {
     let min = SetAttr { atime: Some(TimeOrNow::At(Timespec { sec: i64::MIN, nsec: 0 })), ..Default::default() };
     fs.setattr(&ROOT, f, &min).unwrap();
     fs.read(f, 0, 1).unwrap();
+}
+
+/// Cookies stay valid while entries come and go: a listing in small batches
+/// with inserts and removes between them returns every name that lived
+/// throughout exactly once, and no name twice — in the compact form, across
+/// its conversion, and in the hashed form.
+#[test]
+fn readdir_cookies_survive_inserts_and_removes() {
+    let (_d, _p, fs) = setup();
+    for start in [0usize, 60, 3000] {
+        let d = dir(&fs, fs.root(), &format!("d{start}"));
+        for i in 0..start {
+            file(&fs, d, &format!("old-{i}"));
+        }
+        let mut seen = HashSet::new();
+        let mut cookie = 0;
+        let mut round = 0;
+        loop {
+            let batch = fs.readdir(d, cookie, 7).unwrap();
+            let Some(last) = batch.last() else { break };
+            cookie = last.cookie;
+            for e in batch {
+                assert!(seen.insert(e.name.clone()), "{:?} listed twice", String::from_utf8_lossy(&e.name));
+            }
+            for k in 0..5 {
+                file(&fs, d, &format!("new-{round}-{k}"));
+            }
+            if round < start / 3 {
+                fs.unlink(&ROOT, d, format!("old-{}", 3 * round + 1).as_bytes()).unwrap();
+            }
+            round += 1;
+            assert!(round < 100_000, "the listing does not end");
+        }
+        for i in (0..start).filter(|i| i % 3 != 1) {
+            assert!(seen.contains(format!("old-{i}").as_bytes()), "old-{i} missed");
+        }
+        fs.verify().expect("the tree verifies");
+    }
+}
+
+/// Renames across directories, links, unlinks and listings from several
+/// threads at once: afterwards the tree verifies (link counts, entry counts,
+/// parents) and no directory was moved into its own subtree.
+#[test]
+fn parallel_renames_keep_the_tree_consistent() {
+    let (_d, _p, fs) = setup();
+    let r = fs.root();
+    let dirs: Vec<Ino> = (0..4).map(|i| dir(&fs, r, &format!("d{i}"))).collect();
+    for (i, &d) in dirs.iter().enumerate() {
+        for k in 0..20 {
+            file(&fs, d, &format!("f{i}-{k}"));
+            dir(&fs, d, &format!("s{i}-{k}"));
+        }
+    }
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (fs, dirs) = (fs.clone(), dirs.clone());
+            s.spawn(move || {
+                let mut rng = common::Rng::new(t);
+                for _ in 0..400 {
+                    let (a, b) = (dirs[rng.below(4) as usize], dirs[rng.below(4) as usize]);
+                    let list = fs.readdir(a, 2, 1000).unwrap();
+                    if list.is_empty() {
+                        continue;
+                    }
+                    let e = &list[rng.below(list.len() as u64) as usize];
+                    let newname = format!("m{t}-{}", rng.below(50));
+                    let flags = RenameFlags { exchange: rng.chance(20), noreplace: false };
+                    match fs.rename(&ROOT, a, &e.name, b, newname.as_bytes(), flags) {
+                        Ok(()) => {}
+                        Err(x) => assert!([libc::ENOENT, libc::EISDIR, libc::ENOTDIR, libc::ENOTEMPTY, libc::EINVAL].contains(&x.errno), "{x}"),
+                    }
+                    if rng.chance(10) && e.kind == FileKind::File {
+                        let _ = fs.link(&ROOT, e.ino, b, format!("l{t}-{}", rng.below(50)).as_bytes());
+                    }
+                    if rng.chance(5) && e.kind == FileKind::File {
+                        let _ = fs.unlink(&ROOT, a, &e.name);
+                    }
+                }
+            });
+        }
+    });
+    fs.verify().expect("the tree verifies");
 }

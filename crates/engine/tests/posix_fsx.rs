@@ -219,6 +219,7 @@ fn fsx() {
     for f in 0..MAX_SIZES.len() {
         fsx.check(f, "the final import");
     }
+    fsx.fs().verify().expect("the tree verifies");
     fsx.fs = None;
     let pool = fsx.pool.take().expect("pool");
     pool.verify().expect("the pool verifies");

@@ -66,6 +66,9 @@
 //! - directory entries are in key order in their leaves, and a leaf holds
 //!   only hashes with its prefix (checked when read).
 //!
+//! `PosixFs::verify` walks the tree and checks the first three (and that
+//! entries agree with their inodes' kinds and link counts).
+//!
 //! ## Full pools
 //!
 //! A change that allocates is refused with `ENOSPC` before it changes
@@ -80,8 +83,10 @@ mod fs;
 mod inode;
 mod namei;
 mod ops;
+mod verify;
 
 pub use api::*;
 pub use file::XATTR_VALUE_MAX;
 pub use fs::{PosixFs, PosixOptions, SyncFn};
 pub use namei::{NAME_MAX, SYMLINK_MAX};
+pub use verify::PosixReport;
