@@ -176,23 +176,22 @@ impl Header {
     }
 }
 
-/// A directory object and the transaction changing it. `netfree` marks a
-/// change that only removes (unlink, rmdir): it may use the pool's slop
+/// A directory object and the transaction changing it.
+///
+/// Its writes skip the pool's space check: the caller checks for space once,
+/// before the whole operation changes anything, so that an insert (which may
+/// write a new leaf, the old one, pointers and the header, or a whole new
+/// table) never stops half-way on ENOSPC; removals may dip into the slop
 /// reserve, so that a full pool can still delete.
 pub(crate) struct DirTx<'a> {
     pub os: &'a Objset,
     pub tx: &'a Tx,
     pub dir: u64,
-    pub netfree: bool,
 }
 
 impl DirTx<'_> {
     fn write(&self, off: u64, data: &[u8]) -> Result<()> {
-        if self.netfree {
-            self.os.write_txg(self.tx.txg(), self.dir, off, data)
-        } else {
-            self.os.write(self.tx, self.dir, off, data)
-        }
+        self.os.write_txg(self.tx.txg(), self.dir, off, data)
     }
 
     fn write_leaf(&self, blk: u64, leaf: &Leaf) -> Result<()> {

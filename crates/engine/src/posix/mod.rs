@@ -72,9 +72,10 @@
 //! ## Full pools
 //!
 //! A change that allocates is refused with `ENOSPC` before it changes
-//! anything (`PoolCore::check_space` with a margin); a create that still
-//! fails half-way frees the object it made. Removals may dip into the
-//! pool's slop reserve, so a full pool can always be emptied.
+//! anything (`PoolCore::check_space` with a margin); directory writes then
+//! skip the check, so a directory is never left half-changed, and a create
+//! whose data write still fails frees the object it made. Removals may dip
+//! into the pool's slop reserve, so a full pool can always be emptied.
 
 pub mod api;
 mod dir;

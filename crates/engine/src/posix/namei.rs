@@ -110,7 +110,7 @@ impl PosixFs {
         phys.size = data.len() as u64;
         let made = self.save(&tx, ino, &phys).and_then(|()| {
             self.os.write(&tx, ino, 0, data)?;
-            DirTx { os: &self.os, tx: &tx, dir: parent, netfree: false }.insert(name, ino, kind)?;
+            DirTx { os: &self.os, tx: &tx, dir: parent }.insert(name, ino, kind)?;
             Ok(())
         });
         if let Err(e) = made {
@@ -150,7 +150,7 @@ impl PosixFs {
         }
         let tx = self.tx()?;
         self.check_space(NAMESPACE_SPACE)?;
-        DirTx { os: &self.os, tx: &tx, dir: newparent, netfree: false }.insert(newname, ino, kind)?;
+        DirTx { os: &self.os, tx: &tx, dir: newparent }.insert(newname, ino, kind)?;
         self.touch_dir(&tx, newparent, 1, 0)?;
         let mut st = node.st.lock();
         st.phys.nlink += 1;
@@ -175,7 +175,7 @@ impl PosixFs {
     /// Removes the name `name` (which names `e`) from `parent` in `tx` and
     /// drops the link it held; the caller checked the rules.
     fn remove_entry(&self, tx: &Tx, parent: Ino, name: &[u8], e: &dir::Entry) -> PResult<()> {
-        DirTx { os: &self.os, tx, dir: parent, netfree: true }.remove(name)?;
+        DirTx { os: &self.os, tx, dir: parent }.remove(name)?;
         let is_dir = e.kind == FileKind::Dir;
         self.touch_dir(tx, parent, -1, if is_dir { -1 } else { 0 })?;
         self.drop_link(tx, e.ino, is_dir)
@@ -300,8 +300,8 @@ impl PosixFs {
         if let Some(d) = &dst {
             self.remove_entry(&tx, newparent, newname, d)?;
         }
-        DirTx { os: &self.os, tx: &tx, dir: parent, netfree: false }.remove(name)?;
-        DirTx { os: &self.os, tx: &tx, dir: newparent, netfree: false }.insert(newname, src.ino, src.kind)?;
+        DirTx { os: &self.os, tx: &tx, dir: parent }.remove(name)?;
+        DirTx { os: &self.os, tx: &tx, dir: newparent }.insert(newname, src.ino, src.kind)?;
         let links = if src.kind == FileKind::Dir && parent != newparent { 1 } else { 0 };
         self.touch_dir(&tx, parent, -1, -links)?;
         self.touch_dir(&tx, newparent, 1, links)?;
@@ -324,8 +324,8 @@ impl PosixFs {
         }
         let tx = self.tx()?;
         self.check_space(NAMESPACE_SPACE)?;
-        let a = DirTx { os: &self.os, tx: &tx, dir: parent, netfree: false };
-        let b = DirTx { os: &self.os, tx: &tx, dir: newparent, netfree: false };
+        let a = DirTx { os: &self.os, tx: &tx, dir: parent };
+        let b = DirTx { os: &self.os, tx: &tx, dir: newparent };
         a.remove(name)?;
         b.remove(newname)?;
         a.insert(name, dst.ino, dst.kind)?;
