@@ -9,24 +9,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{as_dyn, mem_devs, small_tunables};
+use common::mount;
 use tarn_engine::posix::*;
 use tarn_engine::sys::FaultDevice;
-use tarn_engine::{CreateOptions, Pool};
+use tarn_engine::Pool;
 
 const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 1, umask: 0 };
 const USER: Caller = Caller { uid: 1000, gid: 1000, pid: 2, umask: 0 };
 const OTHER: Caller = Caller { uid: 2000, gid: 2000, pid: 3, umask: 0 };
 
 fn pool_of(size: u64) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(1, size, 7);
-    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
-    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
-    (devs, pool)
-}
-
-fn mount(pool: &Pool) -> Arc<PosixFs> {
-    PosixFs::open(pool.root().clone(), PosixOptions::default()).expect("mount")
+    common::pool_of(size, 7)
 }
 
 fn setup() -> (Vec<Arc<FaultDevice>>, Pool, Arc<PosixFs>) {

@@ -15,10 +15,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, mem_devs, small_tunables, Rng};
+use common::{Mounted, Rng};
 use tarn_engine::posix::*;
-use tarn_engine::sys::FaultDevice;
-use tarn_engine::{CreateOptions, Pool};
 
 const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 1, umask: 0 };
 /// Largest size of each file: inline-sized, one record, many records.
@@ -27,44 +25,32 @@ const DEFAULT_OPS: u64 = 60_000;
 
 struct Fsx {
     rng: Rng,
-    devs: Vec<Arc<FaultDevice>>,
-    pool: Option<Pool>,
-    fs: Option<Arc<PosixFs>>,
+    m: Mounted,
     inos: Vec<Ino>,
     model: Vec<Vec<u8>>,
     ops: u64,
 }
 
-fn mount(pool: &Pool) -> Arc<PosixFs> {
-    PosixFs::open(pool.root().clone(), PosixOptions::default()).expect("mount")
-}
-
 impl Fsx {
     fn new(seed: u64) -> Fsx {
-        let devs = mem_devs(1, 512 << 20, seed);
-        let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
-        let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
-        let fs = mount(&pool);
+        let m = Mounted::new(512 << 20, seed);
+        let fs = m.fs();
         let inos = (0..MAX_SIZES.len())
             .map(|i| fs.mknod(&ROOT, fs.root(), format!("f{i}").as_bytes(), libc::S_IFREG | 0o644, 0).expect("mknod").ino)
             .collect();
-        Fsx { rng: Rng::new(seed), devs, pool: Some(pool), fs: Some(fs), inos, model: vec![Vec::new(); MAX_SIZES.len()], ops: 0 }
+        Fsx { rng: Rng::new(seed), m, inos, model: vec![Vec::new(); MAX_SIZES.len()], ops: 0 }
     }
 
-    fn fs(&self) -> &PosixFs {
-        self.fs.as_ref().expect("mounted")
+    fn fs(&self) -> Arc<PosixFs> {
+        self.m.fs()
     }
 
     fn reopen(&mut self) {
-        self.fs = None;
-        self.pool.take().expect("pool").export().expect("export");
-        let pool = common::open(&self.devs).expect("import");
-        let fs = mount(&pool);
+        self.m.reopen();
+        let fs = self.fs();
         for (i, ino) in self.inos.iter().enumerate() {
             assert_eq!(fs.lookup(fs.root(), format!("f{i}").as_bytes()).expect("lookup").ino, *ino);
         }
-        self.pool = Some(pool);
-        self.fs = Some(fs);
     }
 
     /// An offset and length within (a little past) file `f`'s size class.
@@ -112,7 +98,7 @@ impl Fsx {
                 }
             }
         };
-        if self.ops % 1000 == 0 || what == "export and import" {
+        if self.ops.is_multiple_of(1000) || what == "export and import" {
             for g in 0..MAX_SIZES.len() {
                 self.check(g, what);
             }
@@ -220,8 +206,7 @@ fn fsx() {
         fsx.check(f, "the final import");
     }
     fsx.fs().verify().expect("the tree verifies");
-    fsx.fs = None;
-    let pool = fsx.pool.take().expect("pool");
+    let pool = fsx.m.unmount();
     pool.verify().expect("the pool verifies");
     eprintln!("fsx: seed {seed}: {ops} operations in {:.1} s", start.elapsed().as_secs_f64());
 }

@@ -13,9 +13,8 @@ mod common;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use common::{as_dyn, mem_devs, small_tunables, Rng};
+use common::{Mounted, Rng};
 use tarn_engine::posix::*;
-use tarn_engine::{CreateOptions, Pool};
 
 const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 1, umask: 0 };
 const NAMES: u64 = 6;
@@ -145,19 +144,13 @@ impl Model {
 
 struct Run {
     rng: Rng,
-    devs: Vec<Arc<tarn_engine::sys::FaultDevice>>,
-    pool: Option<Pool>,
-    fs: Option<Arc<PosixFs>>,
+    m: Mounted,
     model: Model,
-}
-
-fn mount(pool: &Pool) -> Arc<PosixFs> {
-    PosixFs::open(pool.root().clone(), PosixOptions::default()).expect("mount")
 }
 
 impl Run {
     fn fs(&self) -> Arc<PosixFs> {
-        self.fs.clone().expect("mounted")
+        self.m.fs()
     }
 
     fn name(&mut self) -> Vec<u8> {
@@ -255,14 +248,6 @@ impl Run {
         }
         fs.verify().unwrap_or_else(|e| panic!("{when}: {e}"));
     }
-
-    fn reopen(&mut self) {
-        self.fs = None;
-        self.pool.take().expect("pool").export().expect("export");
-        let pool = common::open(&self.devs).expect("import");
-        self.fs = Some(mount(&pool));
-        self.pool = Some(pool);
-    }
 }
 
 #[test]
@@ -270,24 +255,21 @@ fn namespace_against_a_model() {
     let seed = std::env::var("TARN_NS_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x0a11_7e57);
     let ops: u64 = std::env::var("TARN_NS_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     eprintln!("namespace: seed {seed} (TARN_NS_SEED), {ops} operations (TARN_NS_OPS)");
-    let devs = mem_devs(1, 256 << 20, seed);
-    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
-    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
-    let fs = mount(&pool);
-    let root = fs.root();
+    let m = Mounted::new(256 << 20, seed);
+    let root = m.fs().root();
     let mut nodes = HashMap::new();
     nodes.insert(root, Node { kind: FileKind::Dir, nlink: 2, children: BTreeMap::new(), parent: root });
-    let mut run = Run { rng: Rng::new(seed), devs, pool: Some(pool), fs: Some(fs), model: Model { nodes, root } };
+    let mut run = Run { rng: Rng::new(seed), m, model: Model { nodes, root } };
     for op in 1..=ops {
         run.step(op);
         if op % 500 == 0 {
             run.compare(&format!("after op {op}"));
         }
         if op % 5000 == 0 {
-            run.reopen();
+            run.m.reopen();
             run.compare(&format!("after import at op {op}"));
         }
     }
-    run.reopen();
+    run.m.reopen();
     run.compare("at the end");
 }
