@@ -190,11 +190,12 @@ impl PosixFs {
         Ok(node)
     }
 
-    /// A new inode in memory, after its object was created.
+    /// A new inode in memory, after its object was created. (A caller that
+    /// guessed the number may have loaded it from its bonus already: that
+    /// copy is the same and stays the only one.)
     pub(crate) fn insert_inode(&self, ino: Ino, phys: InodePhys) -> Arc<Inode> {
         let node = Arc::new(Inode { ino, st: Mutex::new(InodeState { phys, open: 0, gone: false }) });
-        self.inodes.lock().insert(ino, node.clone());
-        node
+        self.inodes.lock().entry(ino).or_insert(node).clone()
     }
 
     pub(crate) fn forget_inode(&self, ino: Ino) {
