@@ -31,6 +31,10 @@ use crate::object::{Objset, Tx};
 pub(crate) const DIR_BLOCK: usize = 4096;
 const HASH_BITS: u32 = 42;
 const CD_BITS: u32 = 20;
+/// Deepest pointer table: 2^24 slots (128 MiB), room for over a billion
+/// names; a directory whose leaves would need more is full (a bound on the
+/// table a doubling reads and writes, whatever the names hash to).
+const MAX_TABLE_DEPTH: u8 = 24;
 const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"tdlf");
 const HEADER_MAGIC: u32 = u32::from_le_bytes(*b"tdhh");
 const LEAF_HEADER: usize = 16;
@@ -165,11 +169,11 @@ impl Header {
             return Err(Error::corrupt("short directory header"));
         }
         let h = Header { depth: b[4], table_blk: u(8), table_blks: u(16), next_blk: u(24) };
-        let need = (1u64 << h.depth.min(HASH_BITS as u8)).div_ceil(PTRS_PER_BLOCK);
+        let need = (1u64 << h.depth.min(MAX_TABLE_DEPTH)).div_ceil(PTRS_PER_BLOCK);
         // Bounds keep every block offset computed from the header in range.
         let max_blk = crate::object::MAX_OBJECT_BYTES / DIR_BLOCK as u64;
         let bad_table = h.table_blk == 0 || h.table_blk.saturating_add(h.table_blks) > h.next_blk;
-        if h.depth as u32 > HASH_BITS || h.table_blks != need || bad_table || h.next_blk > max_blk {
+        if h.depth > MAX_TABLE_DEPTH || h.table_blks != need || bad_table || h.next_blk > max_blk {
             return Err(Error::corrupt(format!("directory header {:?}", h)));
         }
         Ok(h)
@@ -224,9 +228,7 @@ impl DirTx<'_> {
         // Each pass splits a leaf or doubles the table, raising a depth:
         // bounded by two passes per hash bit.
         for _ in 0..2 * HASH_BITS + 2 {
-            let idx = hash >> (HASH_BITS - h.depth as u32);
-            let blk = table_ptr(self.os, self.dir, &h, idx)?;
-            let mut leaf = read_leaf(self.os, self.dir, blk)?;
+            let (blk, mut leaf) = hashed_leaf(self.os, self.dir, &h, hash >> (HASH_BITS - h.depth as u32))?;
             if leaf.find(name, hash).is_some() {
                 return Err(Error::new(crate::ErrorKind::Exists, "name exists"));
             }
@@ -235,8 +237,8 @@ impl DirTx<'_> {
             if leaf.encoded_len() <= DIR_BLOCK {
                 return self.write_leaf(blk, &leaf);
             }
-            if before.depth as u32 >= HASH_BITS {
-                return Err(Error::no_space("directory leaf full of names with one hash"));
+            if before.depth >= MAX_TABLE_DEPTH {
+                return Err(Error::no_space("directory full: a leaf of names with one hash prefix cannot split further"));
             }
             if before.depth == h.depth {
                 h = self.double(h)?;
@@ -305,8 +307,7 @@ impl DirTx<'_> {
             self.os.truncate(self.tx, self.dir, b.len() as u64)?;
             return Ok(Some(e));
         };
-        let blk = table_ptr(self.os, self.dir, &h, hash >> (HASH_BITS - h.depth as u32))?;
-        let mut leaf = read_leaf(self.os, self.dir, blk)?;
+        let (blk, mut leaf) = hashed_leaf(self.os, self.dir, &h, hash >> (HASH_BITS - h.depth as u32))?;
         let Some(i) = leaf.find(name, hash) else { return Ok(None) };
         let e = leaf.entries.remove(i);
         self.write_leaf(blk, &leaf)?;
@@ -337,8 +338,19 @@ fn table_ptr(os: &Objset, dir: u64, h: &Header, idx: u64) -> Result<u64> {
     Ok(blk)
 }
 
-fn read_leaf(os: &Objset, dir: u64, blk: u64) -> Result<Leaf> {
-    Leaf::decode(&os.read(dir, blk * DIR_BLOCK as u64, DIR_BLOCK)?)
+/// The leaf table slot `idx` points at, and its block, checked to cover
+/// that slot (so that the walks and splits below stay in range).
+fn hashed_leaf(os: &Objset, dir: u64, h: &Header, idx: u64) -> Result<(u64, Leaf)> {
+    let blk = table_ptr(os, dir, h, idx)?;
+    let leaf = Leaf::decode(&os.read(dir, blk * DIR_BLOCK as u64, DIR_BLOCK)?)?;
+    let covers = leaf.depth <= h.depth && {
+        let s = h.depth - leaf.depth;
+        leaf.prefix << s <= idx && idx < (leaf.prefix + 1) << s
+    };
+    if !covers {
+        return Err(Error::corrupt(format!("directory leaf of depth {} at block {} under table slot {}", leaf.depth, blk, idx)));
+    }
+    Ok((blk, leaf))
 }
 
 /// Finds the entry `name`.
@@ -346,7 +358,7 @@ pub(crate) fn lookup(os: &Objset, dir: u64, name: &[u8]) -> Result<Option<Entry>
     let hash = name_hash(name);
     let leaf = match header(os, dir)? {
         None => micro_leaf(os, dir)?,
-        Some(h) => read_leaf(os, dir, table_ptr(os, dir, &h, hash >> (HASH_BITS - h.depth as u32))?)?,
+        Some(h) => hashed_leaf(os, dir, &h, hash >> (HASH_BITS - h.depth as u32))?.1,
     };
     Ok(leaf.find(name, hash).map(|i| leaf.entries[i].clone()))
 }
@@ -362,14 +374,7 @@ pub(crate) fn list(os: &Objset, dir: u64, after: Option<u64>, max: usize) -> Res
     let mut out = Vec::new();
     // Each pass moves to the next leaf in hash order: bounded by the slots.
     while idx < slots && out.len() < max {
-        let leaf = read_leaf(os, dir, table_ptr(os, dir, &h, idx)?)?;
-        let covers = leaf.depth <= h.depth && {
-            let s = h.depth - leaf.depth;
-            leaf.prefix << s <= idx && idx < (leaf.prefix + 1) << s
-        };
-        if !covers {
-            return Err(Error::corrupt(format!("directory leaf of depth {} under table slot {}", leaf.depth, idx)));
-        }
+        let leaf = hashed_leaf(os, dir, &h, idx)?.1;
         out.extend(leaf.entries.into_iter().filter(above).take(max - out.len()));
         idx = (leaf.prefix + 1) << (h.depth - leaf.depth);
     }
