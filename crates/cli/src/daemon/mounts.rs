@@ -59,11 +59,11 @@ impl UnmountArgs {
 }
 
 /// The file system that serves an object set: the one place where the
-/// POSIX layer is chosen. `PosixFs` (the POSIX layer over an object set)
-/// is built on another branch; until it is merged here, mounting a real
-/// pool fails with this error rather than serve anything else.
-pub fn filesystem_for(dataset: &str, _objset: Arc<Objset>) -> Result<Arc<dyn FileSystem>> {
-    Err(Error::new(ErrorKind::Invalid, format!("cannot mount '{}': the POSIX layer is not built yet", dataset)))
+/// POSIX layer is chosen. Snapshots (`pool/fs@snap`) are served read-only.
+pub fn filesystem_for(dataset: &str, objset: Arc<Objset>) -> Result<Arc<dyn FileSystem>> {
+    let opts = tarn_engine::posix::PosixOptions { readonly: dataset.contains('@'), ..Default::default() };
+    let fs = tarn_engine::posix::PosixFs::open(objset, opts).map_err(|e| e.context(format!("cannot mount '{}'", dataset)))?;
+    Ok(fs)
 }
 
 fn pool_of(dataset: &str) -> &str {

@@ -265,12 +265,24 @@ impl Objset {
     }
 
     pub fn create_with_slots(&self, tx: &Tx, otype: ObjectType, slots: usize) -> Result<u64> {
+        self.create_with_room(tx, otype, slots, slots)
+    }
+
+    /// Creates an object of `slots` slots, in a fresh dnode block unless
+    /// `room` slots fit in the current one: room for the object to grow its
+    /// reservation into an inline copy of its data (a small file).
+    pub fn create_with_room(&self, tx: &Tx, otype: ObjectType, slots: usize, room: usize) -> Result<u64> {
         self.check_write(tx.txg(), 0)?;
-        self.create_in(tx.txg(), otype, slots)
+        self.create_in_room(tx.txg(), otype, slots, room)
     }
 
     /// Creates an object in `txg` directly (syncing context, see `write_txg`).
     pub(crate) fn create_in(&self, txg: u64, otype: ObjectType, slots: usize) -> Result<u64> {
+        self.create_in_room(txg, otype, slots, slots)
+    }
+
+    fn create_in_room(&self, txg: u64, otype: ObjectType, slots: usize, room: usize) -> Result<u64> {
+        let room = room.clamp(slots, tarn_ondisk::dnode::MAX_SLOTS);
         if !(1..=tarn_ondisk::dnode::MAX_SLOTS).contains(&slots) || otype == ObjectType::None {
             return Err(Error::invalid(format!("cannot create an object of type {} with {} slots", otype.name(), slots)));
         }
@@ -278,7 +290,7 @@ impl Objset {
         let mut st = self.st.lock();
         let mut id = st.next_object;
         let in_block = (id % SLOTS_PER_BLOCK as u64) as usize;
-        if in_block + slots > SLOTS_PER_BLOCK {
+        if in_block + room > SLOTS_PER_BLOCK {
             id += (SLOTS_PER_BLOCK - in_block) as u64;
         }
         st.next_object = id + slots as u64;
@@ -302,13 +314,13 @@ impl Objset {
         if obj >= st.next_object {
             return Err(Error::not_found(format!("{} does not exist", self.what(obj))));
         }
-        let (dn, slots) = self.load_dnode(obj)?;
+        let (dn, slots) = self.load_dnode(&st, obj)?;
         let o = Arc::new(Object { id: obj, st: Mutex::new(ObjState::new(dn, slots)) });
         st.objects.insert(obj, o.clone());
         Ok(o)
     }
 
-    fn load_dnode(&self, obj: u64) -> Result<(Dnode, usize)> {
+    fn load_dnode(&self, os: &OsState, obj: u64) -> Result<(Dnode, usize)> {
         let blkid = obj / SLOTS_PER_BLOCK as u64;
         let off = (obj % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
         let mut buf = vec![0u8; DNODE_BLOCK_SIZE];
@@ -317,7 +329,28 @@ impl Objset {
         let dn = Dnode::decode(&buf[off..]).map_err(|e| Error::from(e).context(self.what(obj)))?;
         let dn = dn.ok_or_else(|| Error::not_found(format!("{} does not exist", self.what(obj))))?;
         let slots = dn.slots().max(DEFAULT_SLOTS.min(SLOTS_PER_BLOCK - off / SLOT_SIZE));
-        Ok((dn, slots))
+        let room = Self::reserved_room(os, obj, &buf, dn.slots());
+        Ok((dn, slots.max(room)))
+    }
+
+    /// The slots a loaded object may count as its own: its dnode's, and the
+    /// free slots after it up to the next object (on disk or only in
+    /// memory), the allocation cursor or the end of the block. The dnode
+    /// records only the slots it fills, but the ones reserved at creation
+    /// beyond them were never given to anyone else, and slots are not
+    /// reused — so an object keeps room for a block pointer next to its
+    /// bonus after being dropped from memory and reloaded.
+    fn reserved_room(os: &OsState, obj: u64, block: &[u8], own: usize) -> usize {
+        let first = (obj % SLOTS_PER_BLOCK as u64) as usize;
+        let mut room = own;
+        while first + room < SLOTS_PER_BLOCK && room < tarn_ondisk::dnode::MAX_SLOTS {
+            let id = obj + room as u64;
+            if id >= os.next_object || os.objects.contains_key(&id) || block[(first + room) * SLOT_SIZE] != 0 {
+                break;
+            }
+            room += 1;
+        }
+        room
     }
 
     fn mark_dirty(&self, obj: u64, txg: u64) {
@@ -391,7 +424,9 @@ impl Objset {
         if st.maxblkid > 0 || st.size > st.blksz as u64 {
             return Ok(());
         }
-        let target = if end <= recordsize as u64 { end.div_ceil(512) * 512 } else { recordsize as u64 } as u32;
+        // An object created with a fixed block size stops there.
+        let cap = if st.dn.maxblksz >= 512 { recordsize.min(st.dn.maxblksz) } else { recordsize };
+        let target = if end <= cap as u64 { end.div_ceil(512) * 512 } else { cap as u64 } as u32;
         if target <= st.blksz {
             return Ok(());
         }
@@ -429,15 +464,104 @@ impl Objset {
             return;
         }
         let need = (tarn_ondisk::dnode::DNODE_HEADER + st.bonus.len() + st.size as usize).div_ceil(SLOT_SIZE);
+        self.claim_slots(st, obj, need);
+    }
+
+    /// Grows the object's reservation to `need` slots if the slots after its
+    /// own are still unclaimed; true when it has at least `need` slots.
+    fn claim_slots(&self, st: &mut ObjState, obj: u64, need: usize) -> bool {
         if need <= st.slots {
-            return;
+            return true;
         }
         let mut os = self.st.lock();
         let in_block = (obj % SLOTS_PER_BLOCK as u64) as usize;
         if os.next_object == obj + st.slots as u64 && in_block + need <= SLOTS_PER_BLOCK {
             os.next_object = obj + need as u64;
             st.slots = need;
+            return true;
         }
+        false
+    }
+
+    /// Creates an object whose blocks never grow past `blksz` (a power of
+    /// two from 512 to the record size): for structures that want small
+    /// fixed blocks, such as the hashed directories of the POSIX layer.
+    pub fn create_with_blksz(&self, tx: &Tx, otype: ObjectType, slots: usize, blksz: u32) -> Result<u64> {
+        if !blksz.is_power_of_two() || !(512..=self.props().recordsize).contains(&blksz) {
+            return Err(Error::invalid(format!("block size {} is not a power of two from 512 to the record size", blksz)));
+        }
+        let id = self.create_with_slots(tx, otype, slots)?;
+        let o = self.object(id)?;
+        o.st.lock().dn.maxblksz = blksz;
+        Ok(id)
+    }
+
+    /// Sets the object's bonus: bytes the layer above keeps in the dnode (the
+    /// POSIX layer's inode attributes). The bonus must fit the object's dnode
+    /// slots together with a block pointer, so that the object can always
+    /// leave the inline form; the reservation grows when the slots after it
+    /// are free, else the call fails with `Invalid` and nothing changes.
+    pub fn set_bonus(&self, tx: &Tx, obj: u64, bonus: &[u8]) -> Result<()> {
+        let o = self.object(obj)?;
+        let mut st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was freed", self.what(obj))));
+        }
+        let need = (tarn_ondisk::dnode::DNODE_HEADER + tarn_ondisk::bp::BP_SIZE + bonus.len()).div_ceil(SLOT_SIZE);
+        if need > tarn_ondisk::dnode::MAX_SLOTS || !self.claim_slots(&mut st, obj, need) {
+            return Err(Error::invalid(format!("a bonus of {} bytes does not fit the {} dnode slots of {}", bonus.len(), st.slots, self.what(obj))));
+        }
+        st.bonus = bonus.to_vec();
+        st.rec(tx.txg()).bonus = Some(bonus.to_vec());
+        self.finish_change(st, obj, tx.txg(), 0);
+        Ok(())
+    }
+
+    /// The object's current bonus (see `set_bonus`).
+    pub fn bonus(&self, obj: u64) -> Result<Vec<u8>> {
+        let o = self.object(obj)?;
+        let st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was freed", self.what(obj))));
+        }
+        Ok(st.bonus.clone())
+    }
+
+    /// Deallocates [offset, offset + len) within the object's size: whole
+    /// blocks inside the range are freed (they read as zeros, a hole), the
+    /// partial blocks at its ends are zeroed. The size does not change.
+    pub fn punch(&self, tx: &Tx, obj: u64, offset: u64, len: u64) -> Result<()> {
+        let o = self.object(obj)?;
+        let txg = tx.txg();
+        let mut added = 0;
+        let mut st = o.st.lock();
+        if st.freed {
+            return Err(Error::not_found(format!("{} was freed", self.what(obj))));
+        }
+        let end = offset.saturating_add(len).min(st.size);
+        if offset >= end {
+            return Ok(());
+        }
+        let bs = st.blksz as u64;
+        let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
+        let (head, tail) = (offset / bs, (end - 1) / bs);
+        for blkid in if head == tail { vec![head] } else { vec![head, tail] } {
+            let (bstart, bend) = (blkid * bs, (blkid + 1) * bs);
+            if offset <= bstart && bend <= end {
+                continue;
+            }
+            let buf = self.dirty_block(&mut st, obj, txg, blkid, false, &mut added)?;
+            let a = (offset.max(bstart) - bstart) as usize;
+            let b = (end.min(bend) - bstart) as usize;
+            buf[a..b].fill(0);
+        }
+        if first_full < end_full {
+            let r = st.rec(txg);
+            r.blocks.retain(|&b, _| b < first_full || b >= end_full);
+            r.frees.push((first_full, end_full));
+        }
+        self.finish_change(st, obj, txg, added);
+        Ok(())
     }
 
     /// Reads up to `len` bytes at `offset` (short at the end of the object).

@@ -151,15 +151,18 @@ fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
     let st = o.st.lock();
     let rec = st.dirty[slot(ctx.txg)].as_ref().filter(|r| r.txg == ctx.txg)?;
     let blocks: Vec<(u64, Arc<AlignedBuf>)> = rec.blocks.iter().map(|(k, v)| (*k, v.clone())).collect();
-    let inline = !rec.freed && wants_inline(ctx, &st, rec.maxblkid, rec.size);
+    // The bonus this txg's dnode will carry: its own if it set one, else the
+    // synced one (a newer txg's bonus may differ in size).
+    let bonus_len = rec.bonus.as_ref().map_or(st.dn.bonus.len(), |b| b.len());
+    let inline = !rec.freed && wants_inline(ctx, &st, rec.maxblkid, rec.size, bonus_len);
     Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, inline, freed: rec.freed })
 }
 
-fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64) -> bool {
+fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64, bonus_len: usize) -> bool {
     if maxblkid != 0 || size > ctx.inline_max || st.dn.otype == ObjectType::DnodeArray {
         return false;
     }
-    let need = (tarn_ondisk::dnode::DNODE_HEADER + st.bonus.len() + size as usize).div_ceil(SLOT_SIZE);
+    let need = (tarn_ondisk::dnode::DNODE_HEADER + bonus_len + size as usize).div_ceil(SLOT_SIZE);
     need <= st.slots
 }
 

@@ -236,7 +236,14 @@ impl PoolCore {
             Err(_) if !used.is_empty() => a.alloc(len, txg, &[]),
             r => r,
         };
-        r.map_err(|e| Error::no_space(format!("pool '{}': cannot allocate {} bytes: {}", self.name, len, e)))
+        let (vdev, offset, asize) = r.map_err(|e| Error::no_space(format!("pool '{}': cannot allocate {} bytes: {}", self.name, len, e)))?;
+        // The writers' figure follows allocations as they happen: a block
+        // written during a sync retires its dirty bytes at once, and until
+        // the next `refresh_space` it would otherwise be counted neither as
+        // dirty nor as allocated — letting writers admit up to a txg of data
+        // more than the pool holds, which the sync then cannot allocate.
+        let _ = self.free_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(asize)));
+        Ok((vdev, offset, asize))
     }
 
     /// Frees every copy of `bp` (deferred two txgs by the allocator).
@@ -279,9 +286,12 @@ impl PoolCore {
     /// Refreshes the space figures writers check (after each sync): computing
     /// them walks the allocator, too slow for every write.
     pub fn refresh_space(&self) {
-        let s = self.alloc.lock().space();
+        // Stored under the allocator's lock, as `alloc_copy` lowers it.
+        let a = self.alloc.lock();
+        let s = a.space();
         self.size_bytes.store(s.total.size, Ordering::Relaxed);
         self.free_bytes.store(s.total.free, Ordering::Relaxed);
+        drop(a);
     }
 
     pub fn check_writable(&self) -> Result<()> {

@@ -141,3 +141,51 @@ pub fn refused(r: Result<Pool>, what: &str) -> tarn_engine::Error {
         Err(e) => e,
     }
 }
+
+/// A POSIX file system on a one-device in-memory pool that can be exported
+/// and imported again.
+pub struct Mounted {
+    pub devs: Vec<Arc<FaultDevice>>,
+    pub pool: Option<Pool>,
+    pub fs: Option<Arc<tarn_engine::posix::PosixFs>>,
+}
+
+/// Mounts the root dataset of `pool` with default options.
+pub fn mount(pool: &Pool) -> Arc<tarn_engine::posix::PosixFs> {
+    tarn_engine::posix::PosixFs::open(pool.root().clone(), Default::default()).expect("mount")
+}
+
+/// A pool named "tank" on one in-memory device of `size` bytes.
+pub fn pool_of(size: u64, seed: u64) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(1, size, seed);
+    let opts = tarn_engine::CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
+    (devs, pool)
+}
+
+impl Mounted {
+    pub fn new(size: u64, seed: u64) -> Mounted {
+        let (devs, pool) = pool_of(size, seed);
+        let fs = mount(&pool);
+        Mounted { devs, pool: Some(pool), fs: Some(fs) }
+    }
+
+    pub fn fs(&self) -> Arc<tarn_engine::posix::PosixFs> {
+        self.fs.clone().expect("mounted")
+    }
+
+    /// Unmounts, exports the pool, imports it and mounts again.
+    pub fn reopen(&mut self) {
+        self.fs = None;
+        self.pool.take().expect("pool").export().expect("export");
+        let pool = open(&self.devs).expect("import");
+        self.fs = Some(mount(&pool));
+        self.pool = Some(pool);
+    }
+
+    /// Unmounts and returns the pool.
+    pub fn unmount(mut self) -> Pool {
+        self.fs = None;
+        self.pool.take().expect("pool")
+    }
+}

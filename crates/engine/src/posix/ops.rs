@@ -1,0 +1,133 @@
+//! [`FileSystem`] for [`PosixFs`]: each call checks what the operation
+//! alone can check and hands over to `namei.rs` or `file.rs`.
+
+use super::api::*;
+use super::fs::{err, PosixFs};
+use super::namei::SYMLINK_MAX;
+
+impl FileSystem for PosixFs {
+    fn root(&self) -> Ino {
+        self.root
+    }
+
+    fn lookup(&self, parent: Ino, name: &[u8]) -> PResult<Attr> {
+        self.do_lookup(parent, name)
+    }
+
+    fn getattr(&self, ino: Ino) -> PResult<Attr> {
+        self.do_getattr(ino)
+    }
+
+    fn setattr(&self, caller: &Caller, ino: Ino, set: &SetAttr) -> PResult<Attr> {
+        self.do_setattr(caller, ino, set)
+    }
+
+    fn readlink(&self, ino: Ino) -> PResult<Vec<u8>> {
+        self.do_readlink(ino)
+    }
+
+    fn mknod(&self, caller: &Caller, parent: Ino, name: &[u8], mode: u32, rdev: u32) -> PResult<Attr> {
+        match FileKind::from_mode(mode) {
+            Some(FileKind::Dir) | Some(FileKind::Symlink) | None => {
+                Err(err(libc::EINVAL, format!("mknod of mode {:o}: use mkdir or symlink", mode)))
+            }
+            Some(_) => self.create(caller, parent, name, mode, rdev, &[]),
+        }
+    }
+
+    fn mkdir(&self, caller: &Caller, parent: Ino, name: &[u8], mode: u32) -> PResult<Attr> {
+        self.create(caller, parent, name, libc::S_IFDIR | (mode & 0o7777), 0, &[])
+    }
+
+    fn symlink(&self, caller: &Caller, parent: Ino, name: &[u8], target: &[u8]) -> PResult<Attr> {
+        if target.is_empty() {
+            return Err(err(libc::ENOENT, "empty symbolic link target"));
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(err(libc::ENAMETOOLONG, format!("symbolic link target of {} bytes", target.len())));
+        }
+        let caller = Caller { umask: 0, ..*caller };
+        self.create(&caller, parent, name, libc::S_IFLNK | 0o777, 0, target)
+    }
+
+    fn link(&self, _caller: &Caller, ino: Ino, newparent: Ino, newname: &[u8]) -> PResult<Attr> {
+        self.do_link(ino, newparent, newname)
+    }
+
+    fn unlink(&self, caller: &Caller, parent: Ino, name: &[u8]) -> PResult<()> {
+        self.do_unlink(caller, parent, name, false)
+    }
+
+    fn rmdir(&self, caller: &Caller, parent: Ino, name: &[u8]) -> PResult<()> {
+        self.do_unlink(caller, parent, name, true)
+    }
+
+    fn rename(&self, caller: &Caller, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: RenameFlags) -> PResult<()> {
+        self.do_rename(caller, parent, name, newparent, newname, flags)
+    }
+
+    fn open(&self, ino: Ino) -> PResult<()> {
+        self.do_open(ino)
+    }
+
+    fn release(&self, ino: Ino) -> PResult<()> {
+        self.do_release(ino)
+    }
+
+    fn read(&self, ino: Ino, offset: u64, size: u32) -> PResult<Vec<u8>> {
+        self.do_read(ino, offset, size)
+    }
+
+    fn write(&self, caller: &Caller, ino: Ino, offset: u64, data: &[u8]) -> PResult<u32> {
+        self.do_write(caller, ino, offset, data)
+    }
+
+    /// Until there is an intent log, durable means a txg sync, for one file
+    /// as for all.
+    fn fsync(&self, ino: Ino, _datasync: bool) -> PResult<()> {
+        self.do_getattr(ino)?;
+        self.sync_now()
+    }
+
+    fn fallocate(&self, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()> {
+        self.do_fallocate(ino, offset, len, flags)
+    }
+
+    /// Copies bytes; no blocks are shared yet (that needs a block-reference
+    /// table).
+    fn copy_file_range(&self, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
+        self.do_copy_file_range(ino_in, off_in, ino_out, off_out, len)
+    }
+
+    fn readdir(&self, ino: Ino, cookie: u64, max: usize) -> PResult<Vec<DirEntry>> {
+        self.do_readdir(ino, cookie, max)
+    }
+
+    fn readdirplus(&self, ino: Ino, cookie: u64, max: usize) -> PResult<Vec<(DirEntry, Attr)>> {
+        self.do_readdirplus(ino, cookie, max)
+    }
+
+    fn statfs(&self) -> PResult<StatFs> {
+        self.do_statfs()
+    }
+
+    fn setxattr(&self, _caller: &Caller, ino: Ino, name: &[u8], value: &[u8], how: XattrSet) -> PResult<()> {
+        self.change_xattr(ino, name, Some(value), how)
+    }
+
+    fn getxattr(&self, ino: Ino, name: &[u8]) -> PResult<Vec<u8>> {
+        self.do_getxattr(ino, name)
+    }
+
+    fn listxattr(&self, ino: Ino) -> PResult<Vec<Vec<u8>>> {
+        self.do_listxattr(ino)
+    }
+
+    fn removexattr(&self, _caller: &Caller, ino: Ino, name: &[u8]) -> PResult<()> {
+        self.change_xattr(ino, name, None, XattrSet::Any)
+    }
+
+    fn sync_all(&self) -> PResult<()> {
+        self.sync_now()
+    }
+}
