@@ -159,6 +159,9 @@ zfs-fuse_setup() {
   fi
   rm -f "$d/zfs-fuse.pid"
   zfs_start || { echo "zfs-fuse daemon did not start"; return 1; }
+  # A run killed before its tear-down leaves the pool in zfs-fuse's cache (FAULTED
+  # once its image is gone), and then zpool create refuses the name.
+  zpool list -H -o name 2>/dev/null | grep -qx "$ZPOOL" && zpool export -f "$ZPOOL" >/dev/null 2>&1
   rm -f "$d/img/pool.img"; truncate -s "$IMG_B" "$d/img/pool.img"
   zpool create -f -m "$d/mnt" -O compression="$ZFS_COMP" "$ZPOOL" "$d/img/pool.img" >/dev/null 2>&1 ||
     { echo "zpool create failed"; return 1; }
