@@ -15,7 +15,7 @@
 #   zfs-fuse  Debian's zfs-fuse 0.7.0 (pool version 23): this script starts its
 #             daemon with /etc/zfs/zfsrc (ARC 100 MiB, prefetch off, FUSE attr
 #             and entry timeouts 3600 s) and `zpool create` on a file image.
-#             Defaults otherwise: recordsize 128K, checksum fletcher4, atime on.
+#             Defaults otherwise: recordsize 128K, checksum on, atime on.
 #   ext4      mkfs.ext4 (defaults, lazy init off) on a loop device over an image.
 # A system that cannot be set up is reported "n/a" with the reason; the others run.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # POSIX conformance of a mounted file system with pjdfstest (the maintained Rust
-# rewrite, crates.io `pjdfstest`), judged against a list of expected failures.
+# rewrite, the `pjdfstest` crate), judged against a list of expected failures.
 #
 #   scripts/pjdfstest.sh DIR [--json] [--expected FILE] [--config FILE]
 #                        [--log FILE] [--secondary DIR] [--allow-remount]

@@ -106,7 +106,7 @@ make_ref() {
   (
     cd "$REF/repo" && export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@localhost \
       GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@localhost
-    git add -A && git commit -qm "linux tree" &&
+    git add -f -A . && git commit -qm "linux tree" &&   # -f: the tree ships a .gitignore of /*
     echo "# real-programs edit" >> Makefile && git commit -qam "edit Makefile" &&
     git mv README README.renamed && git commit -qm "rename README" &&
     git rm -rq Documentation/translations && git commit -qm "delete a directory" &&
