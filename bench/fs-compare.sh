@@ -5,7 +5,7 @@
 #   bench/fs-compare.sh [--size 4G] [--files 100000] [--threads 4] [--reps 3]
 #                       [--runtime 20] [--systems tarn,zfs-fuse,ext4]
 #                       [--compression off|on] [--workdir /var/tmp/tarn-fscompare]
-#                       [--json]
+#                       [--use-mount SYSTEM=DIR]... [--json]
 #
 # Systems (set up and torn down here; each mounted at WORKDIR/SYSTEM/mnt):
 #   tarn      `tarn pool create -m MNT POOL WORKDIR/tarn/pool.img --size N` plus
@@ -18,6 +18,10 @@
 #             Defaults otherwise: recordsize 128K, checksum on, atime on.
 #   ext4      mkfs.ext4 (defaults, lazy init off) on a loop device over an image.
 # A system that cannot be set up is reported "n/a" with the reason; the others run.
+# --use-mount SYSTEM=DIR runs SYSTEM's workloads on a file system someone else
+# mounted at DIR (e.g. tarn's mount made by hand, if its create options differ):
+# no set-up or tear-down, and its cold step is only `sync; drop_caches` (the
+# daemon's own cache stays warm: the report says so). Files go in DIR/fs-compare.
 #
 # Compression: zfs-fuse has no lz4 (lzjb, gzip, zle only), so the default is
 # compression=off on both copy-on-write systems. --compression on gives tarn
@@ -55,6 +59,7 @@ REPO="$PWD"
 
 SIZE=4G FILES=100000 THREADS=4 REPS=3 RUNTIME=20 COMPRESSION=off JSON=0
 SYSTEMS="tarn,zfs-fuse,ext4" WORK=/var/tmp/tarn-fscompare
+declare -A USE_MOUNT
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE="$2"; shift ;;
@@ -66,6 +71,8 @@ while [ $# -gt 0 ]; do
     --compression) COMPRESSION="$2"; shift ;;
     --workdir) WORK="$2"; shift ;;
     --json) JSON=1 ;;
+    --use-mount) [[ "$2" == ?*=/* ]] || { echo "--use-mount SYSTEM=/DIR" >&2; exit 2; }
+                 USE_MOUNT[${2%%=*}]="${2#*=}"; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -223,6 +230,18 @@ tarn_teardown() {
   rm -f "$WORK/tarn/img/pool.img"
 }
 
+# ---- a file system mounted by someone else (--use-mount) ----
+given_setup() { # system
+  local dir="${USE_MOUNT[$1]}"
+  mountpoint -q "$dir" || echo "note: $dir is not a mount point itself" >&2
+  mkdir -p "$dir/fs-compare" || { echo "cannot write in $dir"; return 1; }
+  MNT[$1]="$dir/fs-compare"
+  SETTINGS[$1]="mounted by the caller at $dir ($(stat -f -c %T "$dir")); cold step is only drop_caches: the daemon's own cache stays warm"
+}
+given_cold() { drop_caches; }
+given_teardown() { rm -rf "${USE_MOUNT[$1]}/fs-compare"; }
+impl() { [ -n "${USE_MOUNT[$1]:-}" ] && echo given || echo "$1"; }   # whose set-up functions
+
 # ---- workloads: each takes SYSTEM MNT and records metrics ----
 FIO_OUT="$WORK/fio.json"
 fio_run() { fio "$@" --output-format=json --output="$FIO_OUT" >/dev/null 2>"$WORK/fio.err"; }
@@ -230,7 +249,7 @@ fio_get() { # python expression over j = jobs[0]
   python3 -c "import json,sys; j=json.load(open('$FIO_OUT'))['jobs'][0]; p=lambda d,q: d['clat_ns']['percentile'].get(q,0)/1000; print($1)"
 }
 cold() { # system: make the next reads cold; on failure the system is n/a from here on
-  if ! "$1"_cold >>"$WORK/$1.log" 2>&1; then NA[$1]="cold step (remount) failed, see $WORK/$1.log"; return 1; fi
+  if ! "$(impl "$1")"_cold "$1" >>"$WORK/$1.log" 2>&1; then NA[$1]="cold step (remount) failed, see $WORK/$1.log"; return 1; fi
 }
 w_seq() {
   local s=$1 m=$2 direct=${DIRECT[$1]}
@@ -292,14 +311,14 @@ w_filesN() { w_files "$1" "$2" "$THREADS"; }
 
 # ---- run ----
 IFS=, read -ra SYS <<<"$SYSTEMS"
-cleanup() { local s; for s in "${SYS[@]}"; do "$s"_teardown >>"$WORK/$s.log" 2>&1; done; }
+cleanup() { local s; for s in "${SYS[@]}"; do "$(impl "$s")"_teardown "$s" >>"$WORK/$s.log" 2>&1; done; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 for s in "${SYS[@]}"; do
   case "$s" in tarn|zfs-fuse|ext4) ;; *) echo "unknown system $s" >&2; exit 2 ;; esac
   log "setting up $s"
   : > "$WORK/$s.log"
-  "$s"_setup >"$WORK/$s.reason" 2>>"$WORK/$s.log"   # not $(...): set-up sets globals
+  "$(impl "$s")"_setup "$s" >"$WORK/$s.reason" 2>>"$WORK/$s.log"   # not $(...): set-up sets globals
   reason=$(tail -1 "$WORK/$s.reason")
   if [ -z "${MNT[$s]:-}" ]; then
     NA[$s]="${reason:-set-up failed, see $WORK/$s.log}"; log "$s: n/a: ${NA[$s]}"; continue
