@@ -199,7 +199,7 @@ if check != [("ok",)]: sys.exit("integrity_check is not ok")
 if rows != model: sys.exit("table differs from the model: %d rows, %d expected" % (len(rows), len(model)))
 EOF
 }
-fio_verify() {
+fio_verify() (   # a subshell: it changes directory
   rm -f "$W"/sqlite.db*; mkdir -p "$W/fio"
   # Same job name and seed in both passes of "cold", so verify_only knows what was written.
   local common=(--directory="$W/fio" --numjobs=4 --size=256M --rw=randwrite --bsrange=4k-128k
@@ -209,7 +209,7 @@ fio_verify() {
   fio --name=cold "${common[@]}" --do_verify=0 --end_fsync=1 || return 1
   sync; echo 3 > /proc/sys/vm/drop_caches   # the verify pass reads from the file system, not memory
   fio --name=cold "${common[@]}" --verify_only || return 1
-}
+)
 
 rm -rf "$W"; mkdir -p "$W"
 echo "real programs on $DIR (reference $REF, $(basename "$TARBALL"))"
