@@ -29,9 +29,9 @@
 #                 inline), then a second job set writes, the page cache is dropped,
 #                 and a verify_only pass reads it all back (256 MiB per job)
 #
-# Needs: linux-source, git, python3, fio, xz-utils (installed with apt if missing).
-# Takes ~3-4 min on ext4 over a loop device here, plus ~2 min for the first run's
-# reference (docs/benchmarks.md).
+# Needs: linux-source, git, python3, fio, xz-utils (installed with apt if missing),
+# ~3 GB free in DIR and ~5 GB in REFDIR. Takes ~3.5 min on ext4 over a loop device
+# and ~5 min on zfs-fuse here, plus ~5 min once to make the reference (docs/benchmarks.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
