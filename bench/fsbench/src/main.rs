@@ -70,7 +70,10 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
-        let mut val = || it.next().ok_or_else(|| format!("{a} needs a value\n{}", usage()));
+        let mut val = || {
+            it.next()
+                .ok_or_else(|| format!("{a} needs a value\n{}", usage()))
+        };
         let num = |v: String| v.parse::<usize>().map_err(|e| format!("{a} {v}: {e}"));
         match a.as_str() {
             "--dir" => args.dir = PathBuf::from(val()?),
@@ -93,13 +96,17 @@ fn parse_args() -> Result<Args, String> {
         return Err("--size must be at least 8 (the index is stamped in the first 8 bytes)".into());
     }
     if let Some(p) = args.phases.iter().find(|p| !PHASES.contains(&p.as_str())) {
-        return Err(format!("unknown phase {p}; phases are {}", PHASES.join(",")));
+        return Err(format!(
+            "unknown phase {p}; phases are {}",
+            PHASES.join(",")
+        ));
     }
     Ok(args)
 }
 
 fn file_path(dir: &Path, threads: usize, i: usize) -> PathBuf {
-    dir.join(format!("t{}", i % threads)).join(format!("f{i:07}"))
+    dir.join(format!("t{}", i % threads))
+        .join(format!("f{i:07}"))
 }
 
 /// xorshift64*: a fixed pseudo-random (incompressible) payload.
@@ -122,7 +129,11 @@ fn op(phase: &str, a: &Args, i: usize, buf: &mut [u8], rbuf: &mut Vec<u8>) -> st
     match phase {
         "create" => {
             buf[..8].copy_from_slice(&(i as u64).to_le_bytes());
-            let mut f = OpenOptions::new().write(true).create_new(true).mode(0o644).open(&path)?;
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&path)?;
             f.write_all(buf)
         }
         "stat" => {
@@ -169,13 +180,19 @@ fn run_phase(a: &Args, phase: &str) -> PhaseResult {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a worker thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a worker thread panicked"))
+            .collect()
     });
     let secs = start.elapsed().as_secs_f64();
     let errors = per_thread.iter().map(|(_, e)| e).sum();
     let mut lat: Vec<u32> = per_thread.into_iter().flat_map(|(l, _)| l).collect();
     lat.sort_unstable();
-    let pct = |p: f64| lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1))).map_or(0.0, |&n| n as f64 / 1000.0);
+    let pct = |p: f64| {
+        lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
+            .map_or(0.0, |&n| n as f64 / 1000.0)
+    };
     PhaseResult {
         name: phase.to_string(),
         secs,
