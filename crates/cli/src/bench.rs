@@ -69,6 +69,15 @@ pub struct BenchArgs {
     /// Slow every device to this bandwidth (bytes/s, e.g. 100M) to overdrive it
     #[arg(long)]
     pub device_bandwidth: Option<String>,
+    /// Add this latency to every device operation (e.g. 2ms, 500us): a slow disk
+    #[arg(long)]
+    pub device_latency: Option<String>,
+    /// Use this file or device as an L2ARC cache device (added to the pool if it is not one yet)
+    #[arg(long)]
+    pub cache_device: Option<std::path::PathBuf>,
+    /// rand*/seqread: untimed operations first, to warm the caches
+    #[arg(long, default_value_t = 0)]
+    pub warmup_ops: u64,
     /// Sample the dirty-data level every N ms and report the series
     #[arg(long)]
     pub sample_ms: Option<u64>,
@@ -110,6 +119,16 @@ pub struct Report {
     pub dirty_samples: Vec<(u64, u64)>,
     /// The txgs synced during the run.
     pub txgs: Vec<tarn_engine::pool::TxgRecord>,
+    /// ARC during the timed phase: demand data and metadata miss %, size.
+    pub arc_data_miss_pct: f64,
+    pub arc_metadata_miss_pct: f64,
+    pub arc_size: u64,
+    pub arc_metadata_size: u64,
+    /// Indirect blocks of the bench objects, as the ARC holds them.
+    pub objects_metadata_bytes: u64,
+    pub l2_hits: u64,
+    pub l2_misses: u64,
+    pub l2_size: u64,
 }
 
 struct Gen {
@@ -145,14 +164,39 @@ fn size_arg(s: &str, what: &str) -> Result<u64> {
     parse_size(s).filter(|&v| v > 0).ok_or_else(|| Error::invalid(format!("bad {} '{}': e.g. 4K, 1M, 8G", what, s)))
 }
 
-fn open(a: &BenchArgs, t: &Tunables) -> Result<Pool> {
-    match &a.device_bandwidth {
-        Some(bw) => {
-            let bw = size_arg(bw, "--device-bandwidth")?;
-            pool_cmd::open_wrapped(&a.pool, t, &|d| Arc::new(ThrottledDevice::new(d, bw, Duration::ZERO)) as Arc<dyn BlockDevice>)
-        }
-        None => pool_cmd::open(&a.pool, false, t),
+/// Parses "2ms", "500us", "1s" (a bare number is milliseconds).
+fn duration_arg(s: &str, what: &str) -> Result<Duration> {
+    let bad = || Error::invalid(format!("bad {} '{}': e.g. 2ms, 500us", what, s));
+    let (num, unit) = s.trim().find(|c: char| c.is_ascii_alphabetic()).map_or((s.trim(), "ms"), |i| (&s.trim()[..i], &s.trim()[i..]));
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => v,
+        "ms" => v / 1e3,
+        "us" => v / 1e6,
+        _ => return Err(bad()),
+    };
+    if !(0.0..=60.0).contains(&secs) {
+        return Err(bad());
     }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn open(a: &BenchArgs, t: &Tunables) -> Result<Pool> {
+    let bw = a.device_bandwidth.as_deref().map(|b| size_arg(b, "--device-bandwidth")).transpose()?;
+    let lat = a.device_latency.as_deref().map(|l| duration_arg(l, "--device-latency")).transpose()?;
+    let pool = if bw.is_some() || lat.is_some() {
+        let (bw, lat) = (bw.unwrap_or(u64::MAX / 4), lat.unwrap_or(Duration::ZERO));
+        pool_cmd::open_wrapped(&a.pool, t, &|d| Arc::new(ThrottledDevice::new(d, bw, lat)) as Arc<dyn BlockDevice>)?
+    } else {
+        pool_cmd::open(&a.pool, false, t)?
+    };
+    if let Some(c) = &a.cache_device {
+        let name = c.display().to_string();
+        if !pool.cache_devices().iter().any(|d| d.path == name) {
+            pool.add_cache(c)?;
+        }
+    }
+    Ok(pool)
 }
 
 fn apply_overrides(os: &Objset, a: &BenchArgs) -> Result<()> {
@@ -187,6 +231,8 @@ pub fn run(a: BenchArgs, t: &Tunables) -> Result<()> {
 }
 
 struct Counters {
+    /// ARC demand data hits/misses, metadata hits/misses; L2ARC hits/misses.
+    arc: [u64; 6],
     synced_txg: u64,
     w_ops: u64,
     w_bytes: u64,
@@ -196,7 +242,10 @@ struct Counters {
 }
 
 fn counters(pool: &Pool) -> Counters {
-    let mut c = Counters { synced_txg: pool.core().txg.synced_txg(), w_ops: 0, w_bytes: 0, r_ops: 0, r_bytes: 0, allocated: pool.status().allocated };
+    let a = &pool.core().cache.stats;
+    let l2 = &pool.core().l2.stats;
+    let arc = [&a.demand_data_hits, &a.demand_data_misses, &a.demand_metadata_hits, &a.demand_metadata_misses, &l2.hits, &l2.misses].map(|c| c.load(Ordering::Relaxed));
+    let mut c = Counters { arc, synced_txg: pool.core().txg.synced_txg(), w_ops: 0, w_bytes: 0, r_ops: 0, r_bytes: 0, allocated: pool.status().allocated };
     for v in &pool.core().vdevs {
         let s = v.leaf.stats();
         c.w_ops += s.write_ops.load(Ordering::Relaxed);
@@ -295,6 +344,21 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
     let os = pool.root().clone();
     apply_overrides(&os, a)?;
     let nops = if seq { per_obj / bs as u64 } else { a.ops.unwrap_or(per_obj / bs as u64) };
+    if a.warmup_ops > 0 && reading {
+        let wl = a.workload.as_str();
+        let scratch = Mutex::new(new_hist());
+        std::thread::scope(|s| -> Result<()> {
+            let hs: Vec<_> = objs
+                .iter()
+                .enumerate()
+                .map(|(i, &o)| {
+                    let (os, scratch) = (&os, &scratch);
+                    s.spawn(move || stream_thread(os, o, 1000 + i as u64, wl, a.warmup_ops, per_obj, bs, gen, scratch, None))
+                })
+                .collect();
+            hs.into_iter().try_for_each(|h| h.join().map_err(|_| Error::invalid("bench thread panicked"))?)
+        })?;
+    }
     let before = counters(&pool);
     let stop = Arc::new(AtomicBool::new(false));
     let samp = sampler(&pool, a.sample_ms, stop.clone());
@@ -324,7 +388,8 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
     let samples = samp.and_then(|h| h.join().ok()).unwrap_or_default();
     let after = counters(&pool);
     let ops = nops * objs.len() as u64;
-    let rep = report(a, &pool, ops, ops * bs as u64, secs, &hist.lock(), &before, &after, samples, 0);
+    let mut rep = report(a, &pool, ops, ops * bs as u64, secs, &hist.lock(), &before, &after, samples, 0);
+    rep.objects_metadata_bytes = metadata_bytes(&os, objs);
     cleanup(&pool, &os, objs, a.keep)?;
     Ok(rep)
 }
@@ -443,7 +508,39 @@ fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histo
         dirty_max: pool.core().txg.params().dirty_max,
         dirty_samples: samples,
         txgs,
+        arc_data_miss_pct: miss_pct(e.arc[0] - b.arc[0], e.arc[1] - b.arc[1]),
+        arc_metadata_miss_pct: miss_pct(e.arc[2] - b.arc[2], e.arc[3] - b.arc[3]),
+        arc_size: pool.core().cache.sizes().size,
+        arc_metadata_size: pool.core().cache.sizes().metadata_size,
+        objects_metadata_bytes: 0,
+        l2_hits: e.arc[4] - b.arc[4],
+        l2_misses: e.arc[5] - b.arc[5],
+        l2_size: pool.core().l2.size_bytes(),
     }
+}
+
+fn miss_pct(hits: u64, misses: u64) -> f64 {
+    if hits + misses == 0 {
+        0.0
+    } else {
+        misses as f64 * 100.0 / (hits + misses) as f64
+    }
+}
+
+/// Indirect blocks of `objs`, in bytes as the ARC holds them.
+fn metadata_bytes(os: &Objset, objs: &[u64]) -> u64 {
+    objs.iter()
+        .filter_map(|&o| os.info(o).ok())
+        .map(|i| {
+            let mut blocks = 0;
+            let mut n = i.maxblkid + 1;
+            for _ in 1..i.nlevels {
+                n = n.div_ceil(1024);
+                blocks += n;
+            }
+            blocks * tarn_ondisk::dnode::INDIRECT_BLOCK_SIZE as u64
+        })
+        .sum()
 }
 
 fn cleanup(pool: &Pool, os: &Objset, objs: &[u64], keep: bool) -> Result<()> {
@@ -501,6 +598,19 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         println!("space         {:.0} bytes allocated per object", r.bytes_allocated_per_object);
     }
     println!("throttle      {} delayed, {} at the dirty limit ({} bytes)", r.throttle_delayed, r.throttle_over_max, r.dirty_max);
+    if r.workload.ends_with("read") {
+        println!(
+            "arc           dm% {:.1}  mm% {:.1}  size {} (metadata {}); the objects' metadata is {}",
+            r.arc_data_miss_pct,
+            r.arc_metadata_miss_pct,
+            crate::fmt::size(r.arc_size),
+            crate::fmt::size(r.arc_metadata_size),
+            crate::fmt::size(r.objects_metadata_bytes)
+        );
+        if r.l2_hits + r.l2_misses > 0 || r.l2_size > 0 {
+            println!("l2arc         {} hits, {} misses, {} cached", r.l2_hits, r.l2_misses, crate::fmt::size(r.l2_size));
+        }
+    }
     if !r.txgs.is_empty() {
         let n = r.txgs.len() as f64;
         let mib = r.txgs.iter().map(|t| t.dirty_bytes as f64).sum::<f64>() / n / (1 << 20) as f64;

@@ -13,6 +13,10 @@ pub struct CachedPool {
     pub name: String,
     pub guid: u64,
     pub devices: Vec<String>,
+    /// The root dataset's mountpoint: absent = /NAME, "none" = not mounted
+    /// (kept here until datasets carry the mountpoint property).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mountpoint: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

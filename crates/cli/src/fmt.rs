@@ -20,13 +20,16 @@ pub fn size(v: u64) -> String {
     }
 }
 
-/// Prints rows as aligned columns (or tab-separated without a header for -H).
-pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
+/// Rows as aligned columns (or tab-separated without a header for -H),
+/// one line each, ready to print.
+pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) -> String {
+    let mut out = String::new();
     if scripted {
         for r in rows {
-            println!("{}", r.join("\t"));
+            out.push_str(&r.join("\t"));
+            out.push('\n');
         }
-        return;
+        return out;
     }
     let mut w: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
@@ -36,7 +39,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
             }
         }
     }
-    let line = |cells: Vec<String>| {
+    let mut line = |cells: Vec<String>| {
         let mut s = String::new();
         for (i, c) in cells.iter().enumerate() {
             let pad = w[i].saturating_sub(c.chars().count());
@@ -53,19 +56,21 @@ pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) {
                 s.push_str(c);
             }
         }
-        println!("{}", s.trim_end());
+        out.push_str(s.trim_end());
+        out.push('\n');
     };
     line(header.iter().map(|h| h.to_string()).collect());
     for r in rows {
         line(r.clone());
     }
+    out
 }
 
 /// A table whose header is the chosen column names, upper-cased (`-o`).
-pub fn columns(fields: &[String], rows: &[Vec<String>], scripted: bool) {
+pub fn columns(fields: &[String], rows: &[Vec<String>], scripted: bool) -> String {
     let header: Vec<String> = fields.iter().map(|f| f.to_uppercase()).collect();
     let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
-    table(&hdr, rows, scripted);
+    table(&hdr, rows, scripted)
 }
 
 #[cfg(test)]

@@ -105,6 +105,6 @@ pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
         .into_iter()
         .map(|(o, d)| vec![o.to_string(), d.otype.name().to_string(), d.size.to_string(), d.datablksz.to_string(), d.nlevels.to_string(), d.used_bytes.to_string(), if d.inline.is_some() { "inline".into() } else { "-".into() }])
         .collect();
-    fmt::table(&["OBJECT", "TYPE", "SIZE", "BLKSZ", "LEVELS", "USED", "INLINE"], &rows, false);
+    print!("{}", fmt::table(&["OBJECT", "TYPE", "SIZE", "BLKSZ", "LEVELS", "USED", "INLINE"], &rows, false));
     Ok(())
 }

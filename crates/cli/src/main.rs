@@ -1,15 +1,22 @@
-//! The `tarn` command: pools, benchmarks and inspection.
+//! The `tarn` command: pools, mounts, benchmarks and inspection.
 //!
-//! Each command opens the pools it needs from the pool cache file (see
-//! `cache`), does its work in-process and closes them. Commands that only
-//! look (list, status, get, inspect) open pools read-only, so they work while
-//! another process (a benchmark) holds a pool. Errors print one line naming
-//! what they are about and exit 1; usage errors exit 2.
+//! Commands on imported pools and mounts (`pool …`, `mount`, `unmount`) are
+//! requests to the daemon (`daemon`, `client`), which holds the pools open
+//! and serves their FUSE mounts; the first such command starts it. `bench`
+//! and `inspect` run in this process: `inspect` opens pools read-only (no
+//! lock, so it works while the daemon holds them), `bench` needs the pool
+//! to itself. Errors print one line naming what they are about and exit 1;
+//! usage errors exit 2.
 
 mod bench;
 mod cache;
+mod client;
+mod daemon;
 mod fmt;
 mod inspect;
+// Rendered by the daemon-backed commands (pool iostat, arcstat, pool txgs, pool explain, --metrics).
+#[allow(dead_code)]
+mod observe;
 mod pool_cmd;
 
 use clap::{Parser, Subcommand};
@@ -34,6 +41,13 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Show a pool's on-disk structures, like zdb
     Inspect(inspect::InspectArgs),
+    /// Mount a dataset (no arguments: list mounts)
+    Mount(daemon::mounts::MountArgs),
+    /// Unmount a dataset or mount directory
+    #[command(alias = "umount")]
+    Unmount(daemon::mounts::UnmountArgs),
+    /// Run the daemon that holds imported pools and their mounts (started on first use)
+    Daemon(daemon::DaemonArgs),
     /// List the engine tunables and their defaults
     #[command(subcommand)]
     Tunable(TunableCmd),
@@ -49,25 +63,50 @@ pub enum TunableCmd {
 
 /// Tunables with this command's --tunable settings applied.
 pub fn tunables(cli_sets: &[String]) -> Result<Tunables> {
-    let mut t = Tunables::default();
+    apply_tunables(Tunables::default(), cli_sets)
+}
+
+/// `t` with NAME=VALUE settings applied (validated together).
+pub fn apply_tunables(mut t: Tunables, cli_sets: &[String]) -> Result<Tunables> {
+    let mut sets = Vec::new();
     for s in cli_sets {
         let (k, v) = s
             .split_once('=')
             .ok_or_else(|| Error::invalid(format!("--tunable takes NAME=VALUE, not '{}'", s)))?;
-        t.set(k.trim(), v.trim())?;
+        sets.push((k.trim(), v.trim()));
     }
+    t.set_many(&sets)?;
     Ok(t)
+}
+
+/// Sends a command to the daemon and prints what it printed.
+fn through_daemon(cmd: daemon::proto::Command, tunables: &[String]) -> Result<()> {
+    print!("{}", client::call(cmd, tunables)?);
+    Ok(())
 }
 
 fn run(cli: Cli) -> Result<()> {
     let t = tunables(&cli.tunables)?;
+    use daemon::proto::Command;
     match cli.cmd {
-        Cmd::Pool(c) => pool_cmd::run(c, &t),
+        Cmd::Pool(mut c) => {
+            c.absolutize();
+            through_daemon(Command::Pool(c), &cli.tunables)
+        }
+        Cmd::Mount(mut a) => {
+            a.absolutize();
+            through_daemon(Command::Mount(a), &cli.tunables)
+        }
+        Cmd::Unmount(mut a) => {
+            a.absolutize();
+            through_daemon(Command::Unmount(a), &cli.tunables)
+        }
+        Cmd::Daemon(a) => daemon::run(a, &cli.tunables),
         Cmd::Bench(a) => bench::run(a, &t),
         Cmd::Inspect(a) => inspect::run(a, &t),
         Cmd::Tunable(TunableCmd::List) => {
             let rows: Vec<Vec<String>> = t.list().into_iter().map(|(n, v, d)| vec![n.to_string(), v, d.to_string()]).collect();
-            fmt::table(&["NAME", "VALUE", "DESCRIPTION"], &rows, false);
+            print!("{}", fmt::table(&["NAME", "VALUE", "DESCRIPTION"], &rows, false));
             Ok(())
         }
         Cmd::Tunable(TunableCmd::Get { name }) => {

@@ -48,12 +48,20 @@ macro_rules! tunables {
 
             /// Sets one tunable from its text form (sizes accept K/M/G suffixes).
             pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+                self.set_many(&[(name, value)])
+            }
+
+            /// Sets several tunables, validating the result once (so that
+            /// e.g. zfs_arc_min and zfs_arc_max can move together).
+            pub fn set_many(&mut self, sets: &[(&str, &str)]) -> Result<()> {
                 let mut t = self.clone();
-                match name {
-                    $( stringify!($name) => {
-                        t.$name = parse_value(name, value)?;
-                    } )*
-                    _ => return Err(Error::invalid(format!("unknown tunable '{}'", name))),
+                for &(name, value) in sets {
+                    match name {
+                        $( stringify!($name) => {
+                            t.$name = parse_value(name, value)?;
+                        } )*
+                        _ => return Err(Error::invalid(format!("unknown tunable '{}'", name))),
+                    }
                 }
                 t.validate()?;
                 *self = t;
@@ -114,8 +122,28 @@ tunables! {
     tarn_vdev_threads: u32 = 16;
     /// Largest object whose data is stored inline in its dnode, in bytes.
     tarn_inline_max_bytes: u64 = 3072;
-    /// Bytes of decompressed blocks kept in the block cache (the ARC arrives with issue 4).
-    tarn_cache_bytes: u64 = (physical_memory_bytes() / 16).clamp(64 << 20, 2 << 30);
+    /// Most bytes the ARC holds. Default a quarter of the host's memory (or its cgroup limit).
+    zfs_arc_max: u64 = crate::arc::default_arc_max();
+    /// The ARC never shrinks below this under memory pressure. Default 1/32 of memory, at least 32 MiB.
+    zfs_arc_min: u64 = crate::arc::default_arc_min();
+    /// Weight of metadata ghost hits against data ghost hits when the ARC divides itself (500: data counts 1/5).
+    zfs_arc_meta_balance: u64 = 500;
+    /// Most bytes written to a cache device per L2ARC feed.
+    l2arc_write_max: u64 = 32 << 20;
+    /// Extra bytes per feed while a cache device has not wrapped yet (warming up).
+    l2arc_write_boost: u64 = 32 << 20;
+    /// How far into the ARC's eviction end a feed scans, in multiples of l2arc_write_max.
+    l2arc_headroom: u64 = 8;
+    /// Seconds between L2ARC feeds when idle.
+    l2arc_feed_secs: u64 = 1;
+    /// Milliseconds between L2ARC feeds while busy.
+    l2arc_feed_min_ms: u64 = 200;
+    /// 1: prefetched blocks are not written to cache devices.
+    l2arc_noprefetch: u32 = 1;
+    /// Most of the ARC's target (%) the L2ARC index may take.
+    l2arc_meta_percent: u64 = 33;
+    /// 1: rebuild the L2ARC index from the cache devices at import.
+    l2arc_rebuild_enabled: u32 = 1;
     /// Farthest a sequential stream is read ahead, in bytes (dmu_zfetch.c).
     zfetch_max_distance: u64 = 64 << 20;
     /// 1 turns read-ahead off.
@@ -204,6 +232,15 @@ impl Tunables {
         }
         if self.zfs_vdev_aggregation_limit > (16 << 20) {
             return Err(Error::invalid("zfs_vdev_aggregation_limit is at most 16M"));
+        }
+        if self.zfs_arc_min > self.zfs_arc_max {
+            return Err(Error::invalid("zfs_arc_min must not exceed zfs_arc_max"));
+        }
+        if self.zfs_arc_max < (4 << 20) {
+            return Err(Error::invalid("zfs_arc_max must be at least 4M"));
+        }
+        if self.zfs_arc_meta_balance == 0 {
+            return Err(Error::invalid("zfs_arc_meta_balance must be at least 1"));
         }
         if self.tarn_inline_max_bytes > 3072 {
             return Err(Error::invalid("tarn_inline_max_bytes is at most 3072"));

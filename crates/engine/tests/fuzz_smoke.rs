@@ -317,11 +317,16 @@ fn indirect() {
     smoke("indirect");
 }
 
+#[test]
+fn l2arc() {
+    smoke("l2arc");
+}
+
 /// Every target has a test above (a new target without one fails here).
 #[test]
 fn every_target_is_smoked() {
     let tested =
-        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect"];
+        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc"];
     let names: Vec<&str> = fuzzing::TARGETS.iter().map(|t| t.name).collect();
     assert_eq!(names, tested);
 }

@@ -1,25 +1,84 @@
-//! The block cache: decompressed blocks kept in memory, keyed by address.
+//! The ARC: the adaptive replacement cache of verified, decompressed blocks,
+//! in the design of OpenZFS 2.2+ (arc.c).
 //!
-//! This is the placeholder for the ARC (issue 4 replaces it with MRU/MFU
-//! lists, ghost lists and an L2ARC). It is a plain LRU bounded by bytes,
-//! keyed by (vdev, offset, birth txg) of a block's first copy — a block's
-//! address and birth identify its content for as long as it is allocated,
-//! because blocks are never overwritten in place. Metadata blocks are inserted
-//! when written as well as when read, so the block tree stays warm across
-//! syncs. Sharded by key so concurrent readers rarely meet on one lock.
+//! A block is found by (pool, vdev, offset, birth txg) of its first copy: a
+//! block's address and birth name its content for as long as it is
+//! allocated, because blocks are never overwritten in place.
 //!
-//! Invariants: each shard's byte count equals the sum of its entries' sizes
-//! and stays within its share of the limit after every insert.
+//! ## States
+//! Each cached block is *data* or *metadata* (an indirect block, or a block
+//! of a metadata object type) and lives on one of four lists per kind:
+//!
+//! ```text
+//!   miss ──insert──▶ MRU ──hit after ≥ zfs_arc_min_mfu_ms──▶ MFU ◀─┐
+//!                     │                                      │    │ hit
+//!                  evict                                  evict ──┘
+//!                     ▼                                      ▼
+//!                 MRU ghost ───read again (ghost hit)──▶ MFU (revived)
+//!                                   MFU ghost ──read again──┘
+//! ```
+//! Ghosts remember only the key and size of what was evicted. A ghost hit
+//! says "that list was too small" and steers the targets.
+//!
+//! ## Targets and adaptation
+//! `c` is the target size, between `zfs_arc_min` and `zfs_arc_max`. Three
+//! fractions divide it: the metadata share of `c` (starts at 1/4), the MRU
+//! share of metadata and the MRU share of data (each start at 1/2). Before
+//! each eviction pass the fractions move toward the side whose ghost lists
+//! were hit since the last pass, in proportion to the ghost-hit bytes over
+//! the ghost-list bytes, damped near 0 and 1 so no list is starved. Data
+//! ghost hits weigh `100 / zfs_arc_meta_balance` as much as metadata ghost
+//! hits (default 500: one fifth), so metadata — whose misses cost several
+//! reads — is favoured.
+//!
+//! Eviction walks MRU-metadata, MFU-metadata, MRU-data, MFU-data, each down
+//! to its target, then anything still above `c` from the same order. Each
+//! ghost list is kept below half of `c` (OpenZFS caps each at half of the
+//! live states; the classic ARC bound, live + ghost ≤ 2c, follows).
+//!
+//! ## Sizing and the host
+//! `c` starts at `zfs_arc_max`. A sampler (`adapt_to_host`, called by the
+//! pool's housekeeping) reads the host's memory pressure — MemAvailable, the
+//! cgroup's memory.max/memory.current and PSI `some avg10` — and when
+//! memory is short it lowers `c` by the shortfall (never below
+//! `zfs_arc_min`) and evicts at once; when the host has room again `c`
+//! grows back by at most 1/32 of the maximum per sample. Prefetched blocks
+//! enter MRU marked as prefetch; their first demand hit counts as a
+//! prefetch hit and does not promote them.
+//!
+//! ## Concurrency
+//! The cache is split into `SHARDS` independent shards by key hash, each an
+//! ARC of its own with 1/SHARDS of every target; the fractions and the
+//! counters are shared. A lookup takes one shard's lock.
+//!
+//! Invariants (checked by `check_invariants`, run in tests):
+//! - each list's byte count equals the sum of its headers' sizes;
+//! - a ghost header holds no data and a live one does;
+//! - every header in the map is on exactly the list its state names.
+//!
+//! Blocks are held decompressed. (OpenZFS keeps them compressed and a
+//! smaller dbuf cache of decompressed copies; tarn's FUSE page cache plays
+//! the second role for file data.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
+use tarn_ondisk::bp::BlockPtr;
+
 use crate::io::block::BlockData;
 
+mod host;
+pub mod l2;
+pub use host::{default_arc_max, default_arc_min, host_memory, HostMemory};
+pub use l2::{L2Arc, L2Params};
+
 const SHARDS: usize = 16;
+/// Fractions are fixed point with this many bits.
+const FRAC_ONE: u64 = 1 << 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BlockKey {
@@ -28,132 +87,663 @@ pub struct BlockKey {
     pub birth: u64,
 }
 
-struct Shard {
-    map: HashMap<BlockKey, (Arc<BlockData>, u64)>,
-    lru: BTreeMap<u64, BlockKey>,
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Mru = 0,
+    Mfu = 1,
+    MruGhost = 2,
+    MfuGhost = 3,
+}
+
+impl State {
+    fn is_ghost(self) -> bool {
+        matches!(self, State::MruGhost | State::MfuGhost)
+    }
+}
+
+/// The list index of (state, metadata?).
+fn list_of(state: State, meta: bool) -> usize {
+    state as usize * 2 + meta as usize
+}
+
+struct Hdr {
+    state: State,
+    meta: bool,
+    prefetch: bool,
+    size: u64,
+    data: Option<Arc<BlockData>>,
+    /// The block's pointer, for the L2ARC feed (None for blocks cached by key only).
+    bp: Option<BlockPtr>,
+    tick: u64,
+    last_access: Instant,
+}
+
+#[derive(Default)]
+struct List {
+    order: BTreeMap<u64, BlockKey>,
     bytes: u64,
+}
+
+struct Shard {
+    map: HashMap<BlockKey, Hdr>,
+    lists: [List; 8],
     tick: u64,
 }
 
+impl Shard {
+    fn unlink(&mut self, k: &BlockKey) -> Option<Hdr> {
+        let h = self.map.remove(k)?;
+        let l = &mut self.lists[list_of(h.state, h.meta)];
+        l.order.remove(&h.tick);
+        l.bytes -= h.size;
+        Some(h)
+    }
+
+    fn link(&mut self, k: BlockKey, mut h: Hdr) {
+        self.tick += 1;
+        h.tick = self.tick;
+        let l = &mut self.lists[list_of(h.state, h.meta)];
+        l.order.insert(h.tick, k);
+        l.bytes += h.size;
+        self.map.insert(k, h);
+    }
+
+    fn live_bytes(&self) -> u64 {
+        self.lists[..4].iter().map(|l| l.bytes).sum()
+    }
+
+    /// Moves the least recent block of `list` to its ghost list (or drops a
+    /// ghost). Returns the bytes freed.
+    fn evict_one(&mut self, list: usize) -> u64 {
+        let Some((_, k)) = self.lists[list].order.first_key_value().map(|(t, k)| (*t, *k)) else { return 0 };
+        let Some(mut h) = self.unlink(&k) else { return 0 };
+        if h.state.is_ghost() {
+            return 0;
+        }
+        h.data = None;
+        h.state = if h.state == State::Mru { State::MruGhost } else { State::MfuGhost };
+        let freed = h.size;
+        self.link(k, h);
+        freed
+    }
+}
+
+/// Counters, as arcstats names them.
 #[derive(Debug, Default)]
-pub struct CacheStats {
+pub struct ArcStats {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
-    pub metadata_hits: AtomicU64,
-    pub metadata_misses: AtomicU64,
+    pub demand_data_hits: AtomicU64,
+    pub demand_data_misses: AtomicU64,
+    pub demand_metadata_hits: AtomicU64,
+    pub demand_metadata_misses: AtomicU64,
+    pub prefetch_data_hits: AtomicU64,
+    pub prefetch_data_misses: AtomicU64,
+    pub prefetch_metadata_hits: AtomicU64,
+    pub prefetch_metadata_misses: AtomicU64,
+    pub mru_hits: AtomicU64,
+    pub mfu_hits: AtomicU64,
+    pub mru_ghost_hits: AtomicU64,
+    pub mfu_ghost_hits: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    pub memory_throttle_count: AtomicU64,
+}
+
+/// A snapshot of sizes and targets, for `arcstat` and tests.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ArcSizes {
+    pub size: u64,
+    pub c: u64,
+    pub c_min: u64,
+    pub c_max: u64,
+    pub data_size: u64,
+    pub metadata_size: u64,
+    pub mru_size: u64,
+    pub mfu_size: u64,
+    pub mru_ghost_size: u64,
+    pub mfu_ghost_size: u64,
+    pub mru_metadata: u64,
+    pub mfu_metadata: u64,
+    pub mru_data: u64,
+    pub mfu_data: u64,
+    /// The three adaptive fractions, in percent.
+    pub meta_pct: f64,
+    pub mru_meta_pct: f64,
+    pub mru_data_pct: f64,
+    pub blocks: u64,
+}
+
+/// Ghost-hit bytes since the last adaptation, per list (ghost lists only).
+#[derive(Default)]
+struct GhostHits {
+    mru_meta: AtomicU64,
+    mfu_meta: AtomicU64,
+    mru_data: AtomicU64,
+    mfu_data: AtomicU64,
 }
 
 pub struct BlockCache {
     shards: Vec<Mutex<Shard>>,
-    limit_bytes: AtomicU64,
-    pub stats: CacheStats,
+    c: AtomicU64,
+    c_min: AtomicU64,
+    c_max: AtomicU64,
+    /// Fixed-point fractions (of FRAC_ONE): metadata share of c, MRU share
+    /// of metadata, MRU share of data.
+    meta_frac: AtomicU64,
+    pm_frac: AtomicU64,
+    pd_frac: AtomicU64,
+    meta_balance: AtomicU64,
+    min_mfu_ms: AtomicU64,
+    ghost_hits: GhostHits,
+    adapt_lock: Mutex<()>,
+    pub stats: ArcStats,
 }
 
 impl BlockCache {
-    pub fn new(limit_bytes: u64) -> Self {
-        let shards = (0..SHARDS)
-            .map(|_| Mutex::new(Shard { map: HashMap::new(), lru: BTreeMap::new(), bytes: 0, tick: 0 }))
-            .collect();
-        BlockCache { shards, limit_bytes: AtomicU64::new(limit_bytes), stats: CacheStats::default() }
-    }
-
-    pub fn set_limit(&self, bytes: u64) {
-        self.limit_bytes.store(bytes, Ordering::Relaxed);
-    }
-
-    fn shard(&self, k: &BlockKey) -> &Mutex<Shard> {
-        let h = (k.offset >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ k.vdev as u64;
-        &self.shards[(h >> 59) as usize % SHARDS]
-    }
-
-    pub fn get(&self, k: &BlockKey, metadata: bool) -> Option<Arc<BlockData>> {
-        let mut s = self.shard(k).lock();
-        s.tick += 1;
-        let tick = s.tick;
-        let hit = match s.map.get_mut(k) {
-            Some((v, t)) => {
-                let old = *t;
-                *t = tick;
-                Some((v.clone(), old))
-            }
-            None => None,
-        };
-        let (hits, misses) = if metadata {
-            (&self.stats.metadata_hits, &self.stats.metadata_misses)
-        } else {
-            (&self.stats.hits, &self.stats.misses)
-        };
-        match hit {
-            Some((v, old)) => {
-                s.lru.remove(&old);
-                s.lru.insert(tick, *k);
-                hits.fetch_add(1, Ordering::Relaxed);
-                Some(v)
-            }
-            None => {
-                misses.fetch_add(1, Ordering::Relaxed);
-                None
-            }
+    /// A cache with target and maximum `max` bytes and minimum `min`.
+    pub fn new(max: u64, min: u64) -> Self {
+        let shards = (0..SHARDS).map(|_| Mutex::new(Shard { map: HashMap::new(), lists: Default::default(), tick: 0 })).collect();
+        let min = min.min(max);
+        BlockCache {
+            shards,
+            c: AtomicU64::new(max),
+            c_min: AtomicU64::new(min),
+            c_max: AtomicU64::new(max),
+            meta_frac: AtomicU64::new(FRAC_ONE / 4),
+            pm_frac: AtomicU64::new(FRAC_ONE / 2),
+            pd_frac: AtomicU64::new(FRAC_ONE / 2),
+            meta_balance: AtomicU64::new(500),
+            min_mfu_ms: AtomicU64::new(62),
+            ghost_hits: GhostHits::default(),
+            adapt_lock: Mutex::new(()),
+            stats: ArcStats::default(),
         }
     }
 
-    pub fn insert(&self, k: BlockKey, v: Arc<BlockData>) {
-        let limit = self.limit_bytes.load(Ordering::Relaxed) / SHARDS as u64;
+    /// Sets `zfs_arc_max` / `zfs_arc_min` on the live cache; a lower maximum
+    /// evicts at once.
+    pub fn set_limits(&self, max: u64, min: u64) {
+        let min = min.min(max);
+        self.c_max.store(max, Ordering::Relaxed);
+        self.c_min.store(min, Ordering::Relaxed);
+        let c = self.c.load(Ordering::Relaxed).clamp(min, max);
+        self.c.store(c, Ordering::Relaxed);
+        self.evict_all_shards();
+    }
+
+    pub fn set_meta_balance(&self, balance: u64) {
+        self.meta_balance.store(balance.max(1), Ordering::Relaxed);
+    }
+
+    pub fn set_min_mfu_ms(&self, ms: u64) {
+        self.min_mfu_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn shard_of(&self, k: &BlockKey) -> &Mutex<Shard> {
+        let h = (k.offset >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k.vdev as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        &self.shards[(h >> 58) as usize % SHARDS]
+    }
+
+    fn count(&self, meta: bool, prefetch: bool, hit: bool) {
+        let s = &self.stats;
+        let c = match (prefetch, meta, hit) {
+            (false, false, true) => &s.demand_data_hits,
+            (false, false, false) => &s.demand_data_misses,
+            (false, true, true) => &s.demand_metadata_hits,
+            (false, true, false) => &s.demand_metadata_misses,
+            (true, false, true) => &s.prefetch_data_hits,
+            (true, false, false) => &s.prefetch_data_misses,
+            (true, true, true) => &s.prefetch_metadata_hits,
+            (true, true, false) => &s.prefetch_metadata_misses,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        if hit { &s.hits } else { &s.misses }.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A demand lookup: counts a hit or miss and updates the block's state.
+    pub fn get(&self, k: &BlockKey, meta: bool) -> Option<Arc<BlockData>> {
+        let now = Instant::now();
+        let min_mfu = self.min_mfu_ms.load(Ordering::Relaxed) as u128;
+        let mut s = self.shard_of(k).lock();
+        let (state, prefetch, age_ms) = match s.map.get(k) {
+            Some(h) if !h.state.is_ghost() => (h.state, h.prefetch, now.duration_since(h.last_access).as_millis()),
+            _ => {
+                drop(s);
+                self.count(meta, false, false);
+                return None;
+            }
+        };
+        let mut h = s.unlink(k).expect("header present");
+        let data = h.data.clone();
+        if prefetch {
+            // The first demand read of a prefetched block: counted as a
+            // prefetch hit, and the block stays most-recently-used.
+            h.prefetch = false;
+        } else if state == State::Mru && age_ms >= min_mfu {
+            h.state = State::Mfu;
+        }
+        h.last_access = now;
+        let on_mfu = state == State::Mfu;
+        s.link(*k, h);
+        drop(s);
+        self.count(meta, prefetch, true);
+        if on_mfu { &self.stats.mfu_hits } else { &self.stats.mru_hits }.fetch_add(1, Ordering::Relaxed);
+        data
+    }
+
+    /// Adds a block just read (or written). A ghost of it revives into MFU
+    /// (a demand read) and steers the targets toward its list.
+    pub fn insert(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
+        self.insert_as(k, v, meta, false, None)
+    }
+
+    /// Adds a block read ahead: it enters MRU marked as prefetch.
+    pub fn insert_prefetch(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
+        self.count(meta, true, false);
+        self.insert_as(k, v, meta, true, None)
+    }
+
+    /// Adds a block with its pointer (so the L2ARC can feed it).
+    pub fn insert_bp(&self, k: BlockKey, v: Arc<BlockData>, bp: &BlockPtr, prefetch: bool) {
+        let meta = bp.otype.is_metadata() || bp.level > 0;
+        if prefetch {
+            self.count(meta, true, false);
+        }
+        self.insert_as(k, v, meta, prefetch, Some(*bp))
+    }
+
+    fn insert_as(&self, k: BlockKey, v: Arc<BlockData>, meta: bool, prefetch: bool, bp: Option<BlockPtr>) {
         let size = v.len() as u64;
-        if size > limit {
+        if size > self.c.load(Ordering::Relaxed) / SHARDS as u64 {
             return;
         }
-        let mut s = self.shard(&k).lock();
-        s.tick += 1;
-        let tick = s.tick;
-        if let Some((old, t)) = s.map.insert(k, (v, tick)) {
-            s.bytes -= old.len() as u64;
-            s.lru.remove(&t);
-        }
-        s.lru.insert(tick, k);
-        s.bytes += size;
-        while s.bytes > limit {
-            let Some((_, victim)) = s.lru.pop_first() else { break };
-            if let Some((old, _)) = s.map.remove(&victim) {
-                s.bytes -= old.len() as u64;
+        let mut s = self.shard_of(&k).lock();
+        let mut state = State::Mru;
+        if let Some(old) = s.unlink(&k) {
+            match old.state {
+                State::MruGhost | State::MfuGhost => {
+                    let (stat, acc) = match (old.state, old.meta) {
+                        (State::MruGhost, true) => (&self.stats.mru_ghost_hits, &self.ghost_hits.mru_meta),
+                        (State::MruGhost, false) => (&self.stats.mru_ghost_hits, &self.ghost_hits.mru_data),
+                        (_, true) => (&self.stats.mfu_ghost_hits, &self.ghost_hits.mfu_meta),
+                        (_, false) => (&self.stats.mfu_ghost_hits, &self.ghost_hits.mfu_data),
+                    };
+                    stat.fetch_add(1, Ordering::Relaxed);
+                    acc.fetch_add(old.size, Ordering::Relaxed);
+                    if !prefetch {
+                        state = State::Mfu;
+                    }
+                }
+                live => state = live,
             }
         }
+        s.link(k, Hdr { state, meta, prefetch, size, data: Some(v), bp, tick: 0, last_access: Instant::now() });
+        drop(s);
+        self.adapt();
+        self.evict_shard(self.shard_of(&k));
     }
 
-    /// True when the block is cached (no statistics, no LRU update).
+    /// Blocks at the eviction end of the live lists, up to `max_bytes`, in
+    /// the L2ARC's order: MFU metadata, MRU metadata, MFU data, MRU data
+    /// (each shard contributing its share). Only blocks with a pointer;
+    /// prefetched ones skipped if `noprefetch`.
+    pub fn eviction_candidates(&self, max_bytes: u64, noprefetch: bool) -> Vec<(BlockPtr, Arc<BlockData>)> {
+        let per_shard = (max_bytes / SHARDS as u64).max(1);
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let s = shard.lock();
+            let mut taken = 0;
+            'lists: for list in [list_of(State::Mfu, true), list_of(State::Mru, true), list_of(State::Mfu, false), list_of(State::Mru, false)] {
+                for k in s.lists[list].order.values() {
+                    if taken >= per_shard {
+                        break 'lists;
+                    }
+                    let Some(h) = s.map.get(k) else { continue };
+                    if noprefetch && h.prefetch {
+                        continue;
+                    }
+                    if let (Some(bp), Some(d)) = (h.bp, h.data.as_ref()) {
+                        taken += h.size;
+                        out.push((bp, d.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// True when the block is cached (no statistics, no state change).
     pub fn contains(&self, k: &BlockKey) -> bool {
-        self.shard(k).lock().map.contains_key(k)
+        self.shard_of(k).lock().map.get(k).is_some_and(|h| !h.state.is_ghost())
     }
 
     /// Forgets a block (its space was freed and may be reused).
     pub fn remove(&self, k: &BlockKey) {
-        let mut s = self.shard(k).lock();
-        if let Some((old, t)) = s.map.remove(k) {
-            s.bytes -= old.len() as u64;
-            s.lru.remove(&t);
-        }
+        self.shard_of(k).lock().unlink(k);
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.shards.iter().map(|s| s.lock().bytes).sum()
+        self.shards.iter().map(|s| s.lock().live_bytes()).sum()
     }
+
+    /// Per-shard targets of the four live lists, from the fractions.
+    fn targets(&self) -> [u64; 4] {
+        let c = self.c.load(Ordering::Relaxed) / SHARDS as u64;
+        let part = |v: u64, f: &AtomicU64| ((v as u128 * f.load(Ordering::Relaxed) as u128) >> 32) as u64;
+        let meta = part(c, &self.meta_frac);
+        let data = c - meta;
+        let mru_meta = part(meta, &self.pm_frac);
+        let mru_data = part(data, &self.pd_frac);
+        // Order: MRU-data, MRU-meta, MFU-data, MFU-meta as list_of numbers them.
+        [mru_data, mru_meta, data - mru_data, meta - mru_meta]
+    }
+
+    fn evict_shard(&self, shard: &Mutex<Shard>) {
+        let c = self.c.load(Ordering::Relaxed) / SHARDS as u64;
+        let t = self.targets();
+        let mut s = shard.lock();
+        let mut freed = 0;
+        if s.live_bytes() > c {
+            // Eviction order: MRU-metadata, MFU-metadata, MRU-data, MFU-data,
+            // each down to its target; then anything, same order.
+            for list in [list_of(State::Mru, true), list_of(State::Mfu, true), list_of(State::Mru, false), list_of(State::Mfu, false)] {
+                while s.live_bytes() > c && s.lists[list].bytes > t[list] {
+                    freed += s.evict_one(list);
+                }
+            }
+            for list in [list_of(State::Mru, true), list_of(State::Mfu, true), list_of(State::Mru, false), list_of(State::Mfu, false)] {
+                while s.live_bytes() > c && s.lists[list].bytes > 0 {
+                    freed += s.evict_one(list);
+                }
+            }
+        }
+        // Ghost lists: each state's ghosts stay below half of c.
+        for (g0, g1) in [(list_of(State::MruGhost, false), list_of(State::MruGhost, true)), (list_of(State::MfuGhost, false), list_of(State::MfuGhost, true))] {
+            while s.lists[g0].bytes + s.lists[g1].bytes > c / 2 {
+                let victim = if s.lists[g0].bytes >= s.lists[g1].bytes { g0 } else { g1 };
+                s.evict_one(victim);
+            }
+        }
+        drop(s);
+        if freed > 0 {
+            self.stats.evicted_bytes.fetch_add(freed, Ordering::Relaxed);
+        }
+    }
+
+    fn evict_all_shards(&self) {
+        for s in &self.shards {
+            self.evict_shard(s);
+        }
+    }
+
+    /// Moves the fractions toward the lists whose ghosts were hit.
+    fn adapt(&self) {
+        let Some(_g) = self.adapt_lock.try_lock() else { return };
+        let gh = &self.ghost_hits;
+        let take = |a: &AtomicU64| a.swap(0, Ordering::Relaxed);
+        let (mrum, mfum, mrud, mfud) = (take(&gh.mru_meta), take(&gh.mfu_meta), take(&gh.mru_data), take(&gh.mfu_data));
+        if mrum + mfum + mrud + mfud == 0 {
+            return;
+        }
+        let sz = self.sizes();
+        let balance = self.meta_balance.load(Ordering::Relaxed);
+        let ghost_total = sz.mru_ghost_size + sz.mfu_ghost_size;
+        // Metadata share: metadata ghost hits push it up, data ghost hits
+        // (weighted 100/balance) push it down.
+        let up = mrum + mfum;
+        let down = (mrud + mfud) * 100 / balance;
+        adjust(&self.meta_frac, ghost_total, up, down);
+        adjust(&self.pm_frac, ghost_total, mrum, mfum);
+        adjust(&self.pd_frac, ghost_total, mrud, mfud);
+    }
+
+    /// Lowers the target by `bytes` (host memory pressure), not below the
+    /// minimum, and evicts to it.
+    pub fn shrink(&self, bytes: u64) {
+        let min = self.c_min.load(Ordering::Relaxed);
+        let c = self.c.load(Ordering::Relaxed);
+        self.c.store(c.saturating_sub(bytes).max(min), Ordering::Relaxed);
+        self.stats.memory_throttle_count.fetch_add(1, Ordering::Relaxed);
+        self.evict_all_shards();
+    }
+
+    /// Raises the target by up to `bytes`, not above the maximum.
+    pub fn grow(&self, bytes: u64) {
+        let max = self.c_max.load(Ordering::Relaxed);
+        let c = self.c.load(Ordering::Relaxed);
+        self.c.store(c.saturating_add(bytes).min(max), Ordering::Relaxed);
+    }
+
+    /// One sample of the host's memory: shrink when it is short, grow back
+    /// slowly when it has room. Returns the new target.
+    pub fn adapt_to_host(&self, host: &HostMemory) -> u64 {
+        let max = self.c_max.load(Ordering::Relaxed);
+        let want_free = host.reserve();
+        if host.available < want_free || host.psi_some_avg10 > 10.0 {
+            let short = want_free.saturating_sub(host.available).max(max / 32);
+            self.shrink(short);
+        } else if host.available > want_free * 2 {
+            self.grow(max / 32);
+        }
+        self.c.load(Ordering::Relaxed)
+    }
+
+    /// Starts a thread that samples the host every `period` and adapts the
+    /// target; it ends when the cache is dropped.
+    pub fn start_host_sampler(self: &Arc<Self>, period: std::time::Duration) {
+        let weak = Arc::downgrade(self);
+        let _ = std::thread::Builder::new().name("tarn-arc-host".into()).spawn(move || loop {
+            std::thread::sleep(period);
+            let Some(cache) = weak.upgrade() else { return };
+            cache.adapt_to_host(&host_memory());
+        });
+    }
+
+    pub fn sizes(&self) -> ArcSizes {
+        let mut z = ArcSizes {
+            c: self.c.load(Ordering::Relaxed),
+            c_min: self.c_min.load(Ordering::Relaxed),
+            c_max: self.c_max.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        let pct = |f: &AtomicU64| f.load(Ordering::Relaxed) as f64 * 100.0 / FRAC_ONE as f64;
+        z.meta_pct = pct(&self.meta_frac);
+        z.mru_meta_pct = pct(&self.pm_frac);
+        z.mru_data_pct = pct(&self.pd_frac);
+        for s in &self.shards {
+            let s = s.lock();
+            let b = |st: State, m: bool| s.lists[list_of(st, m)].bytes;
+            z.mru_data += b(State::Mru, false);
+            z.mru_metadata += b(State::Mru, true);
+            z.mfu_data += b(State::Mfu, false);
+            z.mfu_metadata += b(State::Mfu, true);
+            z.mru_ghost_size += b(State::MruGhost, false) + b(State::MruGhost, true);
+            z.mfu_ghost_size += b(State::MfuGhost, false) + b(State::MfuGhost, true);
+            z.blocks += s.lists[..4].iter().map(|l| l.order.len() as u64).sum::<u64>();
+        }
+        z.mru_size = z.mru_data + z.mru_metadata;
+        z.mfu_size = z.mfu_data + z.mfu_metadata;
+        z.data_size = z.mru_data + z.mfu_data;
+        z.metadata_size = z.mru_metadata + z.mfu_metadata;
+        z.size = z.data_size + z.metadata_size;
+        z
+    }
+
+    /// Checks the invariants in the module comment.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (i, s) in self.shards.iter().enumerate() {
+            let s = s.lock();
+            let mut sums = [0u64; 8];
+            let mut counts = [0usize; 8];
+            for (k, h) in &s.map {
+                let l = list_of(h.state, h.meta);
+                sums[l] += h.size;
+                counts[l] += 1;
+                if h.state.is_ghost() == h.data.is_some() {
+                    return Err(format!("shard {}: {:?} in state {:?} has data: {}", i, k, h.state, h.data.is_some()));
+                }
+                if s.lists[l].order.get(&h.tick) != Some(k) {
+                    return Err(format!("shard {}: {:?} is not on its list {:?}", i, k, h.state));
+                }
+            }
+            for l in 0..8 {
+                if sums[l] != s.lists[l].bytes || counts[l] != s.lists[l].order.len() {
+                    return Err(format!("shard {}: list {} holds {} bytes in {} entries, headers say {} in {}", i, l, s.lists[l].bytes, s.lists[l].order.len(), sums[l], counts[l]));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves a fraction up by `up` and down by `down` ghost-hit bytes, each
+/// relative to the ghost lists' size `total`. A step is at most 1/8 of the
+/// distance to the bound it moves toward (damping near 0 and 1), and the
+/// fraction stays within [1/64, 63/64].
+fn adjust(frac: &AtomicU64, total: u64, up: u64, down: u64) {
+    if up == down {
+        return;
+    }
+    let f = frac.load(Ordering::Relaxed) as f64 / FRAC_ONE as f64;
+    let total = total.max(1) as f64;
+    let delta = (up as f64 - down as f64) / total;
+    let step = if delta > 0.0 { (delta * (1.0 - f)).min((1.0 - f) / 8.0) } else { (delta * f).max(-f / 8.0) };
+    let nf = (f + step).clamp(1.0 / 64.0, 63.0 / 64.0);
+    frac.store((nf * FRAC_ONE as f64) as u64, Ordering::Relaxed);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn key(i: u64) -> BlockKey {
+        BlockKey { vdev: 0, offset: i * 4096, birth: 1 }
+    }
+
+    fn blk() -> Arc<BlockData> {
+        Arc::new(BlockData::zeroed(4096))
+    }
+
     #[test]
-    fn lru_bounded() {
-        let c = BlockCache::new(16 * 8192);
-        for i in 0..1000u64 {
-            c.insert(BlockKey { vdev: 0, offset: i * 4096, birth: 1 }, Arc::new(BlockData::zeroed(4096)));
+    fn bounded_and_consistent() {
+        let c = BlockCache::new(64 * 4096 * SHARDS as u64, 0);
+        for i in 0..10_000u64 {
+            c.insert(key(i), blk(), i % 3 == 0);
         }
-        assert!(c.size_bytes() <= 16 * 8192);
-        let k = BlockKey { vdev: 0, offset: 999 * 4096, birth: 1 };
-        assert!(c.get(&k, false).is_some());
-        c.remove(&k);
-        assert!(c.get(&k, false).is_none());
-        assert!(c.stats.hits.load(Ordering::Relaxed) >= 1);
+        assert!(c.size_bytes() <= 64 * 4096 * SHARDS as u64);
+        c.check_invariants().unwrap();
+        let z = c.sizes();
+        assert!(z.mru_ghost_size > 0, "evicted blocks leave ghosts");
+        assert!(z.mru_ghost_size <= z.c / 2 + 4096 * SHARDS as u64);
+    }
+
+    #[test]
+    fn second_hit_after_min_time_promotes_to_mfu() {
+        let c = BlockCache::new(1 << 30, 0);
+        c.set_min_mfu_ms(0);
+        c.insert(key(1), blk(), false);
+        assert!(c.get(&key(1), false).is_some());
+        let z = c.sizes();
+        assert_eq!(z.mfu_data, 4096);
+        assert_eq!(z.mru_data, 0);
+        assert_eq!(c.stats.demand_data_hits.load(Ordering::Relaxed), 1);
+        // Within the minimum time a hit stays in MRU.
+        c.set_min_mfu_ms(60_000);
+        c.insert(key(2), blk(), false);
+        c.get(&key(2), false);
+        assert_eq!(c.sizes().mru_data, 4096);
+        c.remove(&key(1));
+        assert!(c.get(&key(1), false).is_none());
+        assert_eq!(c.stats.demand_data_misses.load(Ordering::Relaxed), 1);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn prefetch_hit_counts_and_stays_mru() {
+        let c = BlockCache::new(1 << 30, 0);
+        c.set_min_mfu_ms(0);
+        c.insert_prefetch(key(5), blk(), false);
+        assert!(c.get(&key(5), false).is_some());
+        assert_eq!(c.stats.prefetch_data_hits.load(Ordering::Relaxed), 1);
+        assert_eq!(c.sizes().mru_data, 4096);
+        assert!(c.get(&key(5), false).is_some());
+        assert_eq!(c.sizes().mfu_data, 4096, "the second demand hit promotes");
+    }
+
+    #[test]
+    fn metadata_ghost_hits_raise_the_metadata_share() {
+        let cap = 32 * 4096 * SHARDS as u64;
+        let c = BlockCache::new(cap, 0);
+        let start = c.sizes().meta_pct;
+        // A metadata working set larger than the metadata target, with data
+        // streaming past: metadata keeps missing into its ghost list.
+        for round in 0..20u64 {
+            for i in 0..400u64 {
+                let k = key(i);
+                if c.get(&k, true).is_none() {
+                    c.insert(k, blk(), true);
+                }
+            }
+            for i in 0..200u64 {
+                c.insert(key(1_000_000 + round * 200 + i), blk(), false);
+            }
+        }
+        let z = c.sizes();
+        assert!(z.meta_pct > start, "metadata share {} did not rise above {}", z.meta_pct, start);
+        assert!(c.stats.mru_ghost_hits.load(Ordering::Relaxed) + c.stats.mfu_ghost_hits.load(Ordering::Relaxed) > 0);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn ghost_hit_revives_into_mfu() {
+        let c = BlockCache::new(4 * 4096 * SHARDS as u64, 0);
+        // Fill one shard's share past its target so key(0) is evicted.
+        let k0 = key(0);
+        c.insert(k0, blk(), false);
+        let mut i = 1;
+        while c.contains(&k0) {
+            c.insert(key(i), blk(), false);
+            i += 1;
+        }
+        c.insert(k0, blk(), false);
+        assert_eq!(c.stats.mru_ghost_hits.load(Ordering::Relaxed), 1);
+        assert!(c.sizes().mfu_data >= 4096);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn host_pressure_shrinks_and_room_grows() {
+        let c = BlockCache::new(64 << 20, 1 << 20);
+        for i in 0..10_000u64 {
+            c.insert(key(i), blk(), false);
+        }
+        let tight = HostMemory { total: 8 << 30, available: (1 << 30) - (16 << 20), psi_some_avg10: 0.0 };
+        let after = c.adapt_to_host(&tight);
+        assert!(after < 64 << 20, "target {} did not shrink", after);
+        assert!(c.size_bytes() <= after);
+        assert_eq!(c.stats.memory_throttle_count.load(Ordering::Relaxed), 1);
+        let stalled = HostMemory { total: 8 << 30, available: 6 << 30, psi_some_avg10: 40.0 };
+        assert!(c.adapt_to_host(&stalled) < after, "memory stalls shrink too");
+        let roomy = HostMemory { total: 8 << 30, available: 6 << 30, psi_some_avg10: 0.0 };
+        let before = c.sizes().c;
+        assert_eq!(c.adapt_to_host(&roomy), before + (64 << 20) / 32);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn shrink_and_limits() {
+        let c = BlockCache::new(1 << 30, 1 << 20);
+        for i in 0..2000u64 {
+            c.insert(key(i), blk(), false);
+        }
+        assert_eq!(c.size_bytes(), 2000 * 4096);
+        c.set_limits(4 << 20, 1 << 20);
+        assert!(c.size_bytes() <= 4 << 20);
+        c.shrink(1 << 30);
+        assert_eq!(c.sizes().c, 1 << 20, "never below the minimum");
+        assert!(c.size_bytes() <= 1 << 20);
+        c.grow(1 << 30);
+        assert_eq!(c.sizes().c, 4 << 20, "never above the maximum");
+        c.check_invariants().unwrap();
     }
 }

@@ -38,7 +38,7 @@ mod engine;
 mod ondisk;
 mod seeds;
 
-pub use engine::{block_decode, indirect, spacelog, FUZZ_LSIZE_MAX};
+pub use engine::{block_decode, indirect, l2arc, spacelog, FUZZ_LSIZE_MAX};
 pub use ondisk::{blockptr, dnode, kv, label, uberblock};
 
 /// What a body did with its input.
@@ -131,6 +131,14 @@ pub const TARGETS: &[Target] = &[
         run: indirect,
         seeds: seeds::indirect,
         alloc_limit_bytes: |_| ALLOC_FIXED_BYTES + (512 << 10),
+    },
+    // Decoded entries (a few bytes more than their encoding) and a
+    // re-encoded copy.
+    Target {
+        name: "l2arc",
+        run: l2arc,
+        seeds: seeds::l2arc,
+        alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + 4 * n,
     },
 ];
 

@@ -274,3 +274,20 @@ pub fn indirect() -> Vec<Vec<u8>> {
     }
     vec![bps[1].to_bytes().to_vec(), all]
 }
+
+/// L2ARC seeds: a sealed header's field bytes, and log blocks with zero,
+/// one and several entries.
+pub fn l2arc() -> Vec<Vec<u8>> {
+    use crate::arc::l2;
+    let mut out = vec![l2::seal_header(&[7u8; 88])];
+    let mut bp = BlockPtr::hole(4096, ObjectType::PlainData, 0);
+    bp.psize = 4096;
+    bp.birth = 9;
+    bp.fill = 1;
+    bp.dva[0] = tarn_ondisk::bp::Dva { vdev: 0, asize: 4096, offset: 1 << 20 };
+    for n in [0usize, 1, 5] {
+        let entries: Vec<(BlockPtr, u64)> = (0..n).map(|i| (bp, 4096 * (i as u64 + 1))).collect();
+        out.push(l2::encode_log(3, (8192, 4096, [1; 32]), &entries, 72 + n * 136));
+    }
+    out
+}

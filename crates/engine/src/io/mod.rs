@@ -6,6 +6,7 @@ pub mod checksum;
 pub mod compress;
 pub mod pipeline;
 pub mod queue;
+pub mod stats;
 
 pub use block::{Prepared, WriteProps};
 pub use compress::CompressSetting;

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::queue::{IoClass, IoKind, Issue, QueueLimits, QueueStats, QueuedIo, VdevQueue};
+use super::stats::LeafIo;
 use crate::sys::buf::AlignedBuf;
 use crate::sys::device::BlockDevice;
 
@@ -112,6 +113,12 @@ enum Req {
     ReadThen { done: ReadDone },
 }
 
+/// A request with the time it was queued (ns since the leaf's epoch).
+struct Timed {
+    t0: u64,
+    req: Req,
+}
+
 /// Operation counters of one leaf, as `zpool status` / `iostat` show them.
 #[derive(Debug, Default)]
 pub struct LeafStats {
@@ -133,12 +140,13 @@ pub type DirtyGauge = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
 struct Shared {
     name: String,
     dev: Arc<dyn BlockDevice>,
-    q: Mutex<VdevQueue<Req>>,
+    q: Mutex<VdevQueue<Timed>>,
     cv: Condvar,
     stop: AtomicBool,
     epoch: Instant,
     gauge: DirtyGauge,
     stats: LeafStats,
+    io: LeafIo,
 }
 
 /// One leaf device with its scheduler and issue threads.
@@ -158,6 +166,7 @@ impl Leaf {
             epoch: Instant::now(),
             gauge,
             stats: LeafStats::default(),
+            io: LeafIo::default(),
         });
         let threads = (0..nthreads)
             .map(|i| {
@@ -183,6 +192,11 @@ impl Leaf {
         &self.sh.stats
     }
 
+    /// Per-class operation counts and latency/size histograms.
+    pub fn io_stats(&self) -> &LeafIo {
+        &self.sh.io
+    }
+
     pub fn queue_stats(&self) -> QueueStats {
         self.sh.q.lock().stats()
     }
@@ -195,7 +209,7 @@ impl Leaf {
     fn enqueue(&self, class: IoClass, kind: IoKind, offset: u64, len: u64, req: Req) {
         let now = self.sh.epoch.elapsed().as_nanos() as u64;
         let mut q = self.sh.q.lock();
-        q.enqueue(QueuedIo::new(class, kind, offset, len, req), now);
+        q.enqueue(QueuedIo::new(class, kind, offset, len, Timed { t0: now, req }), now);
         drop(q);
         self.sh.cv.notify_one();
     }
@@ -281,7 +295,7 @@ fn worker(sh: &Shared) {
     }
 }
 
-fn perform(sh: &Shared, issue: Issue<Req>) {
+fn perform(sh: &Shared, issue: Issue<Timed>) {
     if issue.parts.len() > 1 {
         sh.stats.merged_requests.fetch_add(issue.parts.len() as u64, Ordering::Relaxed);
     }
@@ -291,17 +305,37 @@ fn perform(sh: &Shared, issue: Issue<Req>) {
     }
 }
 
+/// Counts a device operation in its class's statistics. Called after the
+/// device call and before any caller is told it completed, so a caller that
+/// has seen its I/O finish also sees it counted.
+fn record(sh: &Shared, issue: &Issue<Timed>, started: Instant) {
+    let disk = started.elapsed().as_nanos() as u64;
+    let c = sh.io.class(issue.class);
+    c.ops.fetch_add(1, Ordering::Relaxed);
+    c.bytes.fetch_add(issue.len, Ordering::Relaxed);
+    if issue.parts.len() > 1 {
+        c.agg_size.record(issue.len);
+    }
+    c.disk_ns.record(disk);
+    let end = sh.epoch.elapsed().as_nanos() as u64;
+    for (_, len, t) in &issue.parts {
+        c.ind_size.record(*len);
+        c.total_ns.record(end.saturating_sub(t.t0));
+    }
+}
+
 /// Runs a device call; a panic inside it becomes an I/O error, so every
 /// request of the issue is still completed and no waiter hangs.
 fn guarded(f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| Err(io::Error::other("the device call panicked")))
 }
 
-fn perform_write(sh: &Shared, issue: Issue<Req>) {
+fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     // A merged write is written back to back: its parts must be adjacent, or
     // bytes would land at the wrong offsets. (The queue never merges across
     // a gap with the write gap limit at 0, which the tunables enforce; should
     // that ever break, the write fails instead of misplacing data.)
+    let started = Instant::now();
     let mut pos = issue.offset;
     let mut adjacent = true;
     for (off, len, _) in &issue.parts {
@@ -314,13 +348,14 @@ fn perform_write(sh: &Shared, issue: Issue<Req>) {
         let bufs: Vec<&[u8]> = issue
             .parts
             .iter()
-            .map(|(_, _, r)| match r {
+            .map(|(_, _, t)| match &t.req {
                 Req::Write { buf, .. } => &buf[..],
                 Req::Read { .. } | Req::ReadThen { .. } => &[][..],
             })
             .collect();
         guarded(|| sh.dev.writev_at(&bufs, issue.offset))
     };
+    record(sh, &issue, started);
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
     if res.is_ok() {
         sh.stats.write_bytes.fetch_add(issue.len, Ordering::Relaxed);
@@ -328,8 +363,8 @@ fn perform_write(sh: &Shared, issue: Issue<Req>) {
         sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
     }
     let what = || format!("write of {} bytes at {} on {}", issue.len, issue.offset, sh.name);
-    for (_, _, r) in issue.parts.iter() {
-        if let Req::Write { group, retire, .. } = r {
+    for (_, _, t) in issue.parts.iter() {
+        if let Req::Write { group, retire, .. } = &t.req {
             let r2 = match &res {
                 Ok(()) => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
@@ -339,7 +374,7 @@ fn perform_write(sh: &Shared, issue: Issue<Req>) {
     }
 }
 
-fn perform_read(sh: &Shared, issue: Issue<Req>) {
+fn perform_read(sh: &Shared, issue: Issue<Timed>) {
     // One buffer per request plus throwaway buffers for the gaps between them.
     let mut bufs: Vec<AlignedBuf> = Vec::with_capacity(issue.parts.len() * 2);
     let mut is_gap: Vec<bool> = Vec::with_capacity(issue.parts.len() * 2);
@@ -353,10 +388,12 @@ fn perform_read(sh: &Shared, issue: Issue<Req>) {
         is_gap.push(false);
         pos = off + len;
     }
+    let started = Instant::now();
     let res = {
         let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
         guarded(|| sh.dev.readv_at(&mut slices, issue.offset))
     };
+    record(sh, &issue, started);
     sh.stats.read_ops.fetch_add(1, Ordering::Relaxed);
     if res.is_ok() {
         sh.stats.read_bytes.fetch_add(issue.len, Ordering::Relaxed);
@@ -364,7 +401,8 @@ fn perform_read(sh: &Shared, issue: Issue<Req>) {
         sh.stats.read_errors.fetch_add(1, Ordering::Relaxed);
     }
     let mut data = bufs.into_iter().zip(is_gap).filter(|(_, g)| !g).map(|(b, _)| b);
-    for (_, _, r) in issue.parts.into_iter() {
+    for (_, _, t) in issue.parts.into_iter() {
+        let r = t.req;
         let buf = data.next();
         let result = match (&res, buf) {
             (Ok(()), Some(b)) => Ok(b),

@@ -370,6 +370,8 @@ pub struct QueueStats {
     pub classes: [ClassStats; IO_CLASSES],
     pub queued_total: usize,
     pub active_total: u32,
+    /// Current ceiling of each class (AsyncWrite's follows dirty data).
+    pub max_active: [u32; IO_CLASSES],
     /// Current dynamic AsyncWrite ceiling.
     pub async_write_max_active: u32,
     /// Current Scrub ceiling (lower than `max_active` while held back).
@@ -622,6 +624,7 @@ impl<T> VdevQueue<T> {
             classes,
             queued_total: self.queued_total(),
             active_total: self.active_total,
+            max_active: std::array::from_fn(|i| self.class_max_active(IoClass::ALL[i])),
             async_write_max_active: self.async_write_max_active(),
             scrub_max_active: self.scrub_max_active(),
             nia_holdoff: self.nia_holdoff,

@@ -402,33 +402,64 @@ impl Objset {
         Ok(out)
     }
 
-    /// Sequential-stream detection (one stream per object): a read that
-    /// starts where the last one ended doubles the read-ahead distance, up to
-    /// 4 MiB, then grows it by an eighth up to `zfetch_max_distance`, as
-    /// OpenZFS's dmu_zfetch does. Returns the blocks to read ahead.
+    /// Sequential-stream detection, as OpenZFS's dmu_zfetch: up to
+    /// `MAX_STREAMS` streams per object. A read that starts where a stream's
+    /// last read ended continues it and doubles its read-ahead distance (from
+    /// the access size) up to 4 MiB, then grows it by an eighth up to
+    /// `zfetch_max_distance`. A read no stream expects starts a new stream
+    /// (replacing the least recently used one) that reads ahead from its
+    /// next access on. Returns the blocks to read ahead.
     fn read_ahead(&self, st: &mut ObjState, offset: u64, end: u64) -> Result<Vec<BlockPtr>> {
         let (max, off) = {
             let t = self.core.tunables.read();
             (t.zfetch_max_distance, t.zfs_prefetch_disable != 0)
         };
-        let sequential = offset == st.seq_next;
-        st.seq_next = end;
-        if off || !sequential {
-            st.pf_dist = 0;
-            st.pf_until = 0;
+        if off {
+            st.streams.clear();
             return Ok(Vec::new());
         }
+        let stats = &self.core.prefetch_stats;
+        let Some(i) = st.streams.iter().position(|s| s.next == offset) else {
+            stats.stream_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if st.streams.len() == super::state::MAX_STREAMS {
+                st.streams.remove(0);
+            }
+            // A read at offset 0 is the start of a stream already.
+            let dist = if offset == 0 { 0 } else { u64::MAX };
+            st.streams.push(super::state::Stream { next: end, dist, until: 0 });
+            if offset != 0 {
+                return Ok(Vec::new());
+            }
+            let i = st.streams.len() - 1;
+            st.streams[i].dist = 0;
+            return self.advance_stream(st, i, offset, end, max);
+        };
+        stats.stream_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Most recently used last.
+        let s = st.streams.remove(i);
+        st.streams.push(s);
+        let i = st.streams.len() - 1;
+        if st.streams[i].dist == u64::MAX {
+            st.streams[i].dist = 0;
+        }
+        self.advance_stream(st, i, offset, end, max)
+    }
+
+    fn advance_stream(&self, st: &mut ObjState, i: usize, offset: u64, end: u64, max: u64) -> Result<Vec<BlockPtr>> {
         let bs = st.blksz as u64;
         let len = end - offset;
-        st.pf_dist = match st.pf_dist {
+        let s = &mut st.streams[i];
+        s.next = end;
+        s.dist = match s.dist {
             0 => len.max(bs),
             d if d < 4 << 20 => d * 2,
             d => d + d / 8,
         }
         .min(max);
         let next = end.div_ceil(bs);
-        let target = (end + st.pf_dist).div_ceil(bs).min(st.maxblkid + 1);
-        let from = st.pf_until.max(next);
+        let target = (end + s.dist).div_ceil(bs).min(st.maxblkid + 1);
+        let from = s.until.max(next);
+        s.until = s.until.max(target);
         let mut out = Vec::new();
         // Bounded: at most zfetch_max_distance / block size blocks.
         for blkid in from..target {
@@ -436,7 +467,6 @@ impl Objset {
                 out.push(bp);
             }
         }
-        st.pf_until = st.pf_until.max(target);
         Ok(out)
     }
 
@@ -673,11 +703,15 @@ impl Objset {
         let objs = std::mem::take(&mut self.st.lock().syncing[slot(txg)]);
         let mut gone = Vec::new();
         let mut clean = Vec::new();
+        // Indirect blocks written in this txg have landed: from now on
+        // readers find them in the ARC (bounded by zfs_arc_max), not here.
+        self.meta.st.lock().ind.retain(|_, b| b.dirty);
         for o in &objs {
             let mut st = o.st.lock();
             if st.dirty[slot(txg)].as_ref().is_some_and(|r| r.txg == txg) {
                 st.dirty[slot(txg)] = None;
             }
+            st.ind.retain(|_, b| b.dirty);
             if st.freed && !st.has_dirty() {
                 gone.push(o.id);
             } else if !st.has_dirty() && o.id != 0 {

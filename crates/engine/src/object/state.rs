@@ -13,7 +13,10 @@
 //!   syncing;
 //! - every dirty block buffer is exactly the object's block size in its txg,
 //!   rounded to 512 bytes;
-//! - cached indirect blocks are keyed (level, index) and level >= 1.
+//! - indirect blocks held by the object are keyed (level, index) and level
+//!   >= 1; they are there only while the sync path changes them (loaded by
+//!   `ensure_path`, dropped when their txg's writes have landed). Readers
+//!   find clean indirect blocks in the ARC (`tree_bp`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -90,14 +93,22 @@ pub(crate) struct ObjState {
     pub bonus: Vec<u8>,
     /// Dnode slots reserved for this object.
     pub slots: usize,
-    /// Read-ahead stream: where the next sequential read would start, how far
-    /// ahead to read (bytes, 0: not sequential) and the first block not yet
-    /// read ahead.
-    pub seq_next: u64,
-    pub pf_dist: u64,
-    pub pf_until: u64,
+    /// Read-ahead streams (at most `MAX_STREAMS`), most recently used last.
+    pub streams: Vec<Stream>,
     pub ind: HashMap<(u8, u64), IndBlock>,
     pub dirty: [Option<DirtyRec>; TXG_SIZE],
+}
+
+/// Sequential streams tracked per object (dmu_zfetch's zfetch_max_streams).
+pub const MAX_STREAMS: usize = 8;
+
+/// One sequential read stream: where its next read would start, how far
+/// ahead to read (bytes) and the first block not yet read ahead.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stream {
+    pub next: u64,
+    pub dist: u64,
+    pub until: u64,
 }
 
 pub(crate) fn slot(txg: u64) -> usize {
@@ -113,9 +124,7 @@ impl ObjState {
             freed: false,
             bonus: dn.bonus.clone(),
             slots,
-            seq_next: u64::MAX,
-            pf_dist: 0,
-            pf_until: 0,
+            streams: Vec::new(),
             dn,
             ind: HashMap::new(),
             dirty: Default::default(),
@@ -188,12 +197,33 @@ impl ObjState {
         if blkid >= self.span() {
             return Ok(None);
         }
-        if self.dn.nlevels == 1 {
+        let nl = self.dn.nlevels;
+        if nl == 1 {
             return Ok(Some(top));
         }
-        self.ensure_path(core, blkid)?;
-        let key = (1u8, blkid >> IND_SHIFT);
-        Ok(self.ind.get(&key).map(|b| b.bps[(blkid & (BPS_PER_INDIRECT - 1)) as usize]))
+        // Walk down from the top. A level's block is taken from the map when
+        // the sync path holds it there (it may be newer than the ARC's
+        // copy); otherwise its one pointer is read out of the block in the
+        // ARC, so clean indirect blocks live — and are evicted — in the ARC
+        // like all metadata, not in the object.
+        let mut bp = top;
+        for l in (1..nl).rev() {
+            let idx = blkid >> (IND_SHIFT * l as u32);
+            let slot = ((blkid >> (IND_SHIFT * (l as u32 - 1))) & (BPS_PER_INDIRECT - 1)) as usize;
+            if let Some(b) = self.ind.get(&(l, idx)) {
+                bp = b.bps[slot];
+                continue;
+            }
+            if bp.is_hole() {
+                return Ok(Some(BlockPtr::default()));
+            }
+            let data = core.read_block(&bp, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, idx))?;
+            if data.len() != INDIRECT_BLOCK_SIZE {
+                return Err(Error::corrupt(format!("indirect block L{} #{} of {} bytes", l, idx, data.len())));
+            }
+            bp = BlockPtr::decode(&data[slot * BP_SIZE..(slot + 1) * BP_SIZE])?;
+        }
+        Ok(Some(bp))
     }
 
     /// Loads the indirect blocks on the path to `blkid`, top down.

@@ -22,6 +22,7 @@ use tarn_ondisk::dnode::{Dnode, BPS_PER_INDIRECT, INDIRECT_BLOCK_SIZE, MAX_LEVEL
 use super::state::{slot, IndBlock, ObjState, IND_SHIFT};
 use super::Object;
 use crate::error::{Error, Result};
+use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Prepared, WriteGroup, WriteProps};
 use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
@@ -374,7 +375,10 @@ fn write_indirects(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
             if prep.phys.is_some() || prep.bp.is_embedded() {
                 prep.bp.fill = fill;
             }
-            let new = ctx.core.write_block(prep, ctx.txg, ctx.props.copies.max(1), ctx.group, 0, None)?;
+            // Cached as written: readers look indirect blocks up in the ARC
+            // once the object lets go of them (see `ObjState::tree_bp`).
+            let cached = Arc::new(BlockData::new(AlignedBuf::from_slice(&buf), buf.len()));
+            let new = ctx.core.write_block(prep, ctx.txg, ctx.props.copies.max(1), ctx.group, 0, Some(cached))?;
             used += new.asize_total() as i64;
             let old = if l == st.dn.nlevels - 1 {
                 st.dn.blkptr.replace(new).unwrap_or_default()

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, Dva, MAX_DVAS};
 
-use crate::arc::{BlockCache, BlockKey};
+use crate::arc::{BlockCache, BlockKey, L2Arc};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Leaf, Prepared, WriteGroup};
@@ -62,7 +62,9 @@ pub struct PoolCore {
     pub alloc: Mutex<Allocator>,
     pub txg: Arc<TxgEngine>,
     pub tunables: RwLock<Tunables>,
-    pub cache: BlockCache,
+    pub cache: Arc<BlockCache>,
+    /// Cache devices (empty until `pool add … cache`).
+    pub l2: Arc<L2Arc>,
     /// Allocation unit of the pool: the largest sector of its vdevs.
     pub sector: usize,
     pub readonly: bool,
@@ -80,6 +82,9 @@ pub struct PrefetchStats {
     pub issued: AtomicU64,
     /// Demand reads that found their block read ahead (cached or in flight).
     pub hits: AtomicU64,
+    /// Reads that continued a sequential stream, and reads no stream expected.
+    pub stream_hits: AtomicU64,
+    pub stream_misses: AtomicU64,
 }
 
 fn key_of(bp: &BlockPtr) -> BlockKey {
@@ -105,12 +110,17 @@ impl PoolCore {
             }
             // A failed read-ahead is retried as a demand read (other copies).
         }
+        if let Some(d) = self.l2.read(bp) {
+            let d = Arc::new(d);
+            self.cache.insert_bp(key, d.clone(), bp, false);
+            return Ok(d);
+        }
         let mut last_err = None;
         for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
             match self.read_copy(bp, dva, class) {
                 Ok(d) => {
                     let d = Arc::new(d);
-                    self.cache.insert(key, d.clone());
+                    self.cache.insert_bp(key, d.clone(), bp, false);
                     return Ok(d);
                 }
                 Err(e) => last_err = Some(e),
@@ -178,7 +188,7 @@ impl PoolCore {
                     Err(e) => Err(e.to_string()),
                 };
                 if let Ok(d) = &r {
-                    core.cache.insert(key, d.clone());
+                    core.cache.insert_bp(key, d.clone(), &bp, true);
                 }
                 core.inflight.lock().remove(&key);
                 *inflight.res.lock() = Some(r);
@@ -212,7 +222,7 @@ impl PoolCore {
             leaf.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 });
         }
         if let Some(d) = cache_as {
-            self.cache.insert(key_of(&bp), d);
+            self.cache.insert_bp(key_of(&bp), d, &bp, false);
         }
         Ok(bp)
     }
@@ -235,6 +245,7 @@ impl PoolCore {
             return Ok(());
         }
         self.cache.remove(&key_of(bp));
+        self.l2.remove(bp);
         let mut a = self.alloc.lock();
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
             a.free(d.vdev, d.offset, d.asize, txg).map_err(|e| {

@@ -30,8 +30,10 @@
 //! uberblock's txg is above the previous one.
 
 pub mod alloc;
+pub mod cache_dev;
 pub mod core;
 pub mod label;
+pub mod metrics;
 #[allow(clippy::module_inception)]
 mod pool;
 pub mod spacemap;

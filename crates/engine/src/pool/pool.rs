@@ -61,6 +61,9 @@ pub struct OpenOptions {
     /// the newer txgs may have been reused, so such a rewind is checked with
     /// the verifier before the pool is used.
     pub rewind: bool,
+    /// Cache devices to use instead of opening the paths the pool recorded
+    /// (in-memory devices in tests), matched by their headers.
+    pub cache_devices: Vec<(String, Arc<dyn BlockDevice>)>,
 }
 
 /// Txgs import may fall back without `rewind`: frees are deferred this long,
@@ -68,7 +71,7 @@ pub struct OpenOptions {
 const SAFE_REWIND_TXGS: u64 = 2;
 
 /// A device as `status` shows it.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct VdevStatus {
     pub id: u32,
     pub path: String,
@@ -81,7 +84,7 @@ pub struct VdevStatus {
     pub direct_io: bool,
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
     pub guid: u64,
@@ -96,7 +99,7 @@ pub struct PoolStatus {
 }
 
 /// What one txg's sync did (the raw material of `pool txgs`, issue 4).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct TxgRecord {
     pub txg: u64,
     /// Dirty bytes accounted to the txg when its sync began.
@@ -109,6 +112,9 @@ pub struct TxgRecord {
     /// Physical writes and bytes the sync issued (all devices, after aggregation).
     pub write_ops: u64,
     pub write_bytes: u64,
+    /// Time open and quiescing, and the throttle's delays and stalls.
+    #[serde(flatten)]
+    pub timing: crate::txg::TxgTiming,
 }
 
 /// Syncs remembered per pool.
@@ -165,7 +171,7 @@ pub fn validate_pool_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-fn new_guid(salt: &str) -> u64 {
+pub(crate) fn new_guid(salt: &str) -> u64 {
     let mut h = blake3::Hasher::new();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     h.update(&now.to_le_bytes());
@@ -454,6 +460,7 @@ impl Pool {
         if !opts.readonly {
             cfg.config_txg = ub.txg + 1;
             sh.write_configs(&cfg)?;
+            super::cache_dev::open_recorded(&sh.core, &sh.pool_props.lock(), &opts.cache_devices);
         }
         Ok(Pool::start(sh))
     }
@@ -525,7 +532,9 @@ impl Pool {
         for v in &self.sh.core.vdevs {
             v.leaf.set_limits(queue_limits(&t));
         }
-        self.sh.core.cache.set_limit(t.tarn_cache_bytes);
+        self.sh.core.cache.set_limits(t.zfs_arc_max, t.zfs_arc_min);
+        self.sh.core.cache.set_meta_balance(t.zfs_arc_meta_balance);
+        self.sh.core.l2.set_params(super::cache_dev::l2_params(&t));
         Ok(())
     }
 
@@ -597,8 +606,13 @@ impl Pool {
 
     /// Sets a settable pool property (persisted in the pool directory).
     pub fn set_property(&self, name: &str, value: &str) -> Result<()> {
+        self.update_pool_dir(|props| set_pool_prop(props, name, value))
+    }
+
+    /// Changes the pool directory (properties, cache devices) and syncs it.
+    pub(crate) fn update_pool_dir(&self, f: impl FnOnce(&mut KvMap) -> Result<()>) -> Result<()> {
         let mut props = self.sh.pool_props.lock().clone();
-        set_pool_prop(&mut props, name, value)?;
+        f(&mut props)?;
         let tx = self.sh.mos.begin()?;
         let bytes = kv::encode(&props);
         self.sh.mos.write(&tx, POOL_DIR_OBJ, 0, &bytes)?;
@@ -633,6 +647,7 @@ impl Pool {
             return Ok(());
         }
         *closed = true;
+        self.sh.core.l2.shutdown();
         let res = if self.sh.core.readonly || self.sh.core.txg.failure().is_some() {
             Ok(())
         } else {
@@ -822,7 +837,13 @@ impl ShellShared {
             alloc: Mutex::new(alloc),
             txg,
             tunables: RwLock::new(tunables.clone()),
-            cache: BlockCache::new(tunables.tarn_cache_bytes),
+            cache: {
+                let c = Arc::new(BlockCache::new(tunables.zfs_arc_max, tunables.zfs_arc_min));
+                c.set_meta_balance(tunables.zfs_arc_meta_balance);
+                c.start_host_sampler(std::time::Duration::from_secs(1));
+                c
+            },
+            l2: Arc::new(crate::arc::L2Arc::new(config.pool_guid, sector, super::cache_dev::l2_params(tunables))),
             sector,
             readonly,
             size_bytes: Default::default(),
@@ -1034,6 +1055,7 @@ impl Shared {
             sync_ms: ms(t0.elapsed()),
             write_ops: io1.0 - io0.0,
             write_bytes: io1.1 - io0.1,
+            timing: core.txg.timing(txg),
         });
         core.alloc.lock().txg_synced(txg);
         self.root.sync_done(txg);
@@ -1117,7 +1139,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 }
 
 /// A pool found by scanning devices.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DiscoveredPool {
     pub name: String,
     pub guid: u64,

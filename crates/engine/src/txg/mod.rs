@@ -123,6 +123,26 @@ struct State {
     shutdown: bool,
     /// Set when a sync failed: the pool takes no more writes.
     failed: Option<String>,
+    /// Per txg slot: when it opened, how long it took to quiesce, and the
+    /// transactions that were delayed or stalled at the limit joining it.
+    opened_at: [Instant; TXG_SIZE],
+    open_ns: [u64; TXG_SIZE],
+    quiesce_ns: [u64; TXG_SIZE],
+    delayed: [u64; TXG_SIZE],
+    stalled: [u64; TXG_SIZE],
+}
+
+/// How one txg spent its time before syncing, and what the throttle did to
+/// its writers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TxgTiming {
+    /// Milliseconds the txg was open (accepting writers).
+    pub open_ms: f64,
+    /// Milliseconds it waited for its last writers after closing.
+    pub quiesce_ms: f64,
+    /// Transactions delayed by the throttle, and stalled at the dirty limit.
+    pub delayed: u64,
+    pub stalled: u64,
 }
 
 /// The txg state machine, dirty accounting and throttle of one pool.
@@ -166,6 +186,11 @@ impl TxgEngine {
                 last_sync_start: now,
                 shutdown: false,
                 failed: None,
+                opened_at: [now; TXG_SIZE],
+                open_ns: [0; TXG_SIZE],
+                quiesce_ns: [0; TXG_SIZE],
+                delayed: [0; TXG_SIZE],
+                stalled: [0; TXG_SIZE],
             }),
             cv: Condvar::new(),
             dirty_cv: Condvar::new(),
@@ -221,6 +246,8 @@ impl TxgEngine {
                 }
                 if st.dirty_total >= p.dirty_max {
                     self.stats.over_max.fetch_add(1, Ordering::Relaxed);
+                    let i = (st.open & TXG_MASK) as usize;
+                    st.stalled[i] += 1;
                     st.kicked = true;
                     self.cv.notify_all();
                     // Bounded wait: re-check params and failure at least every 100 ms.
@@ -230,6 +257,9 @@ impl TxgEngine {
                 if delayed || st.dirty_total <= p.dirty_max / 100 * p.delay_min_percent as u64 {
                     let txg = st.open;
                     st.holds[(txg & TXG_MASK) as usize] += 1;
+                    if delayed {
+                        st.delayed[(txg & TXG_MASK) as usize] += 1;
+                    }
                     return Ok(TxHold { txg });
                 }
             }
@@ -353,13 +383,22 @@ impl TxgEngine {
 
     fn quiesce(&self, st: &mut parking_lot::MutexGuard<'_, State>) -> u64 {
         let txg = st.open;
+        let now = Instant::now();
         st.kicked = false;
-        st.last_sync_start = Instant::now();
+        st.last_sync_start = now;
         st.quiescing = Some(txg);
         st.open = txg + 1;
-        while st.holds[(txg & TXG_MASK) as usize] > 0 {
+        let next = ((txg + 1) & TXG_MASK) as usize;
+        st.opened_at[next] = now;
+        st.quiesce_ns[next] = 0;
+        st.delayed[next] = 0;
+        st.stalled[next] = 0;
+        let i = (txg & TXG_MASK) as usize;
+        st.open_ns[i] = now.saturating_duration_since(st.opened_at[i]).as_nanos() as u64;
+        while st.holds[i] > 0 {
             self.cv.wait(st);
         }
+        st.quiesce_ns[i] = now.elapsed().as_nanos() as u64;
         st.quiescing = None;
         st.syncing = Some(txg);
         txg
@@ -389,6 +428,19 @@ impl TxgEngine {
         drop(st);
         self.cv.notify_all();
         self.dirty_cv.notify_all();
+    }
+
+    /// The open and quiesce times and throttle counts of `txg`, valid while
+    /// it syncs (its slot is reused four txgs later).
+    pub fn timing(&self, txg: u64) -> TxgTiming {
+        let st = self.st.lock();
+        let i = (txg & TXG_MASK) as usize;
+        TxgTiming {
+            open_ms: st.open_ns[i] as f64 / 1e6,
+            quiesce_ms: st.quiesce_ns[i] as f64 / 1e6,
+            delayed: st.delayed[i],
+            stalled: st.stalled[i],
+        }
     }
 
     pub fn failure(&self) -> Option<String> {

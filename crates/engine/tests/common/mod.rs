@@ -81,7 +81,8 @@ pub fn small_tunables() -> Tunables {
     Tunables {
         zfs_dirty_data_max: 8 << 20,
         tarn_vdev_threads: 4,
-        tarn_cache_bytes: 8 << 20,
+        zfs_arc_max: 8 << 20,
+        zfs_arc_min: 4 << 20,
         tarn_space_checkpoint_interval: 3,
         ..Default::default()
     }

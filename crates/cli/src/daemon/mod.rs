@@ -1,0 +1,240 @@
+//! `tarn daemon`: the process that owns imported pools and their mounts.
+//!
+//! A FUSE mount lives as long as the process serving it, and a pool can be
+//! open read-write in only one process (the device lock), so one long-lived
+//! process holds both; every other `tarn` command that acts on imported
+//! pools or mounts is a client of it (see `client`).
+//!
+//! # Life cycle
+//!
+//! ```text
+//!  start ──► lock <socket>.pid ──► import every pool in the cache file
+//!        ──► mount each root dataset (unless mountpoint=none)
+//!        ──► serve requests on <socket>          (TARN_SOCKET, /run/tarn/tarn.sock)
+//!  SIGTERM / SIGINT / `tarn daemon stop`
+//!        ──► unmount every mount (kernel write-back, then sync_all; forced if busy)
+//!        ──► close every pool (sync the open txg, release the devices)
+//!        ──► remove socket and pid file, exit 0
+//! ```
+//!
+//! Pools stay in the cache file at shutdown (like zpool.cache), so the next
+//! start imports them again; only `pool export` and `pool destroy` remove
+//! them. A SIGKILL loses nothing that was fsynced — fsync waits for the txg
+//! that holds the data — and leaves dead FUSE mounts ("transport endpoint
+//! is not connected"), which the next start detaches before mounting there.
+//!
+//! # Requests
+//!
+//! Each connection gets a thread; a request is one JSON line (`proto`).
+//! Requests are carried out one at a time under the state lock — the
+//! control plane is serialized, as OpenZFS serializes pool configuration
+//! under `spa_namespace_lock`. File I/O does not go through here: it flows
+//! kernel → FUSE workers → file system and never takes this lock, so a slow
+//! export does not stall reads on other pools' mounts.
+//!
+//! One module per command family handles its [`proto::Command`] variant:
+//! `pools` (pool create/import/export/destroy/list/status/get/set),
+//! `mounts` (mount/unmount, and `filesystem_for`, the one place that
+//! chooses the file system served for an object set). Datasets add a
+//! variant and a module.
+//!
+//! The daemon never calls `sync(2)` or `syncfs(2)` on the host: a loop
+//! device whose image lives on a tarn mount would make that call wait on
+//! the daemon itself.
+
+pub mod mounts;
+pub mod pools;
+pub mod proto;
+mod state;
+
+use std::io::{BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use tarn_engine::{Error, ErrorKind, Result};
+
+use crate::client;
+use proto::{Command, Request, Response};
+pub use state::{Out, State};
+
+/// Most client connections served at once (a thread each); more are
+/// answered with an error. Requests run one at a time anyway: this bounds
+/// the threads waiting for the state lock, not the work.
+const CLIENTS_MAX: usize = 64;
+
+#[derive(Args)]
+pub struct DaemonArgs {
+    /// Serve in this process instead of starting a detached daemon
+    #[arg(long)]
+    pub foreground: bool,
+    #[command(subcommand)]
+    pub action: Option<DaemonAction>,
+}
+
+#[derive(Subcommand)]
+pub enum DaemonAction {
+    /// Stop the running daemon: unmount everything, close the pools, exit
+    Stop,
+}
+
+pub fn run(a: DaemonArgs, cli_tunables: &[String]) -> Result<()> {
+    match a.action {
+        Some(DaemonAction::Stop) => stop(),
+        None if a.foreground => serve(cli_tunables),
+        None => {
+            if let Ok(Some(pid)) = client::call_running(Command::Ping) {
+                return Err(Error::new(ErrorKind::Exists, format!("a tarn daemon is already running (process {})", pid.trim())));
+            }
+            let pid = client::start_with(cli_tunables)?;
+            println!("tarn daemon started (process {}), socket {}", pid, proto::socket_path().display());
+            Ok(())
+        }
+    }
+}
+
+/// Asks the running daemon to stop and waits until its socket is gone.
+fn stop() -> Result<()> {
+    if client::call_running(Command::Stop)?.is_none() {
+        println!("no tarn daemon is running");
+        return Ok(());
+    }
+    let sock = proto::socket_path();
+    let t = std::time::Instant::now();
+    while sock.exists() {
+        if t.elapsed() > std::time::Duration::from_secs(120) {
+            return Err(Error::new(ErrorKind::Busy, format!("the tarn daemon did not stop within 120 s (socket '{}')", sock.display())));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The daemon proper: never returns except with a startup error.
+fn serve(cli_tunables: &[String]) -> Result<()> {
+    // A client that goes away before its answer must not kill the daemon.
+    // SAFETY: setting a signal disposition has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // Holding no directory inside a mount keeps unmounts from being busy.
+    let _ = std::env::set_current_dir("/");
+    let tunables = crate::tunables(cli_tunables)?;
+    let sock = proto::socket_path();
+    let dir = sock.parent().filter(|d| !d.as_os_str().is_empty()).map(|d| d.to_path_buf()).unwrap_or_else(|| ".".into());
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating '{}'", dir.display()), e))?;
+    let _pid_lock = lock_pid_file()?;
+    // Holding the lock, any socket file left behind is a dead daemon's.
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(|e| Error::io(format!("binding '{}'", sock.display()), e))?;
+    let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
+    log(&format!("starting (process {}), socket {}", std::process::id(), sock.display()));
+    let daemon = Arc::new(state::Daemon::start(tunables));
+    let d = daemon.clone();
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .map_err(|e| Error::io("installing signal handlers", e))?;
+    std::thread::Builder::new()
+        .name("tarn-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                log(&format!("signal {} received", sig));
+                d.shutdown();
+            }
+        })
+        .map_err(|e| Error::io("starting the signal thread", e))?;
+    log("ready");
+    let clients = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        match conn {
+            Ok(mut stream) => {
+                if clients.fetch_add(1, Ordering::SeqCst) >= CLIENTS_MAX {
+                    clients.fetch_sub(1, Ordering::SeqCst);
+                    let busy = format!("the tarn daemon is serving {} clients already; retry", CLIENTS_MAX);
+                    let _ = proto::send(&mut stream, &Response { error: Some(busy), ..Default::default() });
+                    continue;
+                }
+                let (d, n) = (daemon.clone(), clients.clone());
+                let spawned = std::thread::Builder::new().name("tarn-client".into()).spawn(move || {
+                    serve_client(&d, stream);
+                    n.fetch_sub(1, Ordering::SeqCst);
+                });
+                if let Err(e) = spawned {
+                    clients.fetch_sub(1, Ordering::SeqCst);
+                    log(&format!("cannot start a client thread: {}", e));
+                }
+            }
+            Err(e) => log(&format!("accept failed: {}", e)),
+        }
+    }
+    Ok(())
+}
+
+/// Takes the daemon's lock (one daemon per socket) and records its pid.
+fn lock_pid_file() -> Result<std::fs::File> {
+    let p = proto::pid_path();
+    let mut f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&p).map_err(|e| Error::io(format!("opening '{}'", p.display()), e))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = std::fs::read_to_string(&p).unwrap_or_default();
+        return Err(Error::new(ErrorKind::Busy, format!("a tarn daemon is already running (process {}; lock '{}')", holder.trim(), p.display())));
+    }
+    f.set_len(0).map_err(|e| Error::io(format!("writing '{}'", p.display()), e))?;
+    writeln!(f, "{}", std::process::id()).map_err(|e| Error::io(format!("writing '{}'", p.display()), e))?;
+    Ok(f)
+}
+
+fn serve_client(d: &state::Daemon, stream: UnixStream) {
+    let Ok(mut w) = stream.try_clone() else { return };
+    let mut r = BufReader::new(stream);
+    loop {
+        let req: Request = match proto::recv(&mut r) {
+            Ok(Some(req)) => req,
+            Ok(None) => return,
+            Err(e) => {
+                let _ = proto::send(&mut w, &Response { error: Some(format!("bad request: {}", e)), ..Default::default() });
+                return;
+            }
+        };
+        let stop = matches!(req.cmd, Command::Stop);
+        let resp = d.handle(req);
+        if proto::send(&mut w, &resp).is_err() {
+            return;
+        }
+        if stop {
+            d.shutdown();
+        }
+    }
+}
+
+/// One line on the daemon's stderr (its log file when started by the CLI).
+pub fn log(msg: &str) {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    eprintln!("{} tarn daemon[{}]: {}", utc(secs), std::process::id(), msg);
+}
+
+/// `2026-11-22T03:04:05Z` for seconds since the epoch (proleptic Gregorian,
+/// Howard Hinnant's days-to-civil).
+fn utc(secs: u64) -> String {
+    let (days, rem) = ((secs / 86400) as i64, secs % 86400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::utc(1_795_318_361), "2026-11-22T03:32:41Z");
+    }
+}

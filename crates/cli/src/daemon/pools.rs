@@ -1,0 +1,311 @@
+//! `tarn pool …` in the daemon: the pools it holds open. `list`, `status`
+//! and `get` show the live pool (its own error counters and state, not a
+//! read-only reopen); `create` and `import` leave the pool imported and its
+//! root dataset mounted; `export` and `destroy` unmount first.
+//!
+//! Until datasets carry a `mountpoint` property (the dataset commands), the
+//! root dataset's mountpoint lives in the pool's cache-file entry: `-m DIR`
+//! at create or import, default `/NAME`, `none` for no mount.
+
+use std::path::{Path, PathBuf};
+
+use tarn_engine::pool::{discover, PoolStatus};
+use tarn_engine::{tunables::parse_size, CreateOptions, Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
+
+use super::state::{Out, State};
+use crate::cache::{abs, Cache, CachedPool};
+use crate::fmt;
+use crate::pool_cmd::{split_assignments, PoolCmd};
+
+pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Result<()> {
+    match cmd {
+        PoolCmd::Create { force, pool_props, root_props, size, mountpoint, name, devices } => {
+            create(st, CreateArgs { force, pool_props, root_props, size, mountpoint, name, devices }, t, out)
+        }
+        PoolCmd::List { scripted, parsable, fields, json, names } => {
+            let statuses = statuses(st, names, out)?;
+            list(&statuses, scripted, parsable, fields, json, out)
+        }
+        PoolCmd::Status { json, names } => {
+            let all = statuses(st, names, out)?;
+            status(&all, json, out)
+        }
+        PoolCmd::Export { force, name } => {
+            let pool = take_unmounted(st, &name, force, out)?;
+            pool.export()?;
+            forget_cached(&name)
+        }
+        PoolCmd::Import { dirs, json, force, rewind, mountpoint, pool } => import(st, ImportArgs { dirs, json, force, rewind, mountpoint, pool }, t, out),
+        PoolCmd::Destroy { force, name } => {
+            let pool = take_unmounted(st, &name, force, out)?;
+            pool.destroy()?;
+            forget_cached(&name)
+        }
+        PoolCmd::Get { scripted, parsable, fields, props, name } => get(st, scripted, parsable, fields, props, name, out),
+        PoolCmd::Set { assignment, name } => {
+            let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("expected PROP=VALUE, not '{}'", assignment)))?;
+            st.live(&name, out)?.pool.set_property(k, v)
+        }
+    }
+}
+
+/// Unmounts a live pool's datasets and takes it out of the daemon.
+fn take_unmounted(st: &mut State, name: &str, force: bool, out: &mut Out) -> Result<Pool> {
+    st.live(name, out)?;
+    st.unmount_pool(name, force)?;
+    Ok(st.pools.remove(name).expect("made live above").pool)
+}
+
+fn forget_cached(name: &str) -> Result<()> {
+    let mut c = Cache::load()?;
+    c.remove(name);
+    c.save()
+}
+
+fn check_mountpoint(m: &Option<String>) -> Result<()> {
+    match m.as_deref() {
+        None | Some("none") => Ok(()),
+        Some(p) if Path::new(p).is_absolute() => Ok(()),
+        Some(p) => Err(Error::invalid(format!("bad mountpoint '{}': an absolute path or 'none'", p))),
+    }
+}
+
+struct CreateArgs {
+    force: bool,
+    pool_props: Vec<String>,
+    root_props: Vec<String>,
+    size: Option<String>,
+    mountpoint: Option<String>,
+    name: String,
+    devices: Vec<PathBuf>,
+}
+
+fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<()> {
+    let mut root_props = split_assignments(&a.root_props, "-O")?;
+    // `-O mountpoint=…` is accepted as zpool does; it is `-m`.
+    let mut mountpoint = a.mountpoint;
+    if let Some(i) = root_props.iter().position(|(k, _)| k == "mountpoint") {
+        mountpoint = Some(root_props.remove(i).1);
+    }
+    check_mountpoint(&mountpoint)?;
+    let mut opts = CreateOptions { force: a.force, tunables: t.clone(), root_props, ..Default::default() };
+    for (k, v) in split_assignments(&a.pool_props, "-o")? {
+        if k == "ashift" {
+            opts.ashift = v.parse().map_err(|_| Error::invalid(format!("bad ashift '{}': a number from 9 to 16", v)))?;
+        } else {
+            opts.pool_props.push((k, v));
+        }
+    }
+    if let Some(s) = a.size {
+        opts.size = Some(parse_size(&s).ok_or_else(|| Error::invalid(format!("bad size '{}': e.g. 512M, 8G", s)))?);
+    }
+    let mut cache = Cache::load()?;
+    if cache.pools.iter().any(|p| p.name == a.name) || st.pools.contains_key(&a.name) {
+        return Err(Error::new(ErrorKind::Exists, format!("pool '{}' already exists", a.name)));
+    }
+    // The devices of a live pool are locked by this very process, so the
+    // lock cannot tell; the cache can.
+    for d in &a.devices {
+        let d = abs(d);
+        if let Some(p) = cache.pools.iter().find(|p| st.pools.contains_key(&p.name) && p.devices.contains(&d)) {
+            return Err(Error::new(ErrorKind::Busy, format!("{} is part of active pool '{}'", d, p.name)));
+        }
+    }
+    let pool = Pool::create(&a.name, &a.devices, &opts)?;
+    let entry = CachedPool { name: a.name.clone(), guid: pool.guid(), devices: a.devices.iter().map(|d| abs(d)).collect(), mountpoint: mountpoint.clone() };
+    cache.add(entry)?;
+    if let Err(e) = cache.save() {
+        let _ = pool.close();
+        return Err(e);
+    }
+    st.add_live(&a.name, pool, mountpoint.as_deref(), out);
+    Ok(())
+}
+
+/// Status of the named live pools, or of every pool in the cache (those
+/// that cannot be imported are warnings).
+fn statuses(st: &mut State, names: Vec<String>, out: &mut Out) -> Result<Vec<PoolStatus>> {
+    let mut all = Vec::new();
+    if names.is_empty() {
+        let mut cached = Cache::load()?.pools;
+        cached.sort_by(|a, b| a.name.cmp(&b.name));
+        for p in cached {
+            match st.live(&p.name, out) {
+                Ok(l) => all.push(l.pool.status()),
+                Err(e) => out.warnings.push(e.msg),
+            }
+        }
+    } else {
+        for n in &names {
+            all.push(st.live(n, out)?.pool.status());
+        }
+    }
+    Ok(all)
+}
+
+fn json(v: &impl serde::Serialize) -> Result<String> {
+    serde_json::to_string_pretty(v).map_err(|e| Error::invalid(e.to_string()))
+}
+
+fn list(statuses: &[PoolStatus], scripted: bool, parsable: bool, fields: Vec<String>, as_json: bool, out: &mut Out) -> Result<()> {
+    if as_json {
+        out.line(json(&statuses)?);
+        return Ok(());
+    }
+    let fields = if fields.is_empty() { ["name", "size", "alloc", "free", "frag", "cap", "health"].map(String::from).to_vec() } else { fields };
+    let sz = |v: u64| if parsable { v.to_string() } else { fmt::size(v) };
+    let mut rows = Vec::new();
+    for s in statuses {
+        let mut r = Vec::new();
+        for f in &fields {
+            r.push(match f.as_str() {
+                "name" => s.name.clone(),
+                "size" => sz(s.size),
+                "alloc" | "allocated" => sz(s.allocated),
+                "free" => sz(s.free),
+                "frag" | "fragmentation" => format!("{}%", s.fragmentation_pct),
+                "cap" | "capacity" => format!("{}%", s.allocated.saturating_mul(100).checked_div(s.size).unwrap_or(0)),
+                "health" => s.state.clone(),
+                "guid" => s.guid.to_string(),
+                other => return Err(Error::invalid(format!("unknown column '{}': name,size,alloc,free,frag,cap,health,guid", other))),
+            });
+        }
+        rows.push(r);
+    }
+    out.text.push_str(&fmt::columns(&fields, &rows, scripted));
+    Ok(())
+}
+
+fn print_status(s: &PoolStatus, out: &mut Out) {
+    out.line(format!("  pool: {}", s.name));
+    out.line(format!(" state: {}", s.state));
+    if let Some(e) = &s.error {
+        out.line(format!("status: The pool is suspended after an I/O failure: {}", e));
+        out.line("action: Check the devices, then export and re-import the pool.");
+    }
+    out.line(format!("   txg: {}", s.txg));
+    out.line("config:\n");
+    let mut rows = vec![vec![s.name.clone(), s.state.clone(), fmt::size(s.size), fmt::size(s.allocated), "-".into(), "-".into(), "-".into()]];
+    for v in &s.vdevs {
+        rows.push(vec![
+            format!("  {}", v.path),
+            v.state.clone(),
+            fmt::size(v.size),
+            fmt::size(v.allocated),
+            v.read_errors.to_string(),
+            v.write_errors.to_string(),
+            v.checksum_errors.to_string(),
+        ]);
+    }
+    out.text.push_str(&fmt::table(&["NAME", "STATE", "SIZE", "ALLOC", "READ", "WRITE", "CKSUM"], &rows, false));
+    let errs: u64 = s.vdevs.iter().map(|v| v.read_errors + v.write_errors + v.checksum_errors).sum();
+    out.line(format!("\nerrors: {}", if errs == 0 { "No known data errors".to_string() } else { format!("{} I/O or checksum errors", errs) }));
+}
+
+fn status(all: &[PoolStatus], as_json: bool, out: &mut Out) -> Result<()> {
+    if as_json {
+        out.line(json(&all)?);
+        return Ok(());
+    }
+    if all.is_empty() {
+        out.line("no pools available");
+    }
+    for (i, s) in all.iter().enumerate() {
+        if i > 0 {
+            out.line("");
+        }
+        print_status(s, out);
+    }
+    Ok(())
+}
+
+struct ImportArgs {
+    dirs: Vec<PathBuf>,
+    json: bool,
+    force: bool,
+    rewind: bool,
+    mountpoint: Option<String>,
+    pool: Option<String>,
+}
+
+fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<()> {
+    check_mountpoint(&a.mountpoint)?;
+    let dirs = if a.dirs.is_empty() { vec![PathBuf::from("/dev")] } else { a.dirs };
+    let found = discover(&dirs);
+    let Some(want) = a.pool else {
+        if a.json {
+            out.line(json(&found)?);
+        } else if found.is_empty() {
+            out.line("no pools available to import");
+        } else {
+            for p in &found {
+                out.line(format!("   pool: {}\n     id: {}\n  state: {}\n devices:", p.name, p.guid, p.state));
+                p.devices.iter().for_each(|d| out.line(format!("         {}", d)));
+                p.missing.iter().for_each(|m| out.line(format!("         {}  MISSING", m)));
+                out.line("");
+            }
+        }
+        return Ok(());
+    };
+    let matches: Vec<_> = found.iter().filter(|p| p.name == want || p.guid.to_string() == want).collect();
+    let p = match matches.as_slice() {
+        [] => return Err(Error::not_found(format!("no pool '{}' found in {}", want, dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")))),
+        [p] => *p,
+        _ => return Err(Error::invalid(format!("several pools are named '{}': import by guid", want))),
+    };
+    if st.pools.contains_key(&p.name) {
+        return Err(Error::new(ErrorKind::Exists, format!("pool '{}' is already imported", p.name)));
+    }
+    if !p.missing.is_empty() {
+        return Err(Error::not_found(format!("pool '{}' cannot be imported: missing devices {}", p.name, p.missing.join(", "))));
+    }
+    if p.state == "DESTROYED" && !a.force {
+        return Err(Error::invalid(format!("pool '{}' was destroyed; use -f to import it anyway", p.name)));
+    }
+    let mut cache = Cache::load()?;
+    let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
+    let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, ..Default::default() })?;
+    let entry = CachedPool { name: p.name.clone(), guid: p.guid, devices: p.devices.iter().map(|d| abs(Path::new(d))).collect(), mountpoint: a.mountpoint.clone() };
+    if let Err(e) = cache.add(entry).and_then(|_| cache.save()) {
+        let _ = pool.close();
+        return Err(e);
+    }
+    st.add_live(&p.name, pool, a.mountpoint.as_deref(), out);
+    Ok(())
+}
+
+fn get(st: &mut State, scripted: bool, parsable: bool, fields: Vec<String>, props: String, name: String, out: &mut Out) -> Result<()> {
+    let all = st.live(&name, out)?.pool.properties();
+    let mut rows = Vec::new();
+    for w in props.split(',') {
+        let matched: Vec<_> = all.iter().filter(|(n, _, _)| w == "all" || n == w).collect();
+        if matched.is_empty() {
+            return Err(Error::invalid(format!("bad property list: invalid property '{}'", w)));
+        }
+        for (n, v, s) in matched {
+            let v = if parsable || !["size", "allocated", "free"].contains(&n.as_str()) {
+                v.clone()
+            } else {
+                v.parse::<u64>().map(fmt::size).unwrap_or_else(|_| v.clone())
+            };
+            rows.push((n.clone(), v, s.clone()));
+        }
+    }
+    let fields = if fields.is_empty() { ["name", "property", "value", "source"].map(String::from).to_vec() } else { fields };
+    let mut table = Vec::new();
+    for (n, v, s) in rows {
+        let mut r = Vec::new();
+        for f in &fields {
+            r.push(match f.as_str() {
+                "name" => name.clone(),
+                "property" => n.clone(),
+                "value" => v.clone(),
+                "source" => s.clone(),
+                other => return Err(Error::invalid(format!("unknown column '{}': name,property,value,source", other))),
+            });
+        }
+        table.push(r);
+    }
+    out.text.push_str(&fmt::columns(&fields, &table, scripted));
+    Ok(())
+}

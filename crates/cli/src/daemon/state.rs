@@ -1,0 +1,204 @@
+//! The daemon's state: live pools and mounts, behind one lock.
+//!
+//! Invariants (hold whenever the lock is released):
+//! - every live pool is in the cache file, under the same name;
+//! - every mount belongs to a live pool (a pool is unmounted before it is
+//!   exported, destroyed or closed, so no FUSE worker uses a closed pool);
+//! - a dataset is mounted at most once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tarn_engine::posix::FileSystem;
+use tarn_engine::{Error, Objset, OpenOptions, Pool, Result, Tunables};
+use tarn_fuse::{MemFs, MountHandle};
+
+use super::proto::{Command, Request, Response};
+use super::{log, mounts, pools};
+use crate::cache::{Cache, CachedPool};
+
+/// An imported pool.
+pub struct Live {
+    pub pool: Pool,
+    /// Where its root dataset is mounted when mounted by default (`None`:
+    /// mountpoint=none).
+    pub mountpoint: Option<PathBuf>,
+}
+
+pub struct State {
+    /// Daemon-wide tunables (`tarn --tunable … daemon`).
+    pub tunables: Tunables,
+    pub pools: BTreeMap<String, Live>,
+    /// Mounted datasets by name.
+    pub mounts: BTreeMap<String, MountHandle>,
+    /// Test hook (debug builds, `TARN_TEST_MEMFS=1`): serve each dataset
+    /// from an in-memory `MemFs` instead of its object set, so the mount,
+    /// unmount and shutdown paths are testable before the POSIX layer.
+    test_memfs: Option<HashMap<String, Arc<MemFs>>>,
+}
+
+/// What a command prints, and warnings for the caller's stderr.
+#[derive(Default)]
+pub struct Out {
+    pub text: String,
+    pub warnings: Vec<String>,
+}
+
+impl Out {
+    pub fn line(&mut self, s: impl AsRef<str>) {
+        self.text.push_str(s.as_ref());
+        self.text.push('\n');
+    }
+}
+
+pub struct Daemon {
+    state: Mutex<State>,
+    stopping: AtomicBool,
+}
+
+/// The root dataset's mountpoint from its cache entry.
+pub fn mountpoint_of(name: &str, setting: Option<&str>) -> Option<PathBuf> {
+    match setting {
+        Some("none") => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => Some(PathBuf::from("/").join(name)),
+    }
+}
+
+impl State {
+    /// The file system served for `dataset`: its object set through the
+    /// POSIX layer, or the test hook's `MemFs`.
+    pub fn filesystem(&mut self, dataset: &str, objset: Arc<Objset>) -> Result<Arc<dyn FileSystem>> {
+        if let Some(hook) = &mut self.test_memfs {
+            return Ok(hook.entry(dataset.to_string()).or_insert_with(|| Arc::new(MemFs::new())).clone());
+        }
+        mounts::filesystem_for(dataset, objset)
+    }
+
+    /// Opens a pool from its cache entry, makes it live and mounts its root
+    /// dataset (a failed mount is a warning: the pool stays imported).
+    pub fn import_cached(&mut self, entry: &CachedPool, t: &Tunables, out: &mut Out) -> Result<()> {
+        let paths: Vec<PathBuf> = entry.devices.iter().map(PathBuf::from).collect();
+        let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false, ..Default::default() })?;
+        self.add_live(&entry.name, pool, entry.mountpoint.as_deref(), out);
+        Ok(())
+    }
+
+    /// Makes an open pool live and mounts its root dataset.
+    pub fn add_live(&mut self, name: &str, pool: Pool, mountpoint: Option<&str>, out: &mut Out) {
+        let mp = mountpoint_of(name, mountpoint);
+        self.pools.insert(name.to_string(), Live { pool, mountpoint: mp.clone() });
+        if let Some(dir) = mp {
+            if let Err(e) = mounts::mount(self, name, &dir) {
+                out.warnings.push(format!("pool '{}' is imported but not mounted: {}", name, e));
+            }
+        }
+    }
+
+    /// The live pool `name`, importing it from the cache file if it is
+    /// there but not live (its import failed at start, e.g. a benchmark held
+    /// it; retrying here picks it up once it is free).
+    pub fn live(&mut self, name: &str, out: &mut Out) -> Result<&Live> {
+        if !self.pools.contains_key(name) {
+            let cache = Cache::load()?;
+            let entry = cache.find(name)?.clone();
+            let t = self.tunables.clone();
+            self.import_cached(&entry, &t, out).map_err(|e| e.context(format!("pool '{}' is in the cache but cannot be imported", name)))?;
+        }
+        self.pools.get(name).ok_or_else(|| Error::not_found(format!("no such pool '{}'", name)))
+    }
+
+    /// Unmounts every mount of pool `name`; busy mounts fail unless `force`.
+    pub fn unmount_pool(&mut self, name: &str, force: bool) -> Result<()> {
+        let mine: Vec<String> = self.mounts.keys().filter(|d| d.as_str() == name || d.starts_with(&format!("{}/", name))).cloned().collect();
+        for ds in mine {
+            mounts::unmount(self, &ds, force)?;
+        }
+        Ok(())
+    }
+}
+
+impl Daemon {
+    /// Imports every pool of the cache file and mounts their roots; pools
+    /// that fail are logged and retried when a request names them.
+    pub fn start(tunables: Tunables) -> Daemon {
+        #[cfg(debug_assertions)]
+        let test_memfs = std::env::var_os("TARN_TEST_MEMFS").map(|_| HashMap::new());
+        #[cfg(not(debug_assertions))]
+        let test_memfs = None;
+        if test_memfs.is_some() {
+            log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
+        }
+        let mut st = State { tunables: tunables.clone(), pools: BTreeMap::new(), mounts: BTreeMap::new(), test_memfs };
+        match Cache::load() {
+            Ok(cache) => {
+                for entry in &cache.pools {
+                    let mut out = Out::default();
+                    match st.import_cached(entry, &tunables, &mut out) {
+                        Ok(()) => log(&format!("imported pool '{}'", entry.name)),
+                        Err(e) => log(&format!("cannot import pool '{}' from the cache: {}", entry.name, e)),
+                    }
+                    out.warnings.iter().for_each(|w| log(w));
+                }
+            }
+            Err(e) => log(&format!("cannot read the pool cache: {}", e)),
+        }
+        Daemon { state: Mutex::new(st), stopping: AtomicBool::new(false) }
+    }
+
+    pub fn handle(&self, req: Request) -> Response {
+        let mut out = Out::default();
+        let res = (|| -> Result<()> {
+            let mut st = self.state.lock();
+            let t = crate::apply_tunables(st.tunables.clone(), &req.tunables)?;
+            match req.cmd {
+                Command::Ping => {
+                    out.text = std::process::id().to_string();
+                    Ok(())
+                }
+                Command::Stop => Ok(()),
+                Command::Pool(c) => pools::handle(&mut st, c, &t, &mut out),
+                Command::Mount(a) => mounts::handle_mount(&mut st, a, &mut out),
+                Command::Unmount(a) => mounts::handle_unmount(&mut st, a, &mut out),
+            }
+        })();
+        Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg) }
+    }
+
+    /// Unmounts everything (forcing what stays busy), closes every pool,
+    /// removes the socket and pid file and exits 0. Runs once.
+    pub fn shutdown(&self) {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        log("stopping");
+        // Held until exit: no request runs after this point.
+        let mut st = self.state.lock();
+        let datasets: Vec<String> = st.mounts.keys().cloned().collect();
+        for ds in datasets {
+            if let Err(e) = mounts::unmount(&mut st, &ds, false) {
+                log(&format!("{}; forcing", e));
+                if let Err(e) = mounts::unmount(&mut st, &ds, true) {
+                    log(&format!("forced unmount failed: {}", e));
+                }
+            }
+        }
+        let mut code = 0;
+        for (name, live) in std::mem::take(&mut st.pools) {
+            match live.pool.close() {
+                Ok(()) => log(&format!("closed pool '{}'", name)),
+                Err(e) => {
+                    log(&format!("closing pool '{}': {}", name, e));
+                    code = 1;
+                }
+            }
+        }
+        let _ = std::fs::remove_file(super::proto::socket_path());
+        let _ = std::fs::remove_file(super::proto::pid_path());
+        log("stopped");
+        std::process::exit(code);
+    }
+}

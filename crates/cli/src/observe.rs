@@ -1,0 +1,726 @@
+//! Turning pool metrics snapshots into what people and programs read:
+//! `pool iostat` (zpool iostat's columns and its -v -l -q -r -w views),
+//! `arcstat` (arcstat's fields), `pool txgs`, `pool explain` and the
+//! Prometheus text exposition format.
+//!
+//! Everything here is a pure function of one or two snapshots
+//! ([`PoolMetrics`], taken by the daemon): counters are totals since
+//! import, so a report over an interval is the difference of two snapshots
+//! divided by its length, and the first report of a series covers
+//! everything since import, as zpool iostat's does.
+
+use std::fmt::Write;
+
+use tarn_engine::arc::HostMemory;
+use tarn_engine::io::stats::{ClassIoSnapshot, HistSnapshot, BUCKETS};
+use tarn_engine::pool::metrics::{PoolMetrics, VdevMetrics};
+
+use crate::fmt::{size, table};
+
+/// Which views `pool iostat` adds to its default columns.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IostatViews {
+    pub verbose: bool,
+    pub latency: bool,
+    pub queues: bool,
+    pub request_sizes: bool,
+    pub latency_hist: bool,
+}
+
+const READ_CLASSES: [&str; 3] = ["sync_read", "async_read", "scrub"];
+const WRITE_CLASSES: [&str; 3] = ["sync_write", "async_write", "trim"];
+
+fn class<'a>(v: &'a VdevMetrics, name: &str) -> Option<&'a ClassIoSnapshot> {
+    v.classes.iter().find(|c| c.class == name)
+}
+
+/// `cur - prev` of one class's counters (prev absent: all of cur).
+fn class_delta(cur: &VdevMetrics, prev: Option<&VdevMetrics>, name: &str) -> ClassIoSnapshot {
+    let c = class(cur, name).cloned().unwrap_or_default();
+    let Some(p) = prev.and_then(|p| class(p, name)) else { return c };
+    ClassIoSnapshot {
+        class: c.class.clone(),
+        ops: c.ops.saturating_sub(p.ops),
+        bytes: c.bytes.saturating_sub(p.bytes),
+        disk_ns: c.disk_ns.since(&p.disk_ns),
+        total_ns: c.total_ns.since(&p.total_ns),
+        ind_size: c.ind_size.since(&p.ind_size),
+        agg_size: c.agg_size.since(&p.agg_size),
+    }
+}
+
+fn merge(hs: &[&HistSnapshot]) -> HistSnapshot {
+    let mut out = HistSnapshot { buckets: vec![0; BUCKETS], sum: 0, count: 0 };
+    for h in hs {
+        for (i, b) in h.buckets.iter().enumerate() {
+            out.buckets[i] += b;
+        }
+        out.sum += h.sum;
+        out.count += h.count;
+    }
+    out
+}
+
+/// A latency in zpool iostat's style: "-" when nothing happened.
+fn lat(ns: Option<f64>) -> String {
+    match ns {
+        None => "-".into(),
+        Some(n) if n < 1e3 => format!("{:.0}ns", n),
+        Some(n) if n < 1e6 => format!("{:.0}us", n / 1e3),
+        Some(n) if n < 1e9 => format!("{:.0}ms", n / 1e6),
+        Some(n) => format!("{:.1}s", n / 1e9),
+    }
+}
+
+fn rate(v: u64, secs: f64) -> u64 {
+    if secs > 0.0 {
+        (v as f64 / secs).round() as u64
+    } else {
+        v
+    }
+}
+
+struct Row {
+    name: String,
+    alloc: u64,
+    free: u64,
+    rops: u64,
+    wops: u64,
+    rbytes: u64,
+    wbytes: u64,
+    classes: Vec<ClassIoSnapshot>,
+    queues: Vec<(String, usize, u32)>,
+}
+
+fn vdev_row(cur: &VdevMetrics, prev: Option<&VdevMetrics>, secs: f64) -> Row {
+    let d = |a: u64, b: Option<u64>| rate(a.saturating_sub(b.unwrap_or(0)), secs);
+    Row {
+        name: cur.path.clone(),
+        alloc: cur.allocated,
+        free: cur.size.saturating_sub(cur.allocated),
+        rops: d(cur.read_ops, prev.map(|p| p.read_ops)),
+        wops: d(cur.write_ops, prev.map(|p| p.write_ops)),
+        rbytes: d(cur.read_bytes, prev.map(|p| p.read_bytes)),
+        wbytes: d(cur.write_bytes, prev.map(|p| p.write_bytes)),
+        classes: cur.classes.iter().map(|c| class_delta(cur, prev, &c.class)).collect(),
+        queues: cur.queues.iter().map(|q| (q.class.clone(), q.queued, q.active)).collect(),
+    }
+}
+
+fn pool_row(cur: &PoolMetrics, rows: &[Row]) -> Row {
+    let mut classes: Vec<ClassIoSnapshot> = Vec::new();
+    for r in rows {
+        for c in &r.classes {
+            match classes.iter_mut().find(|x| x.class == c.class) {
+                Some(x) => {
+                    x.ops += c.ops;
+                    x.bytes += c.bytes;
+                    x.disk_ns = merge(&[&x.disk_ns, &c.disk_ns]);
+                    x.total_ns = merge(&[&x.total_ns, &c.total_ns]);
+                    x.ind_size = merge(&[&x.ind_size, &c.ind_size]);
+                    x.agg_size = merge(&[&x.agg_size, &c.agg_size]);
+                }
+                None => classes.push(c.clone()),
+            }
+        }
+    }
+    let mut queues: Vec<(String, usize, u32)> = Vec::new();
+    for r in rows {
+        for (c, q, a) in &r.queues {
+            match queues.iter_mut().find(|x| &x.0 == c) {
+                Some(x) => {
+                    x.1 += q;
+                    x.2 += a;
+                }
+                None => queues.push((c.clone(), *q, *a)),
+            }
+        }
+    }
+    Row {
+        name: cur.pool.clone(),
+        alloc: cur.allocated,
+        free: cur.free,
+        rops: rows.iter().map(|r| r.rops).sum(),
+        wops: rows.iter().map(|r| r.wops).sum(),
+        rbytes: rows.iter().map(|r| r.rbytes).sum(),
+        wbytes: rows.iter().map(|r| r.wbytes).sum(),
+        classes,
+        queues,
+    }
+}
+
+fn hist_of<'a>(r: &'a Row, names: &[&str], pick: fn(&ClassIoSnapshot) -> &HistSnapshot) -> HistSnapshot {
+    let hs: Vec<&HistSnapshot> = r.classes.iter().filter(|c| names.contains(&c.class.as_str())).map(pick).collect();
+    merge(&hs)
+}
+
+/// Queue wait (total minus disk) of the given classes, mean ns.
+fn queue_wait(r: &Row, names: &[&str]) -> Option<f64> {
+    let t = hist_of(r, names, |c| &c.total_ns);
+    let d = hist_of(r, names, |c| &c.disk_ns);
+    let total = t.mean()?;
+    Some((total - d.mean().unwrap_or(0.0)).max(0.0))
+}
+
+/// One `pool iostat` report: `prev` is the previous snapshot of the same
+/// pool (None: since import) and `secs` the time between them.
+pub fn iostat(cur: &PoolMetrics, prev: Option<&PoolMetrics>, secs: f64, v: IostatViews) -> String {
+    let rows: Vec<Row> = cur
+        .vdevs
+        .iter()
+        .map(|vd| vdev_row(vd, prev.and_then(|p| p.vdevs.iter().find(|x| x.id == vd.id)), secs))
+        .collect();
+    let pool = pool_row(cur, &rows);
+    let mut shown = vec![&pool];
+    if v.verbose {
+        shown.extend(rows.iter());
+    }
+    let mut out = String::new();
+    if v.request_sizes || v.latency_hist {
+        for r in &shown {
+            let _ = writeln!(out, "{}", r.name);
+            out.push_str(&if v.request_sizes { size_hist(r) } else { latency_hist(r) });
+            out.push('\n');
+        }
+        return out;
+    }
+    let mut header = vec!["pool", "alloc", "free", "r-ops", "w-ops", "r-bw", "w-bw"];
+    if v.latency {
+        header.extend(["total_r", "total_w", "disk_r", "disk_w", "syncq_r", "syncq_w", "asyncq_r", "asyncq_w"]);
+    }
+    if v.queues {
+        header.extend(["syncq_r_pend", "syncq_r_act", "syncq_w_pend", "syncq_w_act", "asyncq_r_pend", "asyncq_r_act", "asyncq_w_pend", "asyncq_w_act"]);
+    }
+    let body: Vec<Vec<String>> = shown
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let name = if i == 0 { r.name.clone() } else { format!("  {}", r.name) };
+            let mut cells = vec![name, size(r.alloc), size(r.free), r.rops.to_string(), r.wops.to_string(), size(r.rbytes), size(r.wbytes)];
+            if v.latency {
+                cells.push(lat(hist_of(r, &READ_CLASSES, |c| &c.total_ns).mean()));
+                cells.push(lat(hist_of(r, &WRITE_CLASSES, |c| &c.total_ns).mean()));
+                cells.push(lat(hist_of(r, &READ_CLASSES, |c| &c.disk_ns).mean()));
+                cells.push(lat(hist_of(r, &WRITE_CLASSES, |c| &c.disk_ns).mean()));
+                cells.push(lat(queue_wait(r, &["sync_read"])));
+                cells.push(lat(queue_wait(r, &["sync_write"])));
+                cells.push(lat(queue_wait(r, &["async_read"])));
+                cells.push(lat(queue_wait(r, &["async_write"])));
+            }
+            if v.queues {
+                for c in ["sync_read", "sync_write", "async_read", "async_write"] {
+                    let (q, a) = r.queues.iter().find(|x| x.0 == c).map(|x| (x.1, x.2)).unwrap_or((0, 0));
+                    cells.push(q.to_string());
+                    cells.push(a.to_string());
+                }
+            }
+            cells
+        })
+        .collect();
+    out.push_str(&table(&header, &body, false));
+    out
+}
+
+/// `-r`: request sizes, individual (what callers asked) and aggregated
+/// (device operations that carried several), per class.
+fn size_hist(r: &Row) -> String {
+    let names = ["sync_read", "sync_write", "async_read", "async_write", "scrub", "trim"];
+    let mut header = vec!["req_size".to_string()];
+    for n in names {
+        header.push(format!("{}_ind", n));
+        header.push(format!("{}_agg", n));
+    }
+    let hdr: Vec<&str> = header.iter().map(|s| s.as_str()).collect();
+    let mut rows = Vec::new();
+    for b in 9..=24 {
+        let mut cells = vec![size(1 << b)];
+        let mut any = false;
+        for n in names {
+            let c = r.classes.iter().find(|c| c.class == n);
+            for h in [c.map(|c| &c.ind_size), c.map(|c| &c.agg_size)] {
+                let v = h.and_then(|h| h.buckets.get(b)).copied().unwrap_or(0);
+                any |= v > 0;
+                cells.push(v.to_string());
+            }
+        }
+        if any || (12..=20).contains(&b) {
+            rows.push(cells);
+        }
+    }
+    table(&hdr, &rows, false)
+}
+
+/// `-w`: latency histograms, total (queue + device) and device alone, for
+/// reads and writes.
+fn latency_hist(r: &Row) -> String {
+    let cols: [(&str, &[&str], fn(&ClassIoSnapshot) -> &HistSnapshot); 4] = [
+        ("total_r", &READ_CLASSES, |c| &c.total_ns),
+        ("total_w", &WRITE_CLASSES, |c| &c.total_ns),
+        ("disk_r", &READ_CLASSES, |c| &c.disk_ns),
+        ("disk_w", &WRITE_CLASSES, |c| &c.disk_ns),
+    ];
+    let hs: Vec<HistSnapshot> = cols.iter().map(|(_, names, pick)| hist_of(r, names, *pick)).collect();
+    let mut header = vec!["latency"];
+    header.extend(cols.iter().map(|c| c.0));
+    let mut rows = Vec::new();
+    for b in 10..36 {
+        let vals: Vec<u64> = hs.iter().map(|h| h.buckets.get(b).copied().unwrap_or(0)).collect();
+        if vals.iter().any(|v| *v > 0) || (14..=30).contains(&b) {
+            let mut cells = vec![lat(Some((1u64 << b) as f64))];
+            cells.extend(vals.iter().map(|v| v.to_string()));
+            rows.push(cells);
+        }
+    }
+    table(&header, &rows, false)
+}
+
+/// arcstat's fields.
+pub const ARCSTAT_FIELDS: &[(&str, &str)] = &[
+    ("time", "time of the sample"),
+    ("read", "demand and prefetch accesses per second"),
+    ("hits", "hits per second"),
+    ("miss", "misses per second"),
+    ("hit%", "hit percentage"),
+    ("miss%", "miss percentage"),
+    ("dhit", "demand hits per second"),
+    ("dmis", "demand misses per second"),
+    ("dh%", "demand hit percentage"),
+    ("dm%", "demand miss percentage"),
+    ("phit", "prefetch hits per second"),
+    ("pmis", "prefetch misses per second"),
+    ("ph%", "prefetch hit percentage"),
+    ("pm%", "prefetch miss percentage"),
+    ("mhit", "metadata hits per second"),
+    ("mmis", "metadata misses per second"),
+    ("mh%", "metadata hit percentage"),
+    ("mm%", "metadata miss percentage"),
+    ("mfu", "MFU hits per second"),
+    ("mru", "MRU hits per second"),
+    ("mfug", "MFU ghost hits per second"),
+    ("mrug", "MRU ghost hits per second"),
+    ("size", "ARC size"),
+    ("c", "ARC target size"),
+    ("cmax", "zfs_arc_max"),
+    ("data", "data size"),
+    ("meta", "metadata size"),
+    ("meta%", "metadata share of the target (adaptive)"),
+    ("avail", "memory the host can still give"),
+    ("l2hits", "L2ARC hits per second"),
+    ("l2miss", "L2ARC misses per second"),
+    ("l2hit%", "L2ARC hit percentage"),
+];
+
+/// arcstat's default fields (OpenZFS 2.1's).
+pub const ARCSTAT_DEFAULT: &str = "time,read,miss,miss%,dmis,dm%,pmis,pm%,mmis,mm%,size,c,avail";
+
+/// Sums of the ARC counters over several pools' snapshots (tarn keeps one
+/// ARC per pool; arcstat shows the host's total).
+fn arc_totals(ms: &[PoolMetrics]) -> [u64; 14] {
+    let mut t = [0u64; 14];
+    for m in ms {
+        let a = &m.arc;
+        let v = [
+            a.hits,
+            a.misses,
+            a.demand_data_hits + a.demand_metadata_hits,
+            a.demand_data_misses + a.demand_metadata_misses,
+            a.prefetch_data_hits + a.prefetch_metadata_hits,
+            a.prefetch_data_misses + a.prefetch_metadata_misses,
+            a.demand_metadata_hits + a.prefetch_metadata_hits,
+            a.demand_metadata_misses + a.prefetch_metadata_misses,
+            a.mfu_hits,
+            a.mru_hits,
+            a.mfu_ghost_hits,
+            a.mru_ghost_hits,
+            0,
+            0,
+        ];
+        for (x, y) in t.iter_mut().zip(v) {
+            *x += y;
+        }
+    }
+    t
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.0}", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Validates `-f` fields.
+pub fn arcstat_fields(spec: &str) -> Result<Vec<String>, String> {
+    let fields: Vec<String> = spec.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    for f in &fields {
+        if !ARCSTAT_FIELDS.iter().any(|(n, _)| n == f) {
+            return Err(format!("unknown arcstat field '{}' (fields: {})", f, ARCSTAT_FIELDS.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")));
+        }
+    }
+    if fields.is_empty() {
+        return Err("no arcstat fields given".into());
+    }
+    Ok(fields)
+}
+
+/// One arcstat row (values per second over `secs`; `prev` None: since import).
+pub fn arcstat_row(fields: &[String], cur: &[PoolMetrics], prev: Option<&[PoolMetrics]>, secs: f64, host: &HostMemory, time: &str) -> Vec<String> {
+    let c = arc_totals(cur);
+    let p = prev.map(arc_totals).unwrap_or([0; 14]);
+    let d: Vec<u64> = c.iter().zip(p.iter()).map(|(a, b)| a.saturating_sub(*b)).collect();
+    let r = |v: u64| rate(v, secs).to_string();
+    let [hits, miss, dhit, dmis, phit, pmis, mhit, mmis, mfu, mru, mfug, mrug, ..] = d[..] else { unreachable!() };
+    let sizes = |f: fn(&PoolMetrics) -> u64| cur.iter().map(f).sum::<u64>();
+    fields
+        .iter()
+        .map(|f| match f.as_str() {
+            "time" => time.to_string(),
+            "read" => r(hits + miss),
+            "hits" => r(hits),
+            "miss" => r(miss),
+            "hit%" => pct(hits, hits + miss),
+            "miss%" => pct(miss, hits + miss),
+            "dhit" => r(dhit),
+            "dmis" => r(dmis),
+            "dh%" => pct(dhit, dhit + dmis),
+            "dm%" => pct(dmis, dhit + dmis),
+            "phit" => r(phit),
+            "pmis" => r(pmis),
+            "ph%" => pct(phit, phit + pmis),
+            "pm%" => pct(pmis, phit + pmis),
+            "mhit" => r(mhit),
+            "mmis" => r(mmis),
+            "mh%" => pct(mhit, mhit + mmis),
+            "mm%" => pct(mmis, mhit + mmis),
+            "mfu" => r(mfu),
+            "mru" => r(mru),
+            "mfug" => r(mfug),
+            "mrug" => r(mrug),
+            "size" => size(sizes(|m| m.arc.sizes.size)),
+            "c" => size(sizes(|m| m.arc.sizes.c)),
+            "cmax" => size(sizes(|m| m.arc.sizes.c_max)),
+            "data" => size(sizes(|m| m.arc.sizes.data_size)),
+            "meta" => size(sizes(|m| m.arc.sizes.metadata_size)),
+            "meta%" => cur.first().map(|m| format!("{:.0}", m.arc.sizes.meta_pct)).unwrap_or_else(|| "-".into()),
+            "avail" => size(host.available),
+            // No cache devices yet: the L2ARC fields exist and read zero.
+            "l2hits" | "l2miss" => "0".into(),
+            "l2hit%" => "-".into(),
+            _ => "?".into(),
+        })
+        .collect()
+}
+
+/// `pool txgs`: the recent txgs, oldest first.
+pub fn txgs(m: &PoolMetrics) -> String {
+    let header = ["txg", "dirty", "open", "quiesce", "issue", "write", "sync", "w-ops", "written", "delayed", "stalled"];
+    let ms = |v: f64| format!("{:.0}ms", v);
+    let rows: Vec<Vec<String>> = m
+        .txgs
+        .iter()
+        .map(|r| {
+            vec![
+                r.txg.to_string(),
+                size(r.dirty_bytes),
+                ms(r.timing.open_ms),
+                format!("{:.2}ms", r.timing.quiesce_ms),
+                ms(r.issue_ms),
+                ms(r.write_ms),
+                ms(r.sync_ms),
+                r.write_ops.to_string(),
+                size(r.write_bytes),
+                r.timing.delayed.to_string(),
+                r.timing.stalled.to_string(),
+            ]
+        })
+        .collect();
+    table(&header, &rows, false)
+}
+
+/// `pool explain`: which mechanism limits the workload between two
+/// snapshots `secs` apart, with the numbers behind the verdict.
+pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, secs: f64) -> String {
+    let mut findings: Vec<(u32, String)> = Vec::new();
+    let t = &cur.throttle;
+    let dirty_pct = t.dirty_bytes as f64 * 100.0 / t.dirty_max.max(1) as f64;
+    let delay_pct = t.delay_min_bytes as f64 * 100.0 / t.dirty_max.max(1) as f64;
+    let delayed = t.delayed.saturating_sub(prev.throttle.delayed);
+    let stalled = t.stalled_at_limit.saturating_sub(prev.throttle.stalled_at_limit);
+    let slept_ms = t.delay_ns_total.saturating_sub(prev.throttle.delay_ns_total) as f64 / 1e6;
+    if stalled > 0 {
+        findings.push((100, format!(
+            "the write throttle's hard limit: dirty data reached zfs_dirty_data_max ({}) and {} transactions waited for a txg to sync ({:.0}/s); \
+             the delay curve is not slowing writers early enough — lower zfs_delay_scale's reach by raising it toward 1e9 / the pool's write IOPS",
+            size(t.dirty_max), stalled, stalled as f64 / secs
+        )));
+    }
+    if delayed > 0 {
+        findings.push((90, format!(
+            "the write throttle: dirty data is at {:.0}% of zfs_dirty_data_max ({} of {}; delays start at {:.0}%), {} transactions delayed ({:.0}/s, {:.1} ms each on average) — writers are faster than the devices can sync",
+            dirty_pct, size(t.dirty_bytes), size(t.dirty_max), delay_pct, delayed, delayed as f64 / secs, slept_ms / delayed as f64
+        )));
+    }
+    for v in &cur.vdevs {
+        let pv = prev.vdevs.iter().find(|x| x.id == v.id);
+        for q in &v.queues {
+            if q.queued > 0 && q.active >= q.max_active {
+                findings.push((80, format!(
+                    "a saturated device queue: {} has {} {} I/Os waiting with {} of {} in flight (zfs_vdev_{}_max_active)",
+                    v.path, q.queued, q.class, q.active, q.max_active, q.class
+                )));
+            }
+        }
+        let busy_ns: u64 = v.classes.iter().map(|c| {
+            let p = pv.and_then(|p| p.classes.iter().find(|x| x.class == c.class));
+            c.disk_ns.sum.saturating_sub(p.map(|p| p.disk_ns.sum).unwrap_or(0))
+        }).sum();
+        let util = busy_ns as f64 / (secs * 1e9);
+        if util > 0.9 {
+            findings.push((70, format!("a busy device: {} spent {:.1} device-seconds per second in I/O calls (several in flight)", v.path, util)));
+        }
+    }
+    let mh = cur.arc.demand_metadata_hits.saturating_sub(prev.arc.demand_metadata_hits);
+    let mm = cur.arc.demand_metadata_misses.saturating_sub(prev.arc.demand_metadata_misses);
+    if mm > 0 && mm * 10 > mh + mm {
+        findings.push((75, format!(
+            "metadata cache misses: {} of {} metadata reads missed the ARC ({:.0}%); metadata is {} of a {} ARC — raise zfs_arc_max if the metadata of the working set exceeds it",
+            mm, mh + mm, mm as f64 * 100.0 / (mh + mm) as f64, size(cur.arc.sizes.metadata_size), size(cur.arc.sizes.c)
+        )));
+    }
+    let new_txgs: Vec<_> = cur.txgs.iter().filter(|r| r.txg > prev.txgs.last().map(|r| r.txg).unwrap_or(0)).collect();
+    let small = new_txgs.iter().filter(|r| r.dirty_bytes < 1 << 20).count();
+    if new_txgs.len() as f64 / secs > 2.0 && small * 2 > new_txgs.len() {
+        findings.push((60, format!(
+            "synchronous writes: {} txgs synced in {:.1} s, {} of them under 1 MiB — fsync/O_SYNC forces a txg sync each time (tarn has no intent log yet)",
+            new_txgs.len(), secs, small
+        )));
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "pool '{}' over {:.1} s:", cur.pool, secs);
+    if findings.is_empty() {
+        let _ = writeln!(out, "  nothing in the pool limits the workload: dirty data at {:.0}% (delays start at {:.0}%), no device queue full, metadata hit rate fine — look above the pool (the application, FUSE, CPU)", dirty_pct, delay_pct);
+    } else {
+        findings.sort_by(|a, b| b.0.cmp(&a.0));
+        let _ = writeln!(out, "  limited by {}", findings[0].1);
+        for f in &findings[1..] {
+            let _ = writeln!(out, "  also: {}", f.1);
+        }
+    }
+    out
+}
+
+/// Escapes a Prometheus label value.
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The Prometheus text exposition of every pool's metrics.
+pub fn prometheus(ms: &[PoolMetrics]) -> String {
+    let mut out = String::new();
+    let family = |out: &mut String, name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
+        let _ = writeln!(out, "# HELP {} {}", name, help);
+        let _ = writeln!(out, "# TYPE {} {}", name, kind);
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{}{} {}", name, labels, v);
+        }
+    };
+    let pl = |m: &PoolMetrics| format!("{{pool=\"{}\"}}", esc(&m.pool));
+    let each = |f: &dyn Fn(&PoolMetrics) -> f64| ms.iter().map(|m| (pl(m), f(m))).collect::<Vec<_>>();
+    family(&mut out, "tarn_pool_size_bytes", "gauge", "Pool size.", each(&|m| m.size as f64));
+    family(&mut out, "tarn_pool_allocated_bytes", "gauge", "Allocated bytes.", each(&|m| m.allocated as f64));
+    family(&mut out, "tarn_pool_txg", "gauge", "Last synced txg.", each(&|m| m.txg as f64));
+    family(&mut out, "tarn_dirty_bytes", "gauge", "Dirty data not yet synced.", each(&|m| m.throttle.dirty_bytes as f64));
+    family(&mut out, "tarn_dirty_max_bytes", "gauge", "zfs_dirty_data_max.", each(&|m| m.throttle.dirty_max as f64));
+    family(&mut out, "tarn_throttle_delayed_total", "counter", "Transactions delayed by the write throttle.", each(&|m| m.throttle.delayed as f64));
+    family(&mut out, "tarn_throttle_stalled_total", "counter", "Transactions that waited at the dirty-data limit.", each(&|m| m.throttle.stalled_at_limit as f64));
+    family(&mut out, "tarn_throttle_delay_seconds_total", "counter", "Time slept by delayed transactions.", each(&|m| m.throttle.delay_ns_total as f64 / 1e9));
+    family(&mut out, "tarn_prefetch_issued_total", "counter", "Blocks read ahead.", each(&|m| m.prefetch.issued as f64));
+    family(&mut out, "tarn_prefetch_stream_hits_total", "counter", "Reads that continued a sequential stream.", each(&|m| m.prefetch.stream_hits as f64));
+    family(&mut out, "tarn_prefetch_stream_misses_total", "counter", "Reads no stream expected.", each(&|m| m.prefetch.stream_misses as f64));
+    let arc_counters: [(&str, &str, fn(&PoolMetrics) -> u64); 8] = [
+        ("tarn_arc_demand_data_hits_total", "ARC demand data hits.", |m| m.arc.demand_data_hits),
+        ("tarn_arc_demand_data_misses_total", "ARC demand data misses.", |m| m.arc.demand_data_misses),
+        ("tarn_arc_demand_metadata_hits_total", "ARC demand metadata hits.", |m| m.arc.demand_metadata_hits),
+        ("tarn_arc_demand_metadata_misses_total", "ARC demand metadata misses.", |m| m.arc.demand_metadata_misses),
+        ("tarn_arc_prefetch_hits_total", "ARC hits on prefetched blocks.", |m| m.arc.prefetch_data_hits + m.arc.prefetch_metadata_hits),
+        ("tarn_arc_mru_ghost_hits_total", "ARC MRU ghost hits.", |m| m.arc.mru_ghost_hits),
+        ("tarn_arc_mfu_ghost_hits_total", "ARC MFU ghost hits.", |m| m.arc.mfu_ghost_hits),
+        ("tarn_arc_evicted_bytes_total", "Bytes evicted from the ARC.", |m| m.arc.evicted_bytes),
+    ];
+    for (name, help, f) in arc_counters {
+        family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
+    }
+    let arc_gauges: [(&str, &str, fn(&PoolMetrics) -> u64); 5] = [
+        ("tarn_arc_size_bytes", "ARC size.", |m| m.arc.sizes.size),
+        ("tarn_arc_target_bytes", "ARC target size (c).", |m| m.arc.sizes.c),
+        ("tarn_arc_max_bytes", "zfs_arc_max.", |m| m.arc.sizes.c_max),
+        ("tarn_arc_data_bytes", "ARC data size.", |m| m.arc.sizes.data_size),
+        ("tarn_arc_metadata_bytes", "ARC metadata size.", |m| m.arc.sizes.metadata_size),
+    ];
+    for (name, help, f) in arc_gauges {
+        family(&mut out, name, "gauge", help, each(&|m| f(m) as f64));
+    }
+    let vl = |m: &PoolMetrics, v: &VdevMetrics| format!("pool=\"{}\",vdev=\"{}\"", esc(&m.pool), esc(&v.path));
+    let per_vdev = |f: &dyn Fn(&VdevMetrics) -> u64| {
+        ms.iter().flat_map(|m| m.vdevs.iter().map(move |v| (format!("{{{}}}", vl(m, v)), f(v) as f64))).collect::<Vec<_>>()
+    };
+    family(&mut out, "tarn_vdev_read_ops_total", "counter", "Device read operations.", per_vdev(&|v| v.read_ops));
+    family(&mut out, "tarn_vdev_write_ops_total", "counter", "Device write operations.", per_vdev(&|v| v.write_ops));
+    family(&mut out, "tarn_vdev_read_bytes_total", "counter", "Bytes read from the device.", per_vdev(&|v| v.read_bytes));
+    family(&mut out, "tarn_vdev_write_bytes_total", "counter", "Bytes written to the device.", per_vdev(&|v| v.write_bytes));
+    family(&mut out, "tarn_vdev_checksum_errors_total", "counter", "Blocks from the device that failed their checksum.", per_vdev(&|v| v.checksum_errors));
+    let per_class = |f: &dyn Fn(&ClassIoSnapshot) -> u64| {
+        ms.iter()
+            .flat_map(|m| m.vdevs.iter().flat_map(move |v| v.classes.iter().map(move |c| (format!("{{{},class=\"{}\"}}", vl(m, v), c.class), f(c) as f64))))
+            .collect::<Vec<_>>()
+    };
+    family(&mut out, "tarn_vdev_class_ops_total", "counter", "Device operations per I/O class.", per_class(&|c| c.ops));
+    family(&mut out, "tarn_vdev_class_bytes_total", "counter", "Device bytes per I/O class.", per_class(&|c| c.bytes));
+    let mut queued = Vec::new();
+    let mut active = Vec::new();
+    for m in ms {
+        for v in &m.vdevs {
+            for q in &v.queues {
+                let l = format!("{{{},class=\"{}\"}}", vl(m, v), q.class);
+                queued.push((l.clone(), q.queued as f64));
+                active.push((l, q.active as f64));
+            }
+        }
+    }
+    family(&mut out, "tarn_vdev_queue_pending", "gauge", "I/Os waiting in the device queue.", queued);
+    family(&mut out, "tarn_vdev_queue_active", "gauge", "I/Os in flight on the device.", active);
+    // Latency histograms: cumulative power-of-two buckets in seconds.
+    for (name, help, pick) in [
+        ("tarn_vdev_disk_latency_seconds", "Device call latency per I/O class.", (|c: &ClassIoSnapshot| &c.disk_ns) as fn(&ClassIoSnapshot) -> &HistSnapshot),
+        ("tarn_vdev_total_latency_seconds", "Queue plus device latency per request and I/O class.", |c: &ClassIoSnapshot| &c.total_ns),
+    ] {
+        let _ = writeln!(out, "# HELP {} {}", name, help);
+        let _ = writeln!(out, "# TYPE {} histogram", name);
+        for m in ms {
+            for v in &m.vdevs {
+                for c in &v.classes {
+                    let h = pick(c);
+                    let l = format!("{},class=\"{}\"", vl(m, v), c.class);
+                    let mut cum = 0;
+                    for (i, b) in h.buckets.iter().enumerate() {
+                        cum += b;
+                        let le = (1u64 << (i + 1)) as f64 / 1e9;
+                        let _ = writeln!(out, "{}_bucket{{{},le=\"{}\"}} {}", name, l, le, cum);
+                    }
+                    let _ = writeln!(out, "{}_bucket{{{},le=\"+Inf\"}} {}", name, l, h.count);
+                    let _ = writeln!(out, "{}_sum{{{}}} {}", name, l, h.sum as f64 / 1e9);
+                    let _ = writeln!(out, "{}_count{{{}}} {}", name, l, h.count);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tarn_engine::pool::metrics::snapshot;
+    use tarn_engine::sys::{BlockDevice, FaultDevice};
+    use tarn_engine::{CreateOptions, Pool};
+    use tarn_ondisk::ObjectType;
+
+    fn pool_with_writes() -> (Pool, PoolMetrics, PoolMetrics) {
+        let dev = Arc::new(FaultDevice::new(256 << 20, 1));
+        let devs = vec![("mem0".to_string(), dev as Arc<dyn BlockDevice>)];
+        let opts = CreateOptions { root_props: vec![("compression".into(), "off".into())], ..Default::default() };
+        let pool = Pool::create_on("tank", devs, vec![], &opts).unwrap();
+        let before = snapshot(&pool);
+        let os = pool.root().clone();
+        let tx = os.begin().unwrap();
+        let o = os.create(&tx, ObjectType::PlainData).unwrap();
+        os.write(&tx, o, 0, &vec![7u8; 4 << 20]).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        let after = snapshot(&pool);
+        (pool, before, after)
+    }
+
+    #[test]
+    fn iostat_reports_the_device_counts() {
+        let (_pool, before, after) = pool_with_writes();
+        let wops = after.vdevs[0].write_ops - before.vdevs[0].write_ops;
+        let text = iostat(&after, Some(&before), 1.0, IostatViews { verbose: true, latency: true, queues: true, ..Default::default() });
+        let pool_line = text.lines().nth(1).unwrap();
+        let cells: Vec<&str> = pool_line.split_whitespace().collect();
+        assert_eq!(cells[0], "tank");
+        assert_eq!(cells[4], wops.to_string(), "{}", text);
+        assert!(text.contains("mem0"), "-v shows the vdev: {}", text);
+        let r = iostat(&after, None, 0.0, IostatViews { request_sizes: true, ..Default::default() });
+        assert!(r.contains("async_write_ind"), "{}", r);
+        let w = iostat(&after, None, 0.0, IostatViews { latency_hist: true, ..Default::default() });
+        assert!(w.contains("disk_w"), "{}", w);
+    }
+
+    #[test]
+    fn txgs_and_arcstat_and_explain_render() {
+        let (_pool, before, after) = pool_with_writes();
+        let t = txgs(&after);
+        let last = after.txgs.last().unwrap();
+        assert!(t.lines().any(|l| l.starts_with(&last.txg.to_string())), "{}", t);
+        let fields = arcstat_fields(ARCSTAT_DEFAULT).unwrap();
+        let host = tarn_engine::arc::host_memory();
+        let row = arcstat_row(&fields, std::slice::from_ref(&after), Some(std::slice::from_ref(&before)), 1.0, &host, "12:00:00");
+        assert_eq!(row.len(), fields.len());
+        assert_eq!(row[0], "12:00:00");
+        assert!(arcstat_fields("read,bogus").is_err());
+        let e = explain(&after, &before, 1.0);
+        assert!(e.starts_with("pool 'tank'"), "{}", e);
+    }
+
+    #[test]
+    fn prometheus_text_is_well_formed() {
+        let (_pool, _before, after) = pool_with_writes();
+        let text = prometheus(std::slice::from_ref(&after));
+        let mut typed = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                typed.insert(rest.split_whitespace().next().unwrap().to_string());
+                continue;
+            }
+            if line.starts_with('#') {
+                continue;
+            }
+            let (name_labels, value) = line.rsplit_once(' ').unwrap();
+            value.parse::<f64>().unwrap_or_else(|_| panic!("bad value in {}", line));
+            let name = name_labels.split('{').next().unwrap();
+            let family = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
+            assert!(typed.contains(name) || typed.contains(family), "{} has no TYPE line", name);
+        }
+        let w = after.vdevs[0].write_ops;
+        assert!(text.contains(&format!("tarn_vdev_write_ops_total{{pool=\"tank\",vdev=\"mem0\"}} {}", w)), "{}", text);
+    }
+}
+
+#[cfg(test)]
+mod promtool {
+    /// `promtool check metrics` (Debian's prometheus package) accepts the
+    /// exposition; skipped with a note where promtool is not installed.
+    #[test]
+    fn promtool_accepts_the_exposition() {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let dev = std::sync::Arc::new(tarn_engine::sys::FaultDevice::new(128 << 20, 2));
+        let devs = vec![("mem0".to_string(), dev as std::sync::Arc<dyn tarn_engine::sys::BlockDevice>)];
+        let pool = tarn_engine::Pool::create_on("tank", devs, vec![], &Default::default()).unwrap();
+        pool.sync().unwrap();
+        let text = super::prometheus(&[tarn_engine::pool::metrics::snapshot(&pool)]);
+        let child = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+        let Ok(mut child) = child else {
+            eprintln!("promtool not installed: skipping (apt-get install prometheus)");
+            return;
+        };
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let msg = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "promtool: {}", msg);
+        assert!(msg.trim().is_empty(), "promtool found problems: {}", msg);
+    }
+}

@@ -1,0 +1,101 @@
+//! What the host's memory looks like to the ARC: `/proc/meminfo`, the
+//! cgroup (v2) the daemon runs in, and pressure stall information.
+
+/// One sample of the host's memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct HostMemory {
+    /// Physical memory, or the cgroup's limit when that is smaller.
+    pub total: u64,
+    /// Memory the host can still give: MemAvailable, or the room left under
+    /// the cgroup's limit when that is smaller.
+    pub available: u64,
+    /// PSI: % of the last 10 s some task waited for memory (0 if unknown).
+    pub psi_some_avg10: f64,
+}
+
+impl HostMemory {
+    /// Memory the ARC leaves to the host: 1/8 of it, at least 256 MiB.
+    pub fn reserve(&self) -> u64 {
+        (self.total / 8).max(256 << 20).min(self.total / 2)
+    }
+}
+
+fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// The cgroup v2 directory of this process, if any.
+fn cgroup_dir() -> Option<String> {
+    let text = read("/proc/self/cgroup")?;
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(format!("/sys/fs/cgroup{}", path.trim_end_matches('/')))
+}
+
+/// Parses `some avg10=1.23 ...` from a PSI file.
+pub fn parse_psi_some_avg10(text: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.starts_with("some "))?;
+    let field = line.split_whitespace().find_map(|f| f.strip_prefix("avg10="))?;
+    field.parse().ok()
+}
+
+/// Samples the host now.
+pub fn host_memory() -> HostMemory {
+    let info = read("/proc/meminfo").unwrap_or_default();
+    let mut total = meminfo_field(&info, "MemTotal:").unwrap_or_else(crate::tunables::physical_memory_bytes);
+    let mut available = meminfo_field(&info, "MemAvailable:").unwrap_or(total / 2);
+    let mut psi = read("/proc/pressure/memory").and_then(|t| parse_psi_some_avg10(&t)).unwrap_or(0.0);
+    if let Some(dir) = cgroup_dir() {
+        let limit = read(&format!("{}/memory.max", dir)).and_then(|s| s.trim().parse::<u64>().ok());
+        let current = read(&format!("{}/memory.current", dir)).and_then(|s| s.trim().parse::<u64>().ok());
+        if let (Some(limit), Some(current)) = (limit, current) {
+            if limit < total {
+                total = limit;
+                available = available.min(limit.saturating_sub(current));
+            }
+        }
+        if let Some(p) = read(&format!("{}/memory.pressure", dir)).and_then(|t| parse_psi_some_avg10(&t)) {
+            psi = psi.max(p);
+        }
+    }
+    HostMemory { total, available, psi_some_avg10: psi }
+}
+
+/// The default `zfs_arc_max`: a quarter of the host's memory (or of the
+/// cgroup's limit), so applications keep the rest. OpenZFS takes 5/8 in the
+/// kernel, where it can be reclaimed directly; a daemon cannot.
+pub fn default_arc_max() -> u64 {
+    (host_memory().total / 4).max(64 << 20)
+}
+
+/// The default `zfs_arc_min`: 1/32 of memory, at least 32 MiB (OpenZFS's
+/// rule), and at most half the maximum.
+pub fn default_arc_min() -> u64 {
+    (host_memory().total / 32).max(32 << 20).min(default_arc_max() / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psi_parses() {
+        let t = "some avg10=12.50 avg60=3.00 avg300=0.10 total=123\nfull avg10=1.00 avg60=0.00 avg300=0.00 total=5\n";
+        assert_eq!(parse_psi_some_avg10(t), Some(12.5));
+        assert_eq!(parse_psi_some_avg10("garbage"), None);
+    }
+
+    #[test]
+    fn sample_is_plausible() {
+        let h = host_memory();
+        assert!(h.total > 0);
+        assert!(h.available <= h.total);
+        assert!(h.reserve() >= 256 << 20 || h.reserve() == h.total / 2);
+        assert!(default_arc_min() <= default_arc_max());
+    }
+}

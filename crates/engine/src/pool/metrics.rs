@@ -1,0 +1,192 @@
+//! One snapshot of everything a pool counts, for `pool iostat`, `arcstat`,
+//! `pool txgs`, `pool explain` and the Prometheus endpoint. Counters are
+//! totals since the pool was imported; callers subtract two snapshots for
+//! rates. Taking a snapshot reads atomics and takes each queue's lock once.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Pool, TxgRecord};
+use crate::arc::ArcSizes;
+use crate::io::queue::IoClass;
+use crate::io::stats::{class_name, ClassIoSnapshot};
+
+/// Queue depth of one class on one device at the moment of the snapshot.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct QueueDepth {
+    pub class: String,
+    pub queued: usize,
+    pub active: u32,
+    /// The class's current ceiling (async write's moves with dirty data).
+    pub max_active: u32,
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct VdevMetrics {
+    pub id: u32,
+    pub path: String,
+    pub size: u64,
+    pub allocated: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    pub flushes: u64,
+    pub classes: Vec<ClassIoSnapshot>,
+    pub queues: Vec<QueueDepth>,
+}
+
+/// arcstats: counters and sizes.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ArcMetrics {
+    pub hits: u64,
+    pub misses: u64,
+    pub demand_data_hits: u64,
+    pub demand_data_misses: u64,
+    pub demand_metadata_hits: u64,
+    pub demand_metadata_misses: u64,
+    pub prefetch_data_hits: u64,
+    pub prefetch_data_misses: u64,
+    pub prefetch_metadata_hits: u64,
+    pub prefetch_metadata_misses: u64,
+    pub mru_hits: u64,
+    pub mfu_hits: u64,
+    pub mru_ghost_hits: u64,
+    pub mfu_ghost_hits: u64,
+    pub evicted_bytes: u64,
+    pub memory_throttle_count: u64,
+    #[serde(flatten)]
+    pub sizes: ArcSizes,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ThrottleMetrics {
+    pub dirty_bytes: u64,
+    pub dirty_max: u64,
+    /// Where the delay curve starts, in bytes.
+    pub delay_min_bytes: u64,
+    pub delayed: u64,
+    pub stalled_at_limit: u64,
+    pub delay_ns_total: u64,
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct PrefetchMetrics {
+    /// Blocks read ahead.
+    pub issued: u64,
+    /// Demand reads that waited for a read-ahead still in flight.
+    pub inflight_hits: u64,
+    /// Reads that continued a stream, and reads no stream expected.
+    pub stream_hits: u64,
+    pub stream_misses: u64,
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct PoolMetrics {
+    pub pool: String,
+    pub state: String,
+    pub txg: u64,
+    pub size: u64,
+    pub allocated: u64,
+    pub free: u64,
+    pub vdevs: Vec<VdevMetrics>,
+    pub arc: ArcMetrics,
+    pub throttle: ThrottleMetrics,
+    pub prefetch: PrefetchMetrics,
+    /// The most recent synced txgs, oldest first.
+    pub txgs: Vec<TxgRecord>,
+}
+
+fn load(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// Takes a snapshot of `pool`'s counters.
+pub fn snapshot(pool: &Pool) -> PoolMetrics {
+    let core = pool.core();
+    let status = pool.status();
+    let vdevs = core
+        .vdevs
+        .iter()
+        .zip(status.vdevs.iter())
+        .map(|(v, vs)| {
+            let s = v.leaf.stats();
+            let q = v.leaf.queue_stats();
+            let queues = IoClass::ALL
+                .iter()
+                .map(|&c| {
+                    let cs = &q.classes[c.index()];
+                    QueueDepth { class: class_name(c).to_string(), queued: cs.queued, active: cs.active, max_active: q.max_active[c.index()] }
+                })
+                .collect();
+            VdevMetrics {
+                id: v.id,
+                path: v.path.clone(),
+                size: vs.size,
+                allocated: vs.allocated,
+                read_ops: load(&s.read_ops),
+                write_ops: load(&s.write_ops),
+                read_bytes: load(&s.read_bytes),
+                write_bytes: load(&s.write_bytes),
+                read_errors: load(&s.read_errors),
+                write_errors: load(&s.write_errors),
+                checksum_errors: load(&s.checksum_errors),
+                flushes: load(&s.flushes),
+                classes: v.leaf.io_stats().snapshot(),
+                queues,
+            }
+        })
+        .collect();
+    let a = &core.cache.stats;
+    let arc = ArcMetrics {
+        hits: load(&a.hits),
+        misses: load(&a.misses),
+        demand_data_hits: load(&a.demand_data_hits),
+        demand_data_misses: load(&a.demand_data_misses),
+        demand_metadata_hits: load(&a.demand_metadata_hits),
+        demand_metadata_misses: load(&a.demand_metadata_misses),
+        prefetch_data_hits: load(&a.prefetch_data_hits),
+        prefetch_data_misses: load(&a.prefetch_data_misses),
+        prefetch_metadata_hits: load(&a.prefetch_metadata_hits),
+        prefetch_metadata_misses: load(&a.prefetch_metadata_misses),
+        mru_hits: load(&a.mru_hits),
+        mfu_hits: load(&a.mfu_hits),
+        mru_ghost_hits: load(&a.mru_ghost_hits),
+        mfu_ghost_hits: load(&a.mfu_ghost_hits),
+        evicted_bytes: load(&a.evicted_bytes),
+        memory_throttle_count: load(&a.memory_throttle_count),
+        sizes: core.cache.sizes(),
+    };
+    let p = core.txg.params();
+    let t = &core.txg.stats;
+    let throttle = ThrottleMetrics {
+        dirty_bytes: core.txg.dirty_total(),
+        dirty_max: p.dirty_max,
+        delay_min_bytes: p.dirty_max / 100 * p.delay_min_percent as u64,
+        delayed: load(&t.delayed),
+        stalled_at_limit: load(&t.over_max),
+        delay_ns_total: load(&t.delay_ns_total),
+    };
+    let ps = &core.prefetch_stats;
+    let prefetch = PrefetchMetrics {
+        issued: load(&ps.issued),
+        inflight_hits: load(&ps.hits),
+        stream_hits: load(&ps.stream_hits),
+        stream_misses: load(&ps.stream_misses),
+    };
+    PoolMetrics {
+        pool: status.name.clone(),
+        state: status.state.clone(),
+        txg: status.txg,
+        size: status.size,
+        allocated: status.allocated,
+        free: status.free,
+        vdevs,
+        arc,
+        throttle,
+        prefetch,
+        txgs: pool.txg_history(),
+    }
+}

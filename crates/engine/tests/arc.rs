@@ -1,0 +1,70 @@
+//! The ARC holds a dataset's metadata: clean indirect blocks are looked up
+//! in the ARC, not kept by their objects, so the ARC's size decides whether
+//! random reads pay metadata misses — the ARC-sizing experiment in small.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::{as_dyn, pattern};
+use tarn_engine::{CreateOptions, OpenOptions, Pool, Tunables};
+use tarn_ondisk::ObjectType;
+
+const RS: usize = 4 << 10;
+/// 24 MiB of 4 KiB records: 6144 blocks, six 128 KiB L1 indirect blocks
+/// (768 KiB of metadata as the ARC holds it).
+const OBJ_BYTES: usize = 24 << 20;
+
+fn pool_with_object(seed: u64) -> (Vec<std::sync::Arc<tarn_engine::sys::FaultDevice>>, u64) {
+    let d = common::mem_devs(1, 256 << 20, seed);
+    let opts = CreateOptions { root_props: vec![("recordsize".into(), "4K".into()), ("compression".into(), "off".into())], ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, ObjectType::PlainData).unwrap();
+    os.write(&tx, o, 0, &pattern(OBJ_BYTES, 1)).unwrap();
+    drop(tx);
+    pool.export().unwrap();
+    (d, o)
+}
+
+fn random_reads(pool: &Pool, o: u64, n: usize, seed: u64) -> (u64, u64) {
+    let os = pool.root().clone();
+    let a = &pool.core().cache.stats;
+    let (h0, m0) = (a.demand_metadata_hits.load(Ordering::Relaxed), a.demand_metadata_misses.load(Ordering::Relaxed));
+    let mut rng = common::Rng::new(seed);
+    let want = pattern(OBJ_BYTES, 1);
+    for _ in 0..n {
+        let b = rng.below((OBJ_BYTES / RS) as u64) as usize;
+        assert_eq!(os.read(o, (b * RS) as u64, RS).unwrap(), &want[b * RS..(b + 1) * RS]);
+    }
+    (a.demand_metadata_hits.load(Ordering::Relaxed) - h0, a.demand_metadata_misses.load(Ordering::Relaxed) - m0)
+}
+
+fn open(d: &[std::sync::Arc<tarn_engine::sys::FaultDevice>], arc_max: u64) -> Pool {
+    let t = Tunables { zfs_arc_max: arc_max, zfs_arc_min: arc_max / 2, zfs_prefetch_disable: 1, ..Default::default() };
+    Pool::open_on(as_dyn(d), vec![], &OpenOptions { tunables: t, ..Default::default() }).unwrap()
+}
+
+#[test]
+fn an_arc_larger_than_the_metadata_stops_metadata_misses() {
+    let (d, o) = pool_with_object(31);
+    let pool = open(&d, 64 << 20);
+    let (_, cold) = random_reads(&pool, o, 2000, 1);
+    assert!(cold >= 6, "{} metadata misses while warming", cold);
+    let (hits, warm) = random_reads(&pool, o, 2000, 2);
+    assert_eq!(warm, 0, "warm metadata never misses");
+    assert!(hits >= 2000, "every read looked its indirect block up in the ARC ({} hits)", hits);
+    assert!(pool.core().cache.sizes().metadata_size >= 6 * (128 << 10));
+}
+
+#[test]
+fn an_arc_smaller_than_the_metadata_keeps_missing() {
+    let (d, o) = pool_with_object(32);
+    // 4 MiB of ARC, 16 shards: 256 KiB each, with data streaming through.
+    let pool = open(&d, 4 << 20);
+    random_reads(&pool, o, 2000, 1);
+    let (hits, warm) = random_reads(&pool, o, 2000, 2);
+    assert!(warm > 0, "metadata kept missing with an ARC below the working set ({} hits)", hits);
+    pool.core().cache.check_invariants().unwrap();
+}
