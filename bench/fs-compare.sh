@@ -10,8 +10,10 @@
 # Systems (set up and torn down here; each mounted at WORKDIR/SYSTEM/mnt):
 #   tarn      `tarn pool create -m MNT POOL WORKDIR/tarn/pool.img --size N` plus
 #             TARN_CREATE_OPTS (default: the compression below and
-#             recordsize=128K, zfs-fuse's largest). The daemon ends with
-#             `tarn pool destroy`. TARN=/path/to/tarn skips the build.
+#             recordsize=128K, zfs-fuse's largest), with its own daemon
+#             (TARN_SOCKET and TARN_CACHE under WORKDIR), stopped at the end
+#             (`tarn pool destroy`, `tarn daemon stop`). TARN=/path/to/tarn
+#             skips the build.
 #   zfs-fuse  Debian's zfs-fuse 0.7.0 (pool version 23): this script starts its
 #             daemon with /etc/zfs/zfsrc (ARC 100 MiB, prefetch off, FUSE attr
 #             and entry timeouts 3600 s) and `zpool create` on a file image.
@@ -32,8 +34,9 @@
 # cache (`echo 3 > /proc/sys/vm/drop_caches`), which also holds the image files
 # the FUSE daemons read: ext4 is unmounted and mounted again; zfs-fuse's pool is
 # exported, its daemon stopped and restarted (its ARC is empty) and the pool
-# imported; tarn's pool is exported (the daemon exits) and imported again
-# (TARN_IMPORT_CMD overrides how: it is run with MNT, POOL, IMGDIR set).
+# imported; tarn's pool is exported, its daemon stopped (`tarn daemon stop`) and the
+# pool imported again, which starts a new daemon (TARN_IMPORT_CMD overrides the
+# import: it is run with MNT, POOL, IMGDIR set).
 #
 # Workloads (each run REPS times, systems interleaved run by run; medians):
 #   seqwrite  fio 1 MiB writes of a new SIZE file, buffered, psync, end_fsync=1
@@ -194,7 +197,9 @@ zfs-fuse_teardown() {
 
 # ---- tarn ----
 TPOOL=fscompare
-export TARN_CACHE="$WORK/tarn/tarn.cache"
+# Our own daemon and pool cache: another tarn daemon on this machine (the default
+# socket /run/tarn/tarn.sock) is not touched.
+export TARN_CACHE="$WORK/tarn/tarn.cache" TARN_SOCKET="$WORK/tarn/tarn.sock"
 tarn_setup() {
   local d="$WORK/tarn"; mkdir -p "$d/img" "$d/mnt"
   if [ -z "${TARN:-}" ]; then
@@ -208,7 +213,9 @@ tarn_setup() {
   if ! "$TARN" pool create -m "$d/mnt" $opts "$TPOOL" "$d/img/pool.img" --size "$IMG_B" >"$d/create.log" 2>&1; then
     echo "tarn pool create -m failed: $(grep -m1 -i error "$d/create.log" || tail -1 "$d/create.log")"; return 1
   fi
-  wait_mounted "$d/mnt" 20 || { echo "tarn pool create succeeded but $d/mnt is not mounted"; return 1; }
+  wait_mounted "$d/mnt" 20 || {
+    echo "tarn pool create succeeded but $d/mnt is not mounted: $(grep -m1 -i 'warning\|error' "$d/create.log" || echo 'no message')"
+    return 1; }
   MNT[tarn]="$d/mnt"
   SETTINGS[tarn]="tarn $(git -C "$REPO" rev-parse --short HEAD), create options: $opts"
 }
@@ -216,6 +223,7 @@ tarn_cold() {
   local d="$WORK/tarn"
   "$TARN" pool export "$TPOOL" || return 1
   wait_unmounted "$d/mnt" 30 || return 1
+  "$TARN" daemon stop || return 1   # a new daemon (the import starts it) has an empty ARC
   drop_caches
   if [ -n "${TARN_IMPORT_CMD:-}" ]; then
     MNT="$d/mnt" POOL="$TPOOL" IMGDIR="$d/img" bash -c "$TARN_IMPORT_CMD" || return 1
@@ -225,7 +233,10 @@ tarn_cold() {
   wait_mounted "$d/mnt" 20
 }
 tarn_teardown() {
-  [ -n "${TARN:-}" ] && "$TARN" pool destroy "$TPOOL" >/dev/null 2>&1
+  if [ -n "${TARN:-}" ] && [ -S "$TARN_SOCKET" ]; then
+    "$TARN" pool destroy "$TPOOL" >/dev/null 2>&1
+    "$TARN" daemon stop
+  fi
   mountpoint -q "$WORK/tarn/mnt" && umount "$WORK/tarn/mnt"
   rm -f "$WORK/tarn/img/pool.img"
 }
