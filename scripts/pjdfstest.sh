@@ -119,7 +119,8 @@ for line in open(log, errors="replace"):
         current = m.group(1)
         cases[current] = {"status": m.group(2), "detail": []}
         order.append(current)
-    elif current and line.startswith("\t") and not line.startswith("\tBacktrace"):
+    elif current and (line.startswith("\t") or re.match(r"^\s+(left|right): ", line)) \
+            and not line.startswith("\tBacktrace"):
         cases[current]["detail"].append(line.strip())
 expected = {}
 if expected_file:
@@ -145,7 +146,7 @@ out = {
     "passed": len(passed), "failed": len(failed), "skipped": len(skipped),
     "expected_failures": len(expected_failed), "unexpected_failures": unexpected,
     "unexpected_passes": xpass, "expected_not_run": not_run,
-    "failed_cases": {c: " | ".join(cases[c]["detail"][:2]) for c in failed},
+    "failed_cases": {c: " | ".join(cases[c]["detail"][:3]) for c in failed},
     "skipped_cases": {c: " | ".join(cases[c]["detail"][:2]) for c in skipped},
     "verdict": "pass" if ok else "fail",
 }
