@@ -245,3 +245,32 @@ fn a_panicking_device_suspends_the_pool_instead_of_hanging() {
     let e = pool.sync().expect_err("the sync cannot succeed");
     assert_eq!(e.kind, ErrorKind::Suspended, "{}", e);
 }
+
+/// A new object extended by truncate (ftruncate, fallocate) and then
+/// written kept its first tiny block size, so every 512 bytes of data took a
+/// 4 KiB sector: writing a 4 GiB file laid out by fio filled a 16 GiB pool
+/// and suspended it. Extending a one-block object now grows its block to
+/// the record size first.
+#[test]
+fn extending_a_new_object_grows_its_block_size() {
+    let d = common::mem_devs(1, 512 << 20, 41);
+    let opts = tarn_engine::CreateOptions { root_props: vec![("compression".into(), "off".into())], ..Default::default() };
+    let pool = tarn_engine::Pool::create_on("tank", common::as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, tarn_ondisk::ObjectType::PlainData).unwrap();
+    os.truncate(&tx, o, 32 << 20).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    let before = pool.status().allocated;
+    let data = common::pattern(32 << 20, 5);
+    for off in (0..data.len()).step_by(1 << 20) {
+        let tx = os.begin().unwrap();
+        os.write(&tx, o, off as u64, &data[off..off + (1 << 20)]).unwrap();
+    }
+    pool.sync().unwrap();
+    assert_eq!(os.info(o).unwrap().blksz, 128 << 10);
+    let used = pool.status().allocated - before;
+    assert!(used < (33 << 20), "32 MiB of data took {} bytes", used);
+    assert_eq!(os.read(o, 0, data.len()).unwrap(), data);
+}

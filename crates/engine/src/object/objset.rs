@@ -707,6 +707,14 @@ impl Objset {
                 r.frees.push((first_free, u64::MAX));
             }
             st.maxblkid = first_free.saturating_sub(1);
+        } else if size > st.size {
+            // Extending a one-block object (ftruncate or fallocate on a new
+            // file) first grows its block to the record size, as OpenZFS's
+            // zfs_extend does: otherwise the small block size would be
+            // frozen and every later write would allocate a sector per
+            // 512-byte block.
+            let recordsize = self.props().recordsize;
+            self.grow_blksz(&mut st, obj, size, recordsize, txg, &mut added)?;
         }
         st.size = size;
         self.finish_change(st, obj, txg, added);
