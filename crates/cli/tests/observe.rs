@@ -194,6 +194,23 @@ fn cache_devices_show_and_survive_a_restart() {
 }
 
 #[test]
+fn intervals_report_count_times() {
+    let e = Env::new("intervals");
+    e.create("tank");
+    let out = e.ok(&["pool", "iostat", "--json", "tank", "0.2", "3"]);
+    let reports: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(reports.len(), 3, "{}", out);
+    assert_eq!(reports[0]["since_import"], true);
+    assert!(reports[1]["seconds"].as_f64().unwrap() >= 0.2, "{}", out);
+    let skipped = e.ok(&["pool", "iostat", "-y", "--json", "tank", "0.2", "2"]);
+    assert!(skipped.lines().all(|l| l.contains("\"since_import\":false")), "{}", skipped);
+    let arc = e.ok(&["arcstat", "0.2", "2"]);
+    assert_eq!(arc.lines().count(), 3, "a header and two rows: {}", arc);
+    let table = e.ok(&["pool", "iostat", "-v", "-l", "-q", "tank"]);
+    assert!(table.contains("asyncq_w_pend") && table.contains("tank.img"), "{}", table);
+}
+
+#[test]
 fn wrong_arguments_get_one_line() {
     let e = Env::new("errors");
     e.create("tank");
