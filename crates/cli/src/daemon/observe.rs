@@ -132,14 +132,20 @@ pub fn write_test(d: &Daemon, a: WriteTestArgs, out: &mut Out) -> Result<()> {
     let res = run_jobs(&objs, |o| write_object(&os, o, per_job, bs)).and_then(|_| os.wait_synced());
     let write_secs = t0.elapsed().as_secs_f64();
     let res = res.and_then(|_| if a.read_back { run_jobs(&objs, |o| read_object(&os, o, per_job, bs)) } else { Ok(()) });
+    // The load's own error first: a failed free usually follows from it.
+    let freed = free_objects(&os, &objs);
+    res.and(freed).map_err(|e| e.context(format!("pool '{}': write-test", a.name)))?;
+    let writes = per_job.div_ceil(bs as u64) * a.jobs as u64;
+    out.line(format!("wrote {} in {} writes of {} from {} writers, synced in {:.2} s ({}/s){}", fmt::size(per_job * a.jobs as u64), writes, fmt::size(bs as u64), a.jobs, write_secs, fmt::size((per_job as f64 * a.jobs as f64 / write_secs.max(1e-9)) as u64), if a.read_back { "; read back" } else { "" }));
+    Ok(())
+}
+
+fn free_objects(os: &Objset, objs: &[u64]) -> Result<()> {
     let tx = os.begin()?;
-    for &o in &objs {
+    for &o in objs {
         os.free(&tx, o)?;
     }
     tx.commit();
-    res.map_err(|e| e.context(format!("pool '{}': write-test", a.name)))?;
-    let writes = per_job.div_ceil(bs as u64) * a.jobs as u64;
-    out.line(format!("wrote {} in {} writes of {} from {} writers, synced in {:.2} s ({}/s){}", fmt::size(per_job * a.jobs as u64), writes, fmt::size(bs as u64), a.jobs, write_secs, fmt::size((per_job as f64 * a.jobs as f64 / write_secs.max(1e-9)) as u64), if a.read_back { "; read back" } else { "" }));
     Ok(())
 }
 
