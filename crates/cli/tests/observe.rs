@@ -188,6 +188,8 @@ fn cache_devices_show_and_survive_a_restart() {
     e.ok(&["daemon", "stop"]);
     let st = e.ok(&["pool", "status", "tank"]);
     assert!(shows(&st), "after a restart: {}", st);
+    let j = e.json(&["pool", "status", "--json", "tank"]);
+    assert_eq!(j[0]["cache"][0]["path"].as_str(), Some(cache.as_str()), "{}", j);
     e.ok(&["pool", "remove", "tank", &cache]);
     let st = e.ok(&["pool", "status", "tank"]);
     assert!(!st.contains("cache:"), "{}", st);

@@ -235,9 +235,18 @@ fn print_caches(caches: &[CacheDevStatus], out: &mut Out) {
     out.text.push_str(&fmt::table(&["NAME", "STATE", "SIZE", "GUID"], &rows, false));
 }
 
+/// `pool status --json`: a pool's status with its cache devices.
+#[derive(serde::Serialize)]
+struct StatusJson<'a> {
+    #[serde(flatten)]
+    status: &'a PoolStatus,
+    cache: &'a [CacheDevStatus],
+}
+
 fn status(all: &[PoolStatus], caches: &[Vec<CacheDevStatus>], as_json: bool, out: &mut Out) -> Result<()> {
     if as_json {
-        out.line(json(&all)?);
+        let v: Vec<StatusJson> = all.iter().zip(caches).map(|(status, cache)| StatusJson { status, cache }).collect();
+        out.line(json(&v)?);
         return Ok(());
     }
     if all.is_empty() {
