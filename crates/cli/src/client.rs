@@ -25,7 +25,7 @@ pub fn call(cmd: Command, tunables: &[String]) -> Result<String> {
     let stream = match connect() {
         Ok(s) => s,
         Err(_) => {
-            start_with(&[])?;
+            start_with(&[], &[])?;
             connect().map_err(|e| Error::io(format!("connecting to the tarn daemon at '{}'", proto::socket_path().display()), e))?
         }
     };
@@ -65,8 +65,9 @@ fn exchange(stream: UnixStream, req: &Request) -> Result<Response> {
 }
 
 /// Starts a detached daemon (with these `--tunable` settings for every
-/// pool it opens) and waits until it answers; returns its pid.
-pub fn start_with(tunables: &[String]) -> Result<u32> {
+/// pool it opens, and `daemon` options such as `--metrics ADDR`) and waits
+/// until it answers; returns its pid.
+pub fn start_with(tunables: &[String], daemon_args: &[String]) -> Result<u32> {
     let sock = proto::socket_path();
     let log_path = proto::log_path();
     let cannot = |why: String| Error::new(ErrorKind::Io, format!("cannot start the tarn daemon (socket '{}'): {}", sock.display(), why));
@@ -80,7 +81,7 @@ pub fn start_with(tunables: &[String]) -> Result<u32> {
     for t in tunables {
         cmd.arg("--tunable").arg(t);
     }
-    cmd.args(["daemon", "--foreground"]).stdin(Stdio::null()).stdout(log).stderr(log2);
+    cmd.args(["daemon", "--foreground"]).args(daemon_args).stdin(Stdio::null()).stdout(log).stderr(log2);
     // SAFETY: setsid() is async-signal-safe and touches no memory of ours;
     // it detaches the daemon from this terminal and process group.
     unsafe {

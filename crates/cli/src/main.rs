@@ -14,12 +14,13 @@ mod client;
 mod daemon;
 mod fmt;
 mod inspect;
-// Rendered by the daemon-backed commands (pool iostat, arcstat, pool txgs, pool explain, --metrics).
-#[allow(dead_code)]
 mod observe;
+mod observe_cmd;
 mod pool_cmd;
 
 use clap::{Parser, Subcommand};
+use daemon::observe::TunableCmd;
+use pool_cmd::PoolCmd;
 use tarn_engine::{Error, Result, Tunables};
 
 #[derive(Parser)]
@@ -48,17 +49,11 @@ pub enum Cmd {
     Unmount(daemon::mounts::UnmountArgs),
     /// Run the daemon that holds imported pools and their mounts (started on first use)
     Daemon(daemon::DaemonArgs),
-    /// List the engine tunables and their defaults
+    /// List, show and change engine tunables (the daemon's live values when it runs)
     #[command(subcommand)]
-    Tunable(TunableCmd),
-}
-
-#[derive(Subcommand)]
-pub enum TunableCmd {
-    /// Every tunable with its current value and meaning
-    List,
-    /// One tunable's value
-    Get { name: String },
+    Tunable(daemon::observe::TunableCmd),
+    /// ARC statistics of every pool, once or every INTERVAL seconds
+    Arcstat(observe_cmd::ArcstatArgs),
 }
 
 /// Tunables with this command's --tunable settings applied.
@@ -89,6 +84,10 @@ fn run(cli: Cli) -> Result<()> {
     let t = tunables(&cli.tunables)?;
     use daemon::proto::Command;
     match cli.cmd {
+        Cmd::Pool(PoolCmd::Iostat(a)) => observe_cmd::iostat(a, &cli.tunables),
+        Cmd::Pool(PoolCmd::Txgs { json, name }) => observe_cmd::txgs(&name, json, &cli.tunables),
+        Cmd::Pool(PoolCmd::Explain { json, name, seconds }) => observe_cmd::explain(&name, seconds, json, &cli.tunables),
+        Cmd::Arcstat(a) => observe_cmd::arcstat(a, &cli.tunables),
         Cmd::Pool(mut c) => {
             c.absolutize();
             through_daemon(Command::Pool(c), &cli.tunables)
@@ -104,9 +103,12 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Daemon(a) => daemon::run(a, &cli.tunables),
         Cmd::Bench(a) => bench::run(a, &t),
         Cmd::Inspect(a) => inspect::run(a, &t),
+        Cmd::Tunable(c @ TunableCmd::Set { .. }) => through_daemon(Command::Tunable(c), &cli.tunables),
+        // The daemon's live values when it runs; else the defaults with
+        // this command's --tunable settings.
+        Cmd::Tunable(c) if cli.tunables.is_empty() && client::call_running(Command::Ping)?.is_some() => through_daemon(Command::Tunable(c), &[]),
         Cmd::Tunable(TunableCmd::List) => {
-            let rows: Vec<Vec<String>> = t.list().into_iter().map(|(n, v, d)| vec![n.to_string(), v, d.to_string()]).collect();
-            print!("{}", fmt::table(&["NAME", "VALUE", "DESCRIPTION"], &rows, false));
+            print!("{}", daemon::observe::tunable_table(&t));
             Ok(())
         }
         Cmd::Tunable(TunableCmd::Get { name }) => {

@@ -308,6 +308,7 @@ pub const ARCSTAT_FIELDS: &[(&str, &str)] = &[
     ("l2hits", "L2ARC hits per second"),
     ("l2miss", "L2ARC misses per second"),
     ("l2hit%", "L2ARC hit percentage"),
+    ("l2size", "bytes held on cache devices"),
 ];
 
 /// arcstat's default fields (OpenZFS 2.1's).
@@ -332,8 +333,8 @@ fn arc_totals(ms: &[PoolMetrics]) -> [u64; 14] {
             a.mru_hits,
             a.mfu_ghost_hits,
             a.mru_ghost_hits,
-            0,
-            0,
+            a.l2_hits,
+            a.l2_misses,
         ];
         for (x, y) in t.iter_mut().zip(v) {
             *x += y;
@@ -370,7 +371,7 @@ pub fn arcstat_row(fields: &[String], cur: &[PoolMetrics], prev: Option<&[PoolMe
     let p = prev.map(arc_totals).unwrap_or([0; 14]);
     let d: Vec<u64> = c.iter().zip(p.iter()).map(|(a, b)| a.saturating_sub(*b)).collect();
     let r = |v: u64| rate(v, secs).to_string();
-    let [hits, miss, dhit, dmis, phit, pmis, mhit, mmis, mfu, mru, mfug, mrug, ..] = d[..] else { unreachable!() };
+    let [hits, miss, dhit, dmis, phit, pmis, mhit, mmis, mfu, mru, mfug, mrug, l2hit, l2mis] = d[..] else { unreachable!() };
     let sizes = |f: fn(&PoolMetrics) -> u64| cur.iter().map(f).sum::<u64>();
     fields
         .iter()
@@ -404,9 +405,10 @@ pub fn arcstat_row(fields: &[String], cur: &[PoolMetrics], prev: Option<&[PoolMe
             "meta" => size(sizes(|m| m.arc.sizes.metadata_size)),
             "meta%" => cur.first().map(|m| format!("{:.0}", m.arc.sizes.meta_pct)).unwrap_or_else(|| "-".into()),
             "avail" => size(host.available),
-            // No cache devices yet: the L2ARC fields exist and read zero.
-            "l2hits" | "l2miss" => "0".into(),
-            "l2hit%" => "-".into(),
+            "l2hits" => r(l2hit),
+            "l2miss" => r(l2mis),
+            "l2hit%" => pct(l2hit, l2hit + l2mis),
+            "l2size" => size(sizes(|m| m.arc.l2_size)),
             _ => "?".into(),
         })
         .collect()

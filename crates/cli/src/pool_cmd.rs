@@ -84,6 +84,10 @@ pub enum PoolCmd {
         mountpoint: Option<String>,
         /// Pool name or guid
         pool: Option<String>,
+        /// Benchmarks: throttle every device of the imported pool to this
+        /// bandwidth (e.g. 50M) until export or daemon restart
+        #[arg(long, hide = true, value_name = "BYTES_PER_SEC")]
+        device_bandwidth: Option<String>,
     },
     /// Destroy a pool (marks its labels destroyed)
     Destroy {
@@ -110,6 +114,41 @@ pub enum PoolCmd {
         assignment: String,
         name: String,
     },
+    /// Add cache devices (L2ARC): `pool add POOL cache DEVICE...`
+    Add {
+        name: String,
+        /// The vdev type; only `cache` is supported
+        #[arg(value_name = "cache")]
+        kind: String,
+        #[arg(required = true)]
+        devices: Vec<PathBuf>,
+    },
+    /// Remove cache devices (by path or guid)
+    Remove {
+        name: String,
+        #[arg(required = true)]
+        devices: Vec<String>,
+    },
+    /// I/O statistics per pool and device, once or every INTERVAL seconds
+    Iostat(crate::observe_cmd::IostatArgs),
+    /// The recently synced txgs of a pool
+    Txgs {
+        #[arg(long)]
+        json: bool,
+        name: String,
+    },
+    /// What limits the pool's workload, from two snapshots SECONDS apart
+    Explain {
+        #[arg(long)]
+        json: bool,
+        name: String,
+        /// Seconds between the two snapshots
+        #[arg(default_value = "1")]
+        seconds: f64,
+    },
+    /// Debugging: write BYTES to scratch objects in the daemon, sync, free them
+    #[command(hide = true)]
+    WriteTest(crate::daemon::observe::WriteTestArgs),
 }
 
 pub fn split_assignments(v: &[String], flag: &str) -> Result<Vec<(String, String)>> {
@@ -130,6 +169,7 @@ impl PoolCmd {
         match self {
             PoolCmd::Create { devices, .. } => devices.iter_mut().for_each(|d| *d = cwd.join(&*d)),
             PoolCmd::Import { dirs, .. } => dirs.iter_mut().for_each(|d| *d = cwd.join(&*d)),
+            PoolCmd::Add { devices, .. } => devices.iter_mut().for_each(|d| *d = cwd.join(&*d)),
             _ => {}
         }
     }

@@ -34,7 +34,8 @@
 //!
 //! One module per command family handles its [`proto::Command`] variant:
 //! `pools` (pool create/import/export/destroy/list/status/get/set),
-//! `mounts` (mount/unmount, and `filesystem_for`, the one place that
+//! `observe` (metrics snapshots, live tunables, the Prometheus endpoint,
+//! the write-test load), `mounts` (mount/unmount, and `filesystem_for`, the one place that
 //! chooses the file system served for an object set). Datasets add a
 //! variant and a module.
 //!
@@ -43,6 +44,7 @@
 //! the daemon itself.
 
 pub mod mounts;
+pub mod observe;
 pub mod pools;
 pub mod proto;
 mod state;
@@ -71,6 +73,9 @@ pub struct DaemonArgs {
     /// Serve in this process instead of starting a detached daemon
     #[arg(long)]
     pub foreground: bool,
+    /// Serve Prometheus metrics of every pool at http://ADDR/metrics (e.g. 127.0.0.1:9187)
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     #[command(subcommand)]
     pub action: Option<DaemonAction>,
 }
@@ -84,12 +89,13 @@ pub enum DaemonAction {
 pub fn run(a: DaemonArgs, cli_tunables: &[String]) -> Result<()> {
     match a.action {
         Some(DaemonAction::Stop) => stop(),
-        None if a.foreground => serve(cli_tunables),
+        None if a.foreground => serve(cli_tunables, a.metrics.as_deref()),
         None => {
             if let Ok(Some(pid)) = client::call_running(Command::Ping) {
                 return Err(Error::new(ErrorKind::Exists, format!("a tarn daemon is already running (process {})", pid.trim())));
             }
-            let pid = client::start_with(cli_tunables)?;
+            let extra: Vec<String> = a.metrics.iter().flat_map(|m| ["--metrics".to_string(), m.clone()]).collect();
+            let pid = client::start_with(cli_tunables, &extra)?;
             println!("tarn daemon started (process {}), socket {}", pid, proto::socket_path().display());
             Ok(())
         }
@@ -114,7 +120,7 @@ fn stop() -> Result<()> {
 }
 
 /// The daemon proper: never returns except with a startup error.
-fn serve(cli_tunables: &[String]) -> Result<()> {
+fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
     // A client that goes away before its answer must not kill the daemon.
     // SAFETY: setting a signal disposition has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
@@ -131,6 +137,9 @@ fn serve(cli_tunables: &[String]) -> Result<()> {
     let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
     log(&format!("starting (process {}), socket {}", std::process::id(), sock.display()));
     let daemon = Arc::new(state::Daemon::start(tunables));
+    if let Some(addr) = metrics {
+        observe::serve_metrics(daemon.clone(), addr)?;
+    }
     let d = daemon.clone();
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
         .map_err(|e| Error::io("installing signal handlers", e))?;

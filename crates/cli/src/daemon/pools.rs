@@ -8,8 +8,12 @@
 //! at create or import, default `/NAME`, `none` for no mount.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
+use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::pool::{discover, PoolStatus};
+use tarn_engine::sys::{BlockDevice, FileDevice, ThrottledDevice};
 use tarn_engine::{tunables::parse_size, CreateOptions, Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
 use super::state::{Out, State};
@@ -28,14 +32,17 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         }
         PoolCmd::Status { json, names } => {
             let all = statuses(st, names, out)?;
-            status(&all, json, out)
+            let caches: Vec<_> = all.iter().map(|s| st.pools.get(&s.name).map(|l| l.pool.cache_devices()).unwrap_or_default()).collect();
+            status(&all, &caches, json, out)
         }
         PoolCmd::Export { force, name } => {
             let pool = take_unmounted(st, &name, force, out)?;
             pool.export()?;
             forget_cached(&name)
         }
-        PoolCmd::Import { dirs, json, force, rewind, mountpoint, pool } => import(st, ImportArgs { dirs, json, force, rewind, mountpoint, pool }, t, out),
+        PoolCmd::Import { dirs, json, force, rewind, mountpoint, pool, device_bandwidth } => {
+            import(st, ImportArgs { dirs, json, force, rewind, mountpoint, pool, device_bandwidth }, t, out)
+        }
         PoolCmd::Destroy { force, name } => {
             let pool = take_unmounted(st, &name, force, out)?;
             pool.destroy()?;
@@ -45,6 +52,22 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         PoolCmd::Set { assignment, name } => {
             let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("expected PROP=VALUE, not '{}'", assignment)))?;
             st.live(&name, out)?.pool.set_property(k, v)
+        }
+        PoolCmd::Add { name, kind, devices } => {
+            if kind != "cache" {
+                return Err(Error::invalid(format!("cannot add '{}' to pool '{}': only cache devices can be added (pool add POOL cache DEVICE...)", kind, name)));
+            }
+            let pool = &st.live(&name, out)?.pool;
+            devices.iter().try_for_each(|d| pool.add_cache(d).map_err(|e| e.context(format!("pool '{}'", name))))
+        }
+        PoolCmd::Remove { name, devices } => {
+            let pool = &st.live(&name, out)?.pool;
+            devices.iter().try_for_each(|d| pool.remove_cache(&abs(Path::new(d))).or_else(|_| pool.remove_cache(d)))
+        }
+        // Rendered by the client from metrics snapshots; run by the daemon
+        // outside the state lock (`Daemon::handle`).
+        PoolCmd::Iostat(_) | PoolCmd::Txgs { .. } | PoolCmd::Explain { .. } | PoolCmd::WriteTest(_) => {
+            Err(Error::invalid("this pool command is not served here; use the tarn command"))
         }
     }
 }
@@ -202,9 +225,28 @@ fn print_status(s: &PoolStatus, out: &mut Out) {
     out.line(format!("\nerrors: {}", if errs == 0 { "No known data errors".to_string() } else { format!("{} I/O or checksum errors", errs) }));
 }
 
-fn status(all: &[PoolStatus], as_json: bool, out: &mut Out) -> Result<()> {
+/// The "cache" section of `pool status`: the L2ARC devices.
+fn print_caches(caches: &[CacheDevStatus], out: &mut Out) {
+    if caches.is_empty() {
+        return;
+    }
+    let rows: Vec<Vec<String>> = caches.iter().map(|c| vec![format!("  {}", c.path), "ONLINE".into(), fmt::size(c.size), c.guid.to_string()]).collect();
+    out.line("\ncache:");
+    out.text.push_str(&fmt::table(&["NAME", "STATE", "SIZE", "GUID"], &rows, false));
+}
+
+/// `pool status --json`: a pool's status with its cache devices.
+#[derive(serde::Serialize)]
+struct StatusJson<'a> {
+    #[serde(flatten)]
+    status: &'a PoolStatus,
+    cache: &'a [CacheDevStatus],
+}
+
+fn status(all: &[PoolStatus], caches: &[Vec<CacheDevStatus>], as_json: bool, out: &mut Out) -> Result<()> {
     if as_json {
-        out.line(json(&all)?);
+        let v: Vec<StatusJson> = all.iter().zip(caches).map(|(status, cache)| StatusJson { status, cache }).collect();
+        out.line(json(&v)?);
         return Ok(());
     }
     if all.is_empty() {
@@ -215,6 +257,7 @@ fn status(all: &[PoolStatus], as_json: bool, out: &mut Out) -> Result<()> {
             out.line("");
         }
         print_status(s, out);
+        print_caches(&caches[i], out);
     }
     Ok(())
 }
@@ -226,6 +269,7 @@ struct ImportArgs {
     rewind: bool,
     mountpoint: Option<String>,
     pool: Option<String>,
+    device_bandwidth: Option<String>,
 }
 
 fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<()> {
@@ -264,7 +308,11 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
     }
     let mut cache = Cache::load()?;
     let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
-    let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, ..Default::default() })?;
+    let opts = OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, ..Default::default() };
+    let pool = match a.device_bandwidth.as_deref() {
+        None => Pool::open(&paths, &opts)?,
+        Some(bw) => open_throttled(&paths, bw, &opts)?,
+    };
     let entry = CachedPool { name: p.name.clone(), guid: p.guid, devices: p.devices.iter().map(|d| abs(Path::new(d))).collect(), mountpoint: a.mountpoint.clone() };
     if let Err(e) = cache.add(entry).and_then(|_| cache.save()) {
         let _ = pool.close();
@@ -272,6 +320,22 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
     }
     st.add_live(&p.name, pool, a.mountpoint.as_deref(), out);
     Ok(())
+}
+
+/// Opens a pool with every device slowed to `bw` bytes per second (the
+/// hidden `import --device-bandwidth`, for benchmarks through the daemon).
+fn open_throttled(paths: &[PathBuf], bw: &str, opts: &OpenOptions) -> Result<Pool> {
+    let bw = parse_size(bw).filter(|&b| b > 0).ok_or_else(|| Error::invalid(format!("bad --device-bandwidth '{}': bytes per second, e.g. 50M", bw)))?;
+    let mut devs = Vec::new();
+    let mut locks = Vec::new();
+    for p in paths {
+        let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
+        fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, format!("'{}': {}", p.display(), e)))?;
+        let fd = Arc::new(fd);
+        locks.push(fd.clone());
+        devs.push((p.display().to_string(), Arc::new(ThrottledDevice::new(fd, bw, Duration::ZERO)) as Arc<dyn BlockDevice>));
+    }
+    Pool::open_on(devs, locks, opts)
 }
 
 fn get(st: &mut State, scripted: bool, parsable: bool, fields: Vec<String>, props: String, name: String, out: &mut Out) -> Result<()> {

@@ -32,6 +32,10 @@ pub enum Command {
     Pool(PoolCmd),
     Mount(super::mounts::MountArgs),
     Unmount(super::mounts::UnmountArgs),
+    /// Metrics snapshots of the named pools (none: every live pool) and a
+    /// host memory sample, as a JSON `observe::MetricsReply`.
+    Metrics { pools: Vec<String> },
+    Tunable(super::observe::TunableCmd),
 }
 
 /// What the command printed, warnings for stderr, or the error that ended it.

@@ -17,7 +17,8 @@ use tarn_engine::{Error, Objset, OpenOptions, Pool, Result, Tunables};
 use tarn_fuse::{MemFs, MountHandle};
 
 use super::proto::{Command, Request, Response};
-use super::{log, mounts, pools};
+use super::{log, mounts, observe, pools};
+use crate::pool_cmd::PoolCmd;
 use crate::cache::{Cache, CachedPool};
 
 /// An imported pool.
@@ -151,6 +152,10 @@ impl Daemon {
 
     pub fn handle(&self, req: Request) -> Response {
         let mut out = Out::default();
+        if let Command::Pool(PoolCmd::WriteTest(a)) = req.cmd {
+            let res = observe::write_test(self, a, &mut out);
+            return Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg) };
+        }
         let res = (|| -> Result<()> {
             let mut st = self.state.lock();
             let t = crate::apply_tunables(st.tunables.clone(), &req.tunables)?;
@@ -163,9 +168,22 @@ impl Daemon {
                 Command::Pool(c) => pools::handle(&mut st, c, &t, &mut out),
                 Command::Mount(a) => mounts::handle_mount(&mut st, a, &mut out),
                 Command::Unmount(a) => mounts::handle_unmount(&mut st, a, &mut out),
+                Command::Metrics { pools } => observe::metrics(&mut st, &pools, &mut out),
+                Command::Tunable(c) => observe::tunable(&mut st, c, &mut out),
             }
         })();
         Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg) }
+    }
+
+    /// The root object set of live pool `name` (its holder may write
+    /// without the state lock).
+    pub fn root_of(&self, name: &str, out: &mut Out) -> Result<Arc<Objset>> {
+        Ok(self.state.lock().live(name, out)?.pool.root().clone())
+    }
+
+    /// Metrics snapshots of every live pool (the Prometheus endpoint).
+    pub fn snapshots(&self) -> Vec<tarn_engine::pool::metrics::PoolMetrics> {
+        self.state.lock().pools.values().map(|l| tarn_engine::pool::metrics::snapshot(&l.pool)).collect()
     }
 
     /// Unmounts everything (forcing what stays busy), closes every pool,

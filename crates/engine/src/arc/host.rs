@@ -2,7 +2,7 @@
 //! cgroup (v2) the daemon runs in, and pressure stall information.
 
 /// One sample of the host's memory.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostMemory {
     /// Physical memory, or the cgroup's limit when that is smaller.
     pub total: u64,

@@ -220,6 +220,14 @@ impl Objset {
         Tx::begin(&self.core)
     }
 
+    /// Waits until the txg open now has synced: every change made to the
+    /// set before the call is on disk (what `Pool::sync` does, for holders
+    /// of the set alone, such as the daemon's load generator).
+    pub fn wait_synced(&self) -> Result<()> {
+        self.core.check_writable()?;
+        self.core.txg.wait_synced(0)
+    }
+
     pub fn props(&self) -> ObjsetProps {
         *self.props.read()
     }

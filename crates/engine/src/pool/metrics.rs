@@ -57,6 +57,14 @@ pub struct ArcMetrics {
     pub mfu_ghost_hits: u64,
     pub evicted_bytes: u64,
     pub memory_throttle_count: u64,
+    /// L2ARC (cache devices): reads served from them and reads they missed
+    /// (counted only while the pool has cache devices), bytes indexed.
+    #[serde(default)]
+    pub l2_hits: u64,
+    #[serde(default)]
+    pub l2_misses: u64,
+    #[serde(default)]
+    pub l2_size: u64,
     #[serde(flatten)]
     pub sizes: ArcSizes,
 }
@@ -157,6 +165,9 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
         mfu_ghost_hits: load(&a.mfu_ghost_hits),
         evicted_bytes: load(&a.evicted_bytes),
         memory_throttle_count: load(&a.memory_throttle_count),
+        l2_hits: load(&core.l2.stats.hits),
+        l2_misses: load(&core.l2.stats.misses),
+        l2_size: core.l2.size_bytes(),
         sizes: core.cache.sizes(),
     };
     let p = core.txg.params();
