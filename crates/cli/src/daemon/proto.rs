@@ -32,6 +32,8 @@ pub enum Command {
     Pool(PoolCmd),
     Mount(super::mounts::MountArgs),
     Unmount(super::mounts::UnmountArgs),
+    /// create, list, get, set, inherit, snapshot, rollback, clone, destroy, rename
+    Dataset(super::datasets::DatasetCmd),
 }
 
 /// What the command printed, warnings for stderr, or the error that ended it.

@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tarn_engine::dataset::{Source, Types};
 use tarn_engine::posix::FileSystem;
 use tarn_engine::{Error, Objset, OpenOptions, Pool, Result, Tunables};
 use tarn_fuse::{MemFs, MountHandle};
 
 use super::proto::{Command, Request, Response};
-use super::{log, mounts, pools};
+use super::{datasets, log, mounts, pools};
 use crate::cache::{Cache, CachedPool};
 
 /// An imported pool.
@@ -78,6 +79,23 @@ impl State {
         mounts::filesystem_for(dataset, objset)
     }
 
+    /// The test hook's file systems of `name` and below are gone with their
+    /// datasets (a dataset created again under the name starts empty).
+    pub fn forget_filesystems(&mut self, name: &str) {
+        if let Some(hook) = &mut self.test_memfs {
+            hook.retain(|d, _| !(d == name || d.starts_with(&format!("{}/", name)) || d.starts_with(&format!("{}@", name))));
+        }
+    }
+
+    /// The test hook's file system of `from` now serves `to` (a rename).
+    pub fn rename_filesystem(&mut self, from: &str, to: &str) {
+        if let Some(hook) = &mut self.test_memfs {
+            if let Some(fs) = hook.remove(from) {
+                hook.insert(to.to_string(), fs);
+            }
+        }
+    }
+
     /// Opens a pool from its cache entry, makes it live and mounts its root
     /// dataset (a failed mount is a warning: the pool stays imported).
     pub fn import_cached(&mut self, entry: &CachedPool, t: &Tunables, out: &mut Out) -> Result<()> {
@@ -95,6 +113,23 @@ impl State {
             if let Err(e) = mounts::mount(self, name, &dir) {
                 out.warnings.push(format!("pool '{}' is imported but not mounted: {}", name, e));
             }
+        }
+        self.mount_explicit(name, out);
+    }
+
+    /// Mounts the datasets of pool `name` that have a mountpoint of their own
+    /// (see `mounts`, "Which datasets are mounted"). Walks the pool's file
+    /// systems once, at import only.
+    fn mount_explicit(&mut self, name: &str, out: &mut Out) {
+        let Some(live) = self.pools.get(name) else { return };
+        let ds = live.pool.datasets();
+        let fss = match ds.names(name, true, Types::FILESYSTEMS) {
+            Ok(v) => v,
+            Err(e) => return out.warnings.push(format!("cannot list the datasets of '{}' to mount them: {}", name, e)),
+        };
+        let explicit: Vec<String> = fss.into_iter().filter(|f| f != name && ds.get(f, "mountpoint").is_ok_and(|m| m.source == Source::Local)).collect();
+        for f in explicit {
+            mounts::auto_mount(self, &f, out);
         }
     }
 
@@ -163,6 +198,7 @@ impl Daemon {
                 Command::Pool(c) => pools::handle(&mut st, c, &t, &mut out),
                 Command::Mount(a) => mounts::handle_mount(&mut st, a, &mut out),
                 Command::Unmount(a) => mounts::handle_unmount(&mut st, a, &mut out),
+                Command::Dataset(c) => datasets::handle(&mut st, c, &mut out),
             }
         })();
         Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg) }
