@@ -227,4 +227,10 @@ fn datasets_properties_and_explicit_mounts_persist_across_restarts() {
     let stable = |s: &str| s.lines().filter(|l| !l.contains("\tavailable\t") && !l.contains("\tused")).map(String::from).collect::<Vec<_>>();
     assert_eq!(stable(&props_after), stable(&props_before));
     assert!(Path::new(&own).exists());
+    // Export unmounts every dataset of the pool, snapshots included.
+    let snapdir = e.path("snap");
+    e.ok(&["mount", "tank/a@keep", &snapdir]);
+    e.ok(&["pool", "export", "tank"]);
+    assert!(!is_mounted(&snapdir) && !is_mounted(&own));
+    assert_eq!(e.ok(&["mount"]).lines().count(), 1, "only the header is left");
 }

@@ -106,8 +106,8 @@ pub fn pool_of(name: &str) -> &str {
     &name[..end]
 }
 
-/// The live pool's datasets, for a command about `name` (`verb` names the
-/// command in the error, as zfs does: "cannot open 'x': …").
+/// The datasets of the live pool `name` belongs to (importing it from the
+/// cache if needed); a missing pool is "cannot open 'x': no such pool".
 pub fn datasets_of<'a>(st: &'a mut State, name: &str, out: &mut Out) -> Result<&'a Datasets> {
     let pool = pool_of(name);
     if pool.is_empty() {

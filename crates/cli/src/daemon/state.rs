@@ -148,11 +148,7 @@ impl State {
 
     /// Unmounts every mount of pool `name`; busy mounts fail unless `force`.
     pub fn unmount_pool(&mut self, name: &str, force: bool) -> Result<()> {
-        let mine: Vec<String> = self.mounts.keys().filter(|d| d.as_str() == name || d.starts_with(&format!("{}/", name))).cloned().collect();
-        for ds in mine {
-            mounts::unmount(self, &ds, force)?;
-        }
-        Ok(())
+        mounts::unmount_below(self, name, force).map(|_| ())
     }
 }
 
