@@ -133,7 +133,7 @@ fn snapshots_clones_rollback_rename_and_destroy() {
     assert!(err.contains("cannot destroy 'tank/a@s1'") && err.contains("dependent clones") && err.contains("tank/c"), "{}", err);
     // children and snapshots need -r
     let err = e.fails(&["destroy", "tank/a"]);
-    assert!(err.contains("cannot destroy 'tank/a'") && err.contains("children"), "{}", err);
+    assert!(err.contains("cannot destroy 'tank/a': filesystem has children") && err.contains("-r"), "{}", err);
     assert!(e.fails(&["destroy", "tank/nosuch"]).contains("cannot destroy 'tank/nosuch': dataset does not exist"));
     assert!(e.fails(&["destroy", "tank"]).contains("root dataset"));
     // rename

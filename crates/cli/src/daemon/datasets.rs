@@ -126,6 +126,11 @@ fn cannot(verb: &str, name: &str, e: Error) -> Error {
         if e.msg.starts_with("parent") { "parent does not exist".to_string() } else { "dataset does not exist".to_string() }
     } else if e.kind == ErrorKind::Exists && e.msg.contains("already exists") {
         "dataset already exists".to_string()
+    } else if let Some(rest) = e.msg.strip_prefix(&format!("dataset '{}' has ", name)) {
+        // "dataset 'tank/a' has children ('tank/a/b'): …" names the dataset twice.
+        format!("filesystem has {}", rest.replace("destroy them first or destroy recursively", "use -r to destroy them too"))
+    } else if let Some(rest) = e.msg.strip_prefix(&format!("snapshot '{}' has ", name)) {
+        format!("snapshot has {}", rest)
     } else {
         e.msg
     };
@@ -322,5 +327,7 @@ mod tests {
         assert_eq!(e.msg, "cannot destroy 'tank/x': dataset does not exist");
         let e = cannot("create", "tank/a", Error::new(ErrorKind::Exists, "dataset 'tank/a' already exists"));
         assert_eq!(e.msg, "cannot create 'tank/a': dataset already exists");
+        let e = cannot("destroy", "tank/a", Error::new(ErrorKind::Busy, "dataset 'tank/a' has children ('tank/a/b'): destroy them first or destroy recursively"));
+        assert_eq!(e.msg, "cannot destroy 'tank/a': filesystem has children ('tank/a/b'): use -r to destroy them too");
     }
 }
