@@ -20,6 +20,7 @@
 //!   cloned, the property is set, or the pool is imported;
 //! - any other dataset on demand: `tarn mount DATASET [DIR]` mounts it at
 //!   its (inherited) mountpoint or DIR.
+//!
 //! `canmount=off` datasets are never mounted (`noauto`: only by `tarn mount`).
 //! A snapshot is mounted read-only, and only by `tarn mount SNAP DIR`.
 //! Serving child datasets inside their parent's mount (FsTable::attach,
