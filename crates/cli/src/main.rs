@@ -42,6 +42,8 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Show a pool's on-disk structures, like zdb
     Inspect(inspect::InspectArgs),
+    #[command(flatten)]
+    Dataset(daemon::datasets::DatasetCmd),
     /// Mount a dataset (no arguments: list mounts)
     Mount(daemon::mounts::MountArgs),
     /// Unmount a dataset or mount directory
@@ -92,6 +94,7 @@ fn run(cli: Cli) -> Result<()> {
             c.absolutize();
             through_daemon(Command::Pool(c), &cli.tunables)
         }
+        Cmd::Dataset(c) => through_daemon(Command::Dataset(c), &cli.tunables),
         Cmd::Mount(mut a) => {
             a.absolutize();
             through_daemon(Command::Mount(a), &cli.tunables)

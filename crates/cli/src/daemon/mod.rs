@@ -36,13 +36,16 @@
 //! `pools` (pool create/import/export/destroy/list/status/get/set),
 //! `observe` (metrics snapshots, live tunables, the Prometheus endpoint,
 //! the write-test load), `mounts` (mount/unmount, and `filesystem_for`, the one place that
-//! chooses the file system served for an object set). Datasets add a
-//! variant and a module.
+//! chooses the file system served for an object set), `datasets` and
+//! `dslist` (create/snapshot/clone/rollback/rename/destroy/set/inherit and
+//! list/get, the `Dataset` variant).
 //!
 //! The daemon never calls `sync(2)` or `syncfs(2)` on the host: a loop
 //! device whose image lives on a tarn mount would make that call wait on
 //! the daemon itself.
 
+pub mod datasets;
+mod dslist;
 pub mod mounts;
 pub mod observe;
 pub mod pools;
@@ -224,7 +227,7 @@ pub fn log(msg: &str) {
 
 /// `2026-11-22T03:04:05Z` for seconds since the epoch (proleptic Gregorian,
 /// Howard Hinnant's days-to-civil).
-fn utc(secs: u64) -> String {
+pub(crate) fn utc(secs: u64) -> String {
     let (days, rem) = ((secs / 86400) as i64, secs % 86400);
     let z = days + 719_468;
     let era = z.div_euclid(146_097);

@@ -8,6 +8,24 @@
 //! Mount points are created if missing. A dead FUSE mount left at the
 //! mount point by a killed daemon ("transport endpoint is not connected")
 //! is detached first.
+//!
+//! # Which datasets are mounted
+//!
+//! OpenZFS mounts every file system at import. Tens of thousands of FUSE
+//! mounts (one session and its threads each) are not viable, so tarn
+//! mounts eagerly only what an administrator placed explicitly:
+//! - a pool's root dataset, at its mountpoint (`pool create -m`, default /POOL);
+//! - a dataset whose `mountpoint` is set on the dataset itself (source
+//!   `local`, not `none`/`legacy`) and `canmount=on` — when it is created,
+//!   cloned, the property is set, or the pool is imported;
+//! - any other dataset on demand: `tarn mount DATASET [DIR]` mounts it at
+//!   its (inherited) mountpoint or DIR.
+//!
+//! `canmount=off` datasets are never mounted (`noauto`: only by `tarn mount`).
+//! A snapshot is mounted read-only, and only by `tarn mount SNAP DIR`.
+//! Serving child datasets inside their parent's mount (FsTable::attach,
+//! one session for a whole tree) would make every dataset reachable
+//! without a mount of its own; it is not done yet.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,9 +34,10 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use tarn_engine::posix::FileSystem;
 use tarn_engine::{Error, ErrorKind, Objset, Result};
-use tarn_fuse::MountOptions;
+use tarn_fuse::{MountHandle, MountOptions};
 
 use super::{log, Out, State};
+use crate::cache::Cache;
 use crate::fmt;
 
 #[derive(Debug, Args, Serialize, Deserialize)]
@@ -66,17 +85,12 @@ pub fn filesystem_for(dataset: &str, objset: Arc<Objset>) -> Result<Arc<dyn File
     Ok(fs)
 }
 
-fn pool_of(dataset: &str) -> &str {
-    dataset.split('/').next().unwrap_or(dataset)
-}
+use super::datasets::pool_of;
 
-/// Mounts `dataset` of a live pool on `dir`.
+/// Mounts `dataset` (file system or snapshot) of a live pool on `dir`.
 pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
     let pool = pool_of(dataset);
     let live = st.pools.get(pool).ok_or_else(|| Error::not_found(format!("no such pool '{}'", pool)))?;
-    if dataset != pool {
-        return Err(Error::not_found(format!("no such dataset '{}' (pools have only their root dataset so far)", dataset)));
-    }
     if let Some(h) = st.mounts.get(dataset) {
         return Err(Error::new(ErrorKind::Exists, format!("'{}' is already mounted on '{}'", dataset, h.dir().display())));
     }
@@ -86,15 +100,130 @@ pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
     if !dir.is_absolute() {
         return Err(Error::invalid(format!("mount point '{}' must be an absolute path", dir.display())));
     }
-    let objset = live.pool.root().clone();
+    let objset = if dataset == pool {
+        live.pool.root().clone()
+    } else {
+        live.pool.datasets().objset(dataset).map_err(|e| match e.kind {
+            ErrorKind::NotFound => Error::not_found(format!("cannot mount '{}': no such dataset", dataset)),
+            _ => e.context(format!("cannot mount '{}'", dataset)),
+        })?
+    };
     let fs = st.filesystem(dataset, objset)?;
     detach_dead_mount(dir);
     std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating mount point '{}'", dir.display()), e))?;
-    let opts = MountOptions { fsname: dataset.to_string(), allow_other: true, ..Default::default() };
+    let opts = MountOptions { fsname: dataset.to_string(), allow_other: true, read_only: dataset.contains('@'), ..Default::default() };
     let h = tarn_fuse::mount(fs, dir, &opts).map_err(|e| e.context(format!("mounting '{}'", dataset)))?;
     log(&format!("mounted '{}' on '{}'", dataset, dir.display()));
     st.mounts.insert(dataset.to_string(), h);
     Ok(())
+}
+
+/// Where `tarn mount DATASET` mounts a dataset: its mountpoint, unless that
+/// is none/legacy or canmount=off.
+fn default_dir(st: &mut State, dataset: &str, out: &mut Out) -> Result<PathBuf> {
+    let pool = pool_of(dataset);
+    let live = st.live(pool, out)?;
+    if dataset == pool {
+        return live.mountpoint.clone().ok_or_else(|| Error::invalid(format!("'{}' has mountpoint=none: give a directory", dataset)));
+    }
+    if dataset.contains('@') {
+        return Err(Error::invalid(format!("cannot mount '{}': a snapshot is mounted only on a directory given (tarn mount SNAP DIR)", dataset)));
+    }
+    let ds = live.pool.datasets();
+    let no_such = |e: Error| match e.kind {
+        ErrorKind::NotFound => Error::not_found(format!("cannot mount '{}': no such dataset", dataset)),
+        _ => e,
+    };
+    if ds.get(dataset, "canmount").map_err(no_such)?.value == "off" {
+        return Err(Error::invalid(format!("cannot mount '{}': 'canmount' property is set to 'off'", dataset)));
+    }
+    match ds.get(dataset, "mountpoint").map_err(no_such)?.value.as_str() {
+        v @ ("none" | "legacy") => Err(Error::invalid(format!("cannot mount '{}': mountpoint={}: give a directory", dataset, v))),
+        v => Ok(PathBuf::from(v)),
+    }
+}
+
+/// Mounts a newly created, cloned, imported or re-propertied dataset if it
+/// is mounted eagerly (see the module comment); a failure is a warning.
+pub fn auto_mount(st: &mut State, dataset: &str, out: &mut Out) {
+    if st.mounts.contains_key(dataset) || dataset == pool_of(dataset) {
+        return;
+    }
+    let Some(live) = st.pools.get(pool_of(dataset)) else { return };
+    let ds = live.pool.datasets();
+    let eager = ds.get(dataset, "canmount").is_ok_and(|c| c.value == "on");
+    let Ok(mp) = ds.get(dataset, "mountpoint") else { return };
+    if !eager || mp.source != tarn_engine::dataset::Source::Local || mp.value == "none" || mp.value == "legacy" {
+        return;
+    }
+    if let Err(e) = mount(st, dataset, Path::new(&mp.value)) {
+        out.warnings.push(format!("'{}' is created but not mounted: {}", dataset, e));
+    }
+}
+
+/// Mounts `dataset` again at its default place after a rename or a
+/// property change unmounted it; a failure is a warning.
+pub fn remount_default(st: &mut State, dataset: &str, out: &mut Out) {
+    let res = default_dir(st, dataset, out).and_then(|dir| mount(st, dataset, &dir));
+    if let Err(e) = res {
+        out.warnings.push(format!("'{}' is no longer mounted: {}", dataset, e));
+    }
+}
+
+/// Unmounts `name` and every mounted dataset below it (its snapshots,
+/// its descendants); returns their names. If one is busy (and not
+/// `force`), the ones already unmounted are mounted again and the error
+/// is returned.
+pub fn unmount_below(st: &mut State, name: &str, force: bool) -> Result<Vec<String>> {
+    let below = |d: &str| d == name || d.starts_with(&format!("{}/", name)) || d.starts_with(&format!("{}@", name));
+    let mine: Vec<String> = st.mounts.keys().filter(|d| below(d)).cloned().collect();
+    let mut done: Vec<(String, PathBuf)> = Vec::new();
+    for d in &mine {
+        let dir = st.mounts.get(d).map(|h| h.dir().to_path_buf());
+        if let Err(e) = unmount(st, d, force) {
+            for (m, dir) in &done {
+                if let Err(e) = mount(st, m, dir) {
+                    log(&format!("cannot mount '{}' again: {}", m, e));
+                }
+            }
+            return Err(e);
+        }
+        done.push((d.clone(), dir.unwrap_or_default()));
+    }
+    Ok(mine)
+}
+
+/// The root dataset's mountpoint property changed: the cache entry (which
+/// the daemon mounts the root from) follows it.
+pub fn root_mountpoint_changed(st: &mut State, pool: &str, out: &mut Out) -> Result<()> {
+    let live = st.live(pool, out)?;
+    let mp = live.pool.datasets().get(pool, "mountpoint")?.value;
+    let setting = if mp == "legacy" { "none".to_string() } else { mp };
+    let mut cache = Cache::load()?;
+    if let Some(e) = cache.pools.iter_mut().find(|p| p.name == pool) {
+        e.mountpoint = Some(setting.clone());
+    }
+    cache.save()?;
+    if let Some(l) = st.pools.get_mut(pool) {
+        l.mountpoint = super::state::mountpoint_of(pool, Some(&setting));
+    }
+    Ok(())
+}
+
+/// The rollback hook: `dataset` was rolled back while mounted on `h`. The
+/// dataset layer restarted the same `Arc<Objset>` from the snapshot, but
+/// the kernel still caches names, attributes and pages of the old content,
+/// so every inode it holds is invalidated.
+///
+/// For the POSIX layer (being finished on another branch): a `PosixFs`
+/// (`h.filesystem()`) that caches anything of the object set in memory —
+/// file sizes of open handles, directory entries, the next object number —
+/// must drop it and re-read the object set here, *before* the kernel is
+/// told to look again. MemFs (the `TARN_TEST_MEMFS` hook) has no pool
+/// state to reload.
+pub fn after_rollback(dataset: &str, h: &MountHandle) {
+    let n = h.invalidate_all();
+    log(&format!("rolled back '{}': invalidated {} cached inodes of '{}'", dataset, n, h.dir().display()));
 }
 
 /// Detaches a FUSE mount whose server died (stat fails with ENOTCONN).
@@ -131,10 +260,10 @@ pub fn handle_mount(st: &mut State, a: MountArgs, out: &mut Out) -> Result<()> {
         out.text = fmt::table(&["DATASET", "MOUNTPOINT"], &rows, false);
         return Ok(());
     };
-    let live = st.live(pool_of(&dataset), out)?;
-    let dir = match a.dir.or_else(|| live.mountpoint.clone()) {
+    st.live(pool_of(&dataset), out)?;
+    let dir = match a.dir {
         Some(d) => d,
-        None => return Err(Error::invalid(format!("'{}' has mountpoint=none: give a directory", dataset))),
+        None => default_dir(st, &dataset, out)?,
     };
     mount(st, &dataset, &dir)
 }

@@ -111,6 +111,10 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
         mountpoint = Some(root_props.remove(i).1);
     }
     check_mountpoint(&mountpoint)?;
+    // The root dataset carries it too, so children inherit below it.
+    if let Some(m) = &mountpoint {
+        root_props.push(("mountpoint".into(), m.clone()));
+    }
     let mut opts = CreateOptions { force: a.force, tunables: t.clone(), root_props, ..Default::default() };
     for (k, v) in split_assignments(&a.pool_props, "-o")? {
         if k == "ashift" {

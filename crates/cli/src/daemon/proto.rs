@@ -36,6 +36,8 @@ pub enum Command {
     /// host memory sample, as a JSON `observe::MetricsReply`.
     Metrics { pools: Vec<String> },
     Tunable(super::observe::TunableCmd),
+    /// create, list, get, set, inherit, snapshot, rollback, clone, destroy, rename
+    Dataset(super::datasets::DatasetCmd),
 }
 
 /// What the command printed, warnings for stderr, or the error that ended it.

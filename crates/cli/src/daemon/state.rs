@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tarn_engine::dataset::{Source, Types};
 use tarn_engine::posix::FileSystem;
 use tarn_engine::{Error, Objset, OpenOptions, Pool, Result, Tunables};
 use tarn_fuse::{MemFs, MountHandle};
 
 use super::proto::{Command, Request, Response};
-use super::{log, mounts, observe, pools};
+use super::{datasets, log, mounts, observe, pools};
 use crate::pool_cmd::PoolCmd;
 use crate::cache::{Cache, CachedPool};
 
@@ -79,6 +80,23 @@ impl State {
         mounts::filesystem_for(dataset, objset)
     }
 
+    /// The test hook's file systems of `name` and below are gone with their
+    /// datasets (a dataset created again under the name starts empty).
+    pub fn forget_filesystems(&mut self, name: &str) {
+        if let Some(hook) = &mut self.test_memfs {
+            hook.retain(|d, _| !(d == name || d.starts_with(&format!("{}/", name)) || d.starts_with(&format!("{}@", name))));
+        }
+    }
+
+    /// The test hook's file system of `from` now serves `to` (a rename).
+    pub fn rename_filesystem(&mut self, from: &str, to: &str) {
+        if let Some(hook) = &mut self.test_memfs {
+            if let Some(fs) = hook.remove(from) {
+                hook.insert(to.to_string(), fs);
+            }
+        }
+    }
+
     /// Opens a pool from its cache entry, makes it live and mounts its root
     /// dataset (a failed mount is a warning: the pool stays imported).
     pub fn import_cached(&mut self, entry: &CachedPool, t: &Tunables, out: &mut Out) -> Result<()> {
@@ -97,6 +115,23 @@ impl State {
                 out.warnings.push(format!("pool '{}' is imported but not mounted: {}", name, e));
             }
         }
+        self.mount_explicit(name, out);
+    }
+
+    /// Mounts the datasets of pool `name` that have a mountpoint of their own
+    /// (see `mounts`, "Which datasets are mounted"). Walks the pool's file
+    /// systems once, at import only.
+    fn mount_explicit(&mut self, name: &str, out: &mut Out) {
+        let Some(live) = self.pools.get(name) else { return };
+        let ds = live.pool.datasets();
+        let fss = match ds.names(name, true, Types::FILESYSTEMS) {
+            Ok(v) => v,
+            Err(e) => return out.warnings.push(format!("cannot list the datasets of '{}' to mount them: {}", name, e)),
+        };
+        let explicit: Vec<String> = fss.into_iter().filter(|f| f != name && ds.get(f, "mountpoint").is_ok_and(|m| m.source == Source::Local)).collect();
+        for f in explicit {
+            mounts::auto_mount(self, &f, out);
+        }
     }
 
     /// The live pool `name`, importing it from the cache file if it is
@@ -114,11 +149,7 @@ impl State {
 
     /// Unmounts every mount of pool `name`; busy mounts fail unless `force`.
     pub fn unmount_pool(&mut self, name: &str, force: bool) -> Result<()> {
-        let mine: Vec<String> = self.mounts.keys().filter(|d| d.as_str() == name || d.starts_with(&format!("{}/", name))).cloned().collect();
-        for ds in mine {
-            mounts::unmount(self, &ds, force)?;
-        }
-        Ok(())
+        mounts::unmount_below(self, name, force).map(|_| ())
     }
 }
 
@@ -170,6 +201,7 @@ impl Daemon {
                 Command::Unmount(a) => mounts::handle_unmount(&mut st, a, &mut out),
                 Command::Metrics { pools } => observe::metrics(&mut st, &pools, &mut out),
                 Command::Tunable(c) => observe::tunable(&mut st, c, &mut out),
+                Command::Dataset(c) => datasets::handle(&mut st, c, &mut out),
             }
         })();
         Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg) }

@@ -1,0 +1,333 @@
+//! The `zfs`-style dataset commands in the daemon: create, snapshot, clone,
+//! rollback, rename, destroy, set, inherit (here) and list, get
+//! (`dslist`). Each is one [`DatasetCmd`] variant of
+//! `proto::Command::Dataset`, carried out on the live pool's
+//! `Datasets` (`engine::dataset`) under the daemon's state lock.
+//!
+//! Every change is one sync task batch (`Datasets::run`): a request costs
+//! one txg sync whatever the number of datasets, and the lookups it makes
+//! go through the dataset layer's hashed name index — no request but
+//! `list`, `get -r` and recursive operations walks datasets it does not
+//! name. Several names in one `create` or `snapshot` go into one txg (as
+//! `zfs snapshot a@s b@s` does), which is how scripts create many at once.
+//!
+//! Errors read as `zfs` prints them: `cannot create 'tank/a/b': parent does
+//! not exist` — one line naming the dataset.
+//!
+//! Mounts follow the dataset (see `mounts`, "Which datasets are mounted"):
+//! a dataset created or cloned with a mountpoint of its own is mounted; a
+//! destroy unmounts first (busy fails unless `-f`); `set`/`inherit` of
+//! `mountpoint` or `canmount` remounts or unmounts; rename moves the
+//! mounts; rollback refreshes the kernel's view of a mounted dataset
+//! ([`mounts::after_rollback`]).
+
+use clap::Subcommand;
+use serde::{Deserialize, Serialize};
+use tarn_engine::dataset::{Datasets, Op, Types};
+use tarn_engine::{Error, ErrorKind, Result};
+
+use super::state::{Out, State};
+use super::{dslist, mounts};
+use crate::pool_cmd::split_assignments;
+
+#[derive(Debug, Subcommand, Serialize, Deserialize)]
+pub enum DatasetCmd {
+    /// Create file systems (several names: one transaction group)
+    Create {
+        /// Create missing parent datasets
+        #[arg(short = 'p')]
+        parents: bool,
+        /// Set a property (repeatable)
+        #[arg(short = 'o', value_name = "PROP=VAL")]
+        props: Vec<String>,
+        #[arg(required = true, value_name = "POOL/PATH")]
+        names: Vec<String>,
+    },
+    /// List datasets and their properties
+    List(dslist::ListArgs),
+    /// Show dataset properties and where their values come from
+    Get(dslist::GetArgs),
+    /// Set a dataset property
+    Set {
+        #[arg(value_name = "PROP=VAL")]
+        assignment: String,
+        dataset: String,
+    },
+    /// Let a property inherit its value again (remove the local value)
+    Inherit {
+        /// Also on every descendant file system
+        #[arg(short = 'r')]
+        recursive: bool,
+        prop: String,
+        dataset: String,
+    },
+    /// Take snapshots DATASET@SNAP (several: one transaction group)
+    Snapshot {
+        /// Also snapshot every descendant file system, atomically
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(required = true, value_name = "DATASET@SNAP")]
+        snapshots: Vec<String>,
+    },
+    /// Roll a file system back to a snapshot
+    Rollback {
+        /// Destroy the snapshots taken after it (otherwise it must be the latest)
+        #[arg(short = 'r')]
+        recursive: bool,
+        #[arg(value_name = "DATASET@SNAP")]
+        snapshot: String,
+    },
+    /// Create a writable file system from a snapshot
+    Clone {
+        #[arg(short = 'o', value_name = "PROP=VAL")]
+        props: Vec<String>,
+        #[arg(value_name = "DATASET@SNAP")]
+        origin: String,
+        #[arg(value_name = "POOL/NEW")]
+        name: String,
+    },
+    /// Destroy a file system or snapshot
+    Destroy {
+        /// Also destroy children and snapshots
+        #[arg(short = 'r')]
+        recursive: bool,
+        /// Unmount even if busy
+        #[arg(short = 'f')]
+        force: bool,
+        target: String,
+    },
+    /// Rename a file system (with its descendants) or a snapshot
+    Rename { from: String, to: String },
+}
+
+/// The pool part of a dataset or snapshot name.
+pub fn pool_of(name: &str) -> &str {
+    let end = name.find(['/', '@']).unwrap_or(name.len());
+    &name[..end]
+}
+
+/// The datasets of the live pool `name` belongs to (importing it from the
+/// cache if needed); a missing pool is "cannot open 'x': no such pool".
+pub fn datasets_of<'a>(st: &'a mut State, name: &str, out: &mut Out) -> Result<&'a Datasets> {
+    let pool = pool_of(name);
+    if pool.is_empty() {
+        return Err(Error::invalid(format!("cannot open '{}': invalid dataset name", name)));
+    }
+    match st.live(pool, out) {
+        Ok(l) => Ok(l.pool.datasets()),
+        Err(e) if e.kind == ErrorKind::NotFound => Err(Error::not_found(format!("cannot open '{}': no such pool '{}'", name, pool))),
+        Err(e) => Err(e),
+    }
+}
+
+/// `cannot VERB 'NAME': why` with the engine's wording made zfs-like.
+fn cannot(verb: &str, name: &str, e: Error) -> Error {
+    let why = if e.msg.contains("does not exist") && e.kind == ErrorKind::NotFound {
+        if e.msg.starts_with("parent") { "parent does not exist".to_string() } else { "dataset does not exist".to_string() }
+    } else if e.kind == ErrorKind::Exists && e.msg.contains("already exists") {
+        "dataset already exists".to_string()
+    } else if let Some(rest) = e.msg.strip_prefix(&format!("dataset '{}' has ", name)) {
+        // "dataset 'tank/a' has children ('tank/a/b'): …" names the dataset twice.
+        format!("filesystem has {}", rest.replace("destroy them first or destroy recursively", "use -r to destroy them too"))
+    } else if let Some(rest) = e.msg.strip_prefix(&format!("snapshot '{}' has ", name)) {
+        format!("snapshot has {}", rest)
+    } else {
+        e.msg
+    };
+    Error::new(e.kind, format!("cannot {} '{}': {}", verb, name, why))
+}
+
+/// Runs `ops` in one txg; the first failure, named after its dataset.
+fn run_ops(ds: &Datasets, verb: &str, ops: Vec<(String, Op)>) -> Result<()> {
+    let (names, ops): (Vec<String>, Vec<Op>) = ops.into_iter().unzip();
+    let results = ds.run(ops).map_err(|e| cannot(verb, names.first().map_or("", |s| s.as_str()), e))?;
+    for (n, r) in names.iter().zip(results) {
+        r.map_err(|e| cannot(verb, n, e))?;
+    }
+    Ok(())
+}
+
+pub fn handle(st: &mut State, cmd: DatasetCmd, out: &mut Out) -> Result<()> {
+    match cmd {
+        DatasetCmd::Create { parents, props, names } => create(st, parents, props, names, out),
+        DatasetCmd::List(a) => dslist::list(st, a, out),
+        DatasetCmd::Get(a) => dslist::get(st, a, out),
+        DatasetCmd::Set { assignment, dataset } => set(st, &assignment, &dataset, out),
+        DatasetCmd::Inherit { recursive, prop, dataset } => inherit(st, recursive, &prop, &dataset, out),
+        DatasetCmd::Snapshot { recursive, snapshots } => snapshot(st, recursive, snapshots, out),
+        DatasetCmd::Rollback { recursive, snapshot } => rollback(st, recursive, &snapshot, out),
+        DatasetCmd::Clone { props, origin, name } => clone(st, props, &origin, &name, out),
+        DatasetCmd::Destroy { recursive, force, target } => destroy(st, recursive, force, &target, out),
+        DatasetCmd::Rename { from, to } => rename(st, &from, &to, out),
+    }
+}
+
+fn create(st: &mut State, parents: bool, props: Vec<String>, names: Vec<String>, out: &mut Out) -> Result<()> {
+    let props = split_assignments(&props, "-o")?;
+    let mut by_pool: Vec<(String, Vec<(String, Op)>)> = Vec::new();
+    for n in &names {
+        if n.contains('@') {
+            return Err(Error::invalid(format!("cannot create '{}': snapshots are taken with 'tarn snapshot'", n)));
+        }
+        let op = Op::Create { name: n.clone(), props: props.clone(), parents };
+        match by_pool.iter_mut().find(|(p, _)| p == pool_of(n)) {
+            Some((_, ops)) => ops.push((n.clone(), op)),
+            None => by_pool.push((pool_of(n).to_string(), vec![(n.clone(), op)])),
+        }
+    }
+    for (pool, ops) in by_pool {
+        run_ops(datasets_of(st, &pool, out)?, "create", ops)?;
+    }
+    for n in &names {
+        mounts::auto_mount(st, n, out);
+    }
+    Ok(())
+}
+
+fn set(st: &mut State, assignment: &str, dataset: &str, out: &mut Out) -> Result<()> {
+    let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("cannot set property for '{}': expected PROP=VALUE, not '{}'", dataset, assignment)))?;
+    let ds = datasets_of(st, dataset, out)?;
+    ds.set(dataset, k, v).map_err(|e| cannot("set property for", dataset, e))?;
+    after_prop_change(st, k, dataset, out)
+}
+
+fn inherit(st: &mut State, recursive: bool, prop: &str, dataset: &str, out: &mut Out) -> Result<()> {
+    let ds = datasets_of(st, dataset, out)?;
+    let targets = if recursive { ds.names(dataset, true, Types::FILESYSTEMS).map_err(|e| cannot("inherit", dataset, e))? } else { vec![dataset.to_string()] };
+    let ops = targets.into_iter().map(|n| (n.clone(), Op::Set { name: n, prop: prop.to_string(), value: None })).collect();
+    run_ops(ds, "inherit property for", ops)?;
+    after_prop_change(st, prop, dataset, out)
+}
+
+/// Mount consequences of a property change on `dataset` (and below it).
+fn after_prop_change(st: &mut State, prop: &str, dataset: &str, out: &mut Out) -> Result<()> {
+    if prop != "mountpoint" && prop != "canmount" {
+        return Ok(());
+    }
+    if prop == "mountpoint" && dataset == pool_of(dataset) {
+        mounts::root_mountpoint_changed(st, dataset, out)?;
+    }
+    let moved = mounts::unmount_below(st, dataset, false).map_err(|e| Error::new(e.kind, format!("cannot remount '{}': {}", dataset, e.msg)))?;
+    for m in moved.iter().filter(|m| m.as_str() != dataset) {
+        mounts::remount_default(st, m, out);
+    }
+    mounts::auto_mount(st, dataset, out);
+    Ok(())
+}
+
+fn snapshot(st: &mut State, recursive: bool, snapshots: Vec<String>, out: &mut Out) -> Result<()> {
+    let pool = pool_of(&snapshots[0]).to_string();
+    let ds = datasets_of(st, &pool, out)?;
+    let mut ops = Vec::new();
+    for s in &snapshots {
+        if pool_of(s) != pool {
+            return Err(Error::invalid(format!("cannot create snapshot '{}': all snapshots of one command must be in pool '{}'", s, pool)));
+        }
+        let Some((fs, snap)) = s.split_once('@') else {
+            return Err(Error::invalid(format!("cannot create snapshot '{}': not a snapshot name (DATASET@SNAP)", s)));
+        };
+        let fss = if recursive { ds.names(fs, true, Types::FILESYSTEMS).map_err(|e| cannot("create snapshot", s, e))? } else { vec![fs.to_string()] };
+        for f in fss {
+            let name = format!("{}@{}", f, snap);
+            ops.push((name.clone(), Op::Snapshot { name }));
+        }
+    }
+    run_ops(ds, "create snapshot", ops)
+}
+
+fn rollback(st: &mut State, recursive: bool, snapshot: &str, out: &mut Out) -> Result<()> {
+    let ds = datasets_of(st, snapshot, out)?;
+    let Some((fs, _)) = snapshot.split_once('@') else {
+        return Err(Error::invalid(format!("cannot rollback '{}': not a snapshot name (DATASET@SNAP)", snapshot)));
+    };
+    let res = if recursive { ds.rollback_destroying_later(snapshot) } else { ds.rollback(snapshot) };
+    res.map_err(|e| match e.msg.find(" is not the latest snapshot") {
+        Some(_) => Error::new(e.kind, format!("cannot rollback to '{}': more recent snapshots exist (use -r to destroy them)", snapshot)),
+        None => cannot("rollback to", snapshot, e),
+    })?;
+    if let Some(h) = st.mounts.get(fs) {
+        mounts::after_rollback(fs, h);
+    }
+    Ok(())
+}
+
+fn clone(st: &mut State, props: Vec<String>, origin: &str, name: &str, out: &mut Out) -> Result<()> {
+    let props = split_assignments(&props, "-o")?;
+    let ds = datasets_of(st, origin, out)?;
+    if pool_of(name) != pool_of(origin) {
+        return Err(Error::invalid(format!("cannot create '{}': a clone must be in the pool of its origin '{}'", name, origin)));
+    }
+    run_ops(ds, "create", vec![(name.to_string(), Op::Clone { origin: origin.to_string(), name: name.to_string(), props })])?;
+    mounts::auto_mount(st, name, out);
+    Ok(())
+}
+
+fn destroy(st: &mut State, recursive: bool, force: bool, target: &str, out: &mut Out) -> Result<()> {
+    let ds = datasets_of(st, target, out)?;
+    if !ds.exists(target) {
+        return Err(Error::not_found(format!("cannot destroy '{}': dataset does not exist", target)));
+    }
+    if target == pool_of(target) {
+        return Err(Error::invalid(format!("cannot destroy '{}': the pool's root dataset goes with the pool ('tarn pool destroy')", target)));
+    }
+    let unmounted = match mounts::unmount_below(st, target, force) {
+        Ok(u) => u,
+        Err(e) if e.kind == ErrorKind::Busy => return Err(Error::new(ErrorKind::Busy, format!("cannot destroy '{}': dataset is busy ({}; -f forces)", target, e.msg))),
+        Err(e) => return Err(cannot("destroy", target, e)),
+    };
+    let ds = datasets_of(st, target, out)?;
+    if let Err(e) = ds.destroy(target, recursive) {
+        // Nothing was destroyed (or only part, with -r): mount again what survives.
+        for m in &unmounted {
+            mounts::remount_default(st, m, out);
+        }
+        return Err(cannot("destroy", target, e));
+    }
+    st.forget_filesystems(target);
+    Ok(())
+}
+
+fn rename(st: &mut State, from: &str, to: &str, out: &mut Out) -> Result<()> {
+    let ds = datasets_of(st, from, out)?;
+    if pool_of(to) != pool_of(from) {
+        return Err(Error::invalid(format!("cannot rename to '{}': datasets stay in their pool '{}'", to, pool_of(from))));
+    }
+    if !ds.exists(from) {
+        return Err(Error::not_found(format!("cannot rename '{}': dataset does not exist", from)));
+    }
+    let unmounted = mounts::unmount_below(st, from, false).map_err(|e| Error::new(e.kind, format!("cannot rename '{}': dataset is busy ({})", from, e.msg)))?;
+    let ds = datasets_of(st, from, out)?;
+    let res = ds.rename(from, to).map_err(|e| cannot("rename", from, e));
+    let new_name = |m: &str| if res.is_ok() { format!("{}{}", to, &m[from.len()..]) } else { m.to_string() };
+    for m in &unmounted {
+        let n = new_name(m);
+        st.rename_filesystem(m, &n);
+        mounts::remount_default(st, &n, out);
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_part_of_names() {
+        assert_eq!(pool_of("tank"), "tank");
+        assert_eq!(pool_of("tank/a/b"), "tank");
+        assert_eq!(pool_of("tank@s"), "tank");
+        assert_eq!(pool_of("/x"), "");
+    }
+
+    #[test]
+    fn errors_read_like_zfs() {
+        let e = cannot("create", "tank/a/b", Error::not_found("parent 'tank/a' of 'tank/a/b' does not exist (create it, or use create_parents)"));
+        assert_eq!(e.msg, "cannot create 'tank/a/b': parent does not exist");
+        let e = cannot("destroy", "tank/x", Error::not_found("dataset 'tank/x' does not exist"));
+        assert_eq!(e.msg, "cannot destroy 'tank/x': dataset does not exist");
+        let e = cannot("create", "tank/a", Error::new(ErrorKind::Exists, "dataset 'tank/a' already exists"));
+        assert_eq!(e.msg, "cannot create 'tank/a': dataset already exists");
+        let e = cannot("destroy", "tank/a", Error::new(ErrorKind::Busy, "dataset 'tank/a' has children ('tank/a/b'): destroy them first or destroy recursively"));
+        assert_eq!(e.msg, "cannot destroy 'tank/a': filesystem has children ('tank/a/b'): use -r to destroy them too");
+    }
+}

@@ -1,0 +1,236 @@
+//! The zfs-style dataset commands end to end, through the daemon: every
+//! command's happy path and its errors (one `tarn: cannot …` line, exit 1;
+//! usage errors exit 2), property inheritance and the SOURCE column,
+//! listing formats, snapshots/clones/rollback/rename/destroy, mounts that
+//! follow the datasets, and persistence across a daemon restart.
+//!
+//! The daemons run with the `TARN_TEST_MEMFS=1` hook (debug builds): the
+//! dataset layer is the real one, the files seen through mounts live in a
+//! MemFs per dataset (the POSIX layer is on another branch). Each test
+//! skips with a message if /dev/fuse is unavailable.
+
+mod common;
+
+use std::path::Path;
+
+use common::{is_mounted, Env};
+
+fn lines(s: &str) -> Vec<&str> {
+    s.lines().collect()
+}
+
+#[test]
+fn create_list_and_the_errors_an_administrator_expects() {
+    let Some(e) = Env::new("ds-create") else { return };
+    let mnt = e.create("tank");
+    assert_eq!(e.ok(&["create", "tank/a"]), "");
+    assert!(e.fails(&["create", "tank/a"]).contains("cannot create 'tank/a': dataset already exists"));
+    assert_eq!(e.fails(&["create", "tank/x/y"]).trim(), "tarn: cannot create 'tank/x/y': parent does not exist");
+    e.ok(&["create", "-p", "-o", "compression=zstd", "-o", "atime=off", "tank/x/y"]);
+    e.ok(&["create", "tank/b1", "tank/b2"]);
+    // Invalid names, properties and values; nonexistent pools.
+    assert!(e.fails(&["create", "tank/bad name"]).contains("invalid dataset name"));
+    assert!(e.fails(&["create", "tank//a"]).contains("invalid dataset name"));
+    assert!(e.fails(&["create", "tank/a@s"]).contains("cannot create 'tank/a@s'"));
+    assert!(e.fails(&["create", "nopool/a"]).contains("no such pool 'nopool'"));
+    assert!(e.fails(&["create", "-o", "bogus=1", "tank/c"]).contains("unknown property 'bogus'"));
+    assert!(e.fails(&["create", "-o", "atime=maybe", "tank/c"]).contains("bad value 'maybe' for property 'atime'"));
+    assert!(e.fails(&["create", "-o", "used=1", "tank/c"]).contains("read-only"));
+    assert!(e.fails(&["create", "-o", "novalue", "tank/c"]).contains("PROP=VALUE"));
+    assert_eq!(e.run(&["create"]).status.code(), Some(2), "usage errors are the parser's");
+    assert_eq!(e.run(&["list", "-x"]).status.code(), Some(2));
+
+    let out = e.ok(&["list"]);
+    assert_eq!(lines(&out)[0].split_whitespace().collect::<Vec<_>>(), ["NAME", "USED", "AVAIL", "REFER", "MOUNTPOINT"]);
+    let names: Vec<&str> = lines(&out)[1..].iter().map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(names, ["tank", "tank/a", "tank/b1", "tank/b2", "tank/x", "tank/x/y"]);
+    assert!(out.contains(&format!("{}/x/y", mnt)), "mountpoints inherit below the pool's: {}", out);
+    assert_eq!(e.ok(&["list", "-H", "-o", "name", "-d", "1", "tank/x"]), "tank/x\ntank/x/y\n");
+    assert_eq!(e.ok(&["list", "-H", "-o", "name", "-d", "0", "tank"]), "tank\n");
+    assert_eq!(e.ok(&["list", "-H", "-o", "name,compression", "-r", "tank/x"]), "tank/x\tlz4\ntank/x/y\tzstd\n");
+    let p = e.ok(&["list", "-H", "-p", "-o", "name,avail", "tank/a"]);
+    let avail: u64 = p.trim().split('\t').nth(1).unwrap().parse().expect("-p prints exact numbers");
+    assert!(avail > 100 << 20, "{}", p);
+    assert!(e.ok(&["list", "-o", "name,avail", "tank/a"]).contains('M'), "sizes are human-readable without -p");
+    let sorted = e.ok(&["list", "-H", "-o", "name", "-s", "name", "-r", "tank/x"]);
+    assert_eq!(sorted, "tank/x\ntank/x/y\n");
+    let json: serde_json::Value = serde_json::from_str(&e.ok(&["list", "--json", "tank/a"])).unwrap();
+    assert_eq!(json[0]["name"], "tank/a");
+    assert!(e.fails(&["list", "tank/nosuch"]).contains("cannot open 'tank/nosuch': dataset does not exist"));
+    assert!(e.fails(&["list", "-o", "name,bogus", "tank"]).contains("invalid property 'bogus'"));
+    assert!(e.fails(&["list", "-t", "volume", "tank"]).contains("invalid type 'volume'"));
+}
+
+#[test]
+fn properties_inherit_and_get_shows_their_source() {
+    let Some(e) = Env::new("ds-props") else { return };
+    e.create("tank");
+    e.ok(&["create", "-p", "tank/a/b"]);
+    e.ok(&["set", "compression=zstd-7", "tank/a"]);
+    e.ok(&["set", "quota=1G", "tank/a/b"]);
+    let got = e.ok(&["get", "-H", "-o", "name,value,source", "compression", "tank", "tank/a", "tank/a/b"]);
+    assert_eq!(got, "tank\tlz4\tdefault\ntank/a\tzstd-7\tlocal\ntank/a/b\tzstd-7\tinherited from tank/a\n");
+    let got = e.ok(&["get", "-H", "-o", "property,value,source", "type,quota", "tank/a/b"]);
+    assert_eq!(got, "type\tfilesystem\t-\nquota\t1G\tlocal\n");
+    assert_eq!(e.ok(&["get", "-H", "-p", "-o", "value", "quota", "tank/a/b"]), "1073741824\n");
+    let header = e.ok(&["get", "recordsize", "tank"]);
+    assert_eq!(lines(&header)[0].split_whitespace().collect::<Vec<_>>(), ["NAME", "PROPERTY", "VALUE", "SOURCE"]);
+    assert!(e.ok(&["get", "all", "tank/a"]).lines().count() > 20);
+    let rec = e.ok(&["get", "-r", "-H", "-o", "name", "atime", "tank/a"]);
+    assert_eq!(rec, "tank/a\ntank/a/b\n");
+    // inherit, and inherit -r
+    e.ok(&["set", "atime=off", "tank/a/b"]);
+    e.ok(&["inherit", "compression", "tank/a"]);
+    assert_eq!(e.ok(&["get", "-H", "-o", "value,source", "compression", "tank/a/b"]), "lz4\tdefault\n");
+    e.ok(&["inherit", "-r", "atime", "tank/a"]);
+    assert_eq!(e.ok(&["get", "-H", "-o", "source", "atime", "tank/a/b"]), "default\n");
+    // errors
+    assert!(e.fails(&["set", "atime=maybe", "tank/a"]).contains("cannot set property for 'tank/a': bad value 'maybe'"));
+    assert!(e.fails(&["set", "used=1", "tank/a"]).contains("read-only"));
+    assert!(e.fails(&["set", "bogus=1", "tank/a"]).contains("unknown property 'bogus'"));
+    assert!(e.fails(&["set", "atime", "tank/a"]).contains("PROP=VALUE"));
+    assert!(e.fails(&["set", "atime=on", "tank/nosuch"]).contains("dataset does not exist"));
+    assert!(e.fails(&["inherit", "used", "tank/a"]).contains("read-only"));
+    assert!(e.fails(&["get", "bogus", "tank/a"]).contains("bad property list: invalid property 'bogus'"));
+    assert!(e.fails(&["get", "atime", "tank/nosuch"]).contains("cannot open 'tank/nosuch': dataset does not exist"));
+    assert!(e.fails(&["get", "-o", "bogus", "atime", "tank"]).contains("invalid column 'bogus'"));
+    e.ok(&["snapshot", "tank/a@s"]);
+    assert!(e.fails(&["set", "atime=on", "tank/a@s"]).contains("cannot set property for 'tank/a@s'"));
+}
+
+#[test]
+fn snapshots_clones_rollback_rename_and_destroy() {
+    let Some(e) = Env::new("ds-snap") else { return };
+    e.create("tank");
+    e.ok(&["create", "-p", "tank/a/b"]);
+    e.ok(&["snapshot", "-r", "tank/a@s1"]);
+    e.ok(&["snapshot", "tank/a@s2", "tank/a/b@s2"]);
+    assert_eq!(e.ok(&["list", "-r", "-t", "snapshot", "-o", "name", "-H", "tank"]), "tank/a@s1\ntank/a@s2\ntank/a/b@s1\ntank/a/b@s2\n");
+    let used = e.ok(&["list", "-r", "-t", "snapshot", "-o", "name,used", "-H", "-p", "tank/a"]);
+    for l in used.lines() {
+        let cols: Vec<&str> = l.split('\t').collect();
+        assert_eq!(cols.len(), 2, "{}", l);
+        cols[1].parse::<u64>().expect("exact bytes");
+    }
+    assert_eq!(e.ok(&["list", "-H", "-o", "name", "-t", "all", "-r", "tank/a/b"]), "tank/a/b\ntank/a/b@s1\ntank/a/b@s2\n");
+    assert!(e.fails(&["snapshot", "tank/a@s1"]).contains("cannot create snapshot 'tank/a@s1': dataset already exists"));
+    assert!(e.fails(&["snapshot", "tank/a"]).contains("not a snapshot name"));
+    assert!(e.fails(&["snapshot", "tank/nosuch@s"]).contains("cannot create snapshot 'tank/nosuch@s'"));
+    // rollback: only to the latest unless -r
+    assert!(e.fails(&["rollback", "tank/a@s1"]).contains("more recent snapshots exist"));
+    e.ok(&["rollback", "tank/a@s2"]);
+    e.ok(&["rollback", "-r", "tank/a@s1"]);
+    assert_eq!(e.ok(&["list", "-H", "-o", "name", "-t", "snapshot", "tank/a"]), "tank/a@s1\n");
+    assert!(e.fails(&["rollback", "tank/a"]).contains("not a snapshot name"));
+    assert!(e.fails(&["rollback", "tank/a@nosuch"]).contains("cannot rollback to 'tank/a@nosuch'"));
+    // clone; a snapshot with clones cannot be destroyed
+    e.ok(&["clone", "-o", "atime=off", "tank/a@s1", "tank/c"]);
+    assert_eq!(e.ok(&["get", "-H", "-o", "value", "origin", "tank/c"]), "tank/a@s1\n");
+    assert_eq!(e.ok(&["get", "-H", "-o", "value,source", "atime", "tank/c"]), "off\tlocal\n");
+    assert!(e.fails(&["clone", "tank/a", "tank/d"]).contains("cannot create 'tank/d'"));
+    assert!(e.fails(&["clone", "tank/a@nosuch", "tank/d"]).contains("cannot create 'tank/d'"));
+    let err = e.fails(&["destroy", "tank/a@s1"]);
+    assert!(err.contains("cannot destroy 'tank/a@s1'") && err.contains("dependent clones") && err.contains("tank/c"), "{}", err);
+    // children and snapshots need -r
+    let err = e.fails(&["destroy", "tank/a"]);
+    assert!(err.contains("cannot destroy 'tank/a': filesystem has children") && err.contains("-r"), "{}", err);
+    assert!(e.fails(&["destroy", "tank/nosuch"]).contains("cannot destroy 'tank/nosuch': dataset does not exist"));
+    assert!(e.fails(&["destroy", "tank"]).contains("root dataset"));
+    // rename
+    e.ok(&["rename", "tank/c", "tank/a/c2"]);
+    assert!(e.ok(&["list", "-H", "-o", "name", "-r", "tank"]).contains("tank/a/c2\n"));
+    e.ok(&["rename", "tank/a@s1", "tank/a@first"]);
+    assert!(e.fails(&["rename", "tank/nosuch", "tank/z"]).contains("dataset does not exist"));
+    assert!(e.fails(&["rename", "tank/a@first", "tank/b@x"]).contains("cannot rename"));
+    e.ok(&["destroy", "tank/a/c2"]);
+    e.ok(&["destroy", "-r", "tank/a"]);
+    assert_eq!(e.ok(&["list", "-H", "-o", "name", "-t", "all"]), "tank\n");
+    assert!(e.ok(&["inspect", "tank", "--verify"]).starts_with("verified txg"));
+}
+
+#[test]
+fn mounts_follow_the_datasets() {
+    let Some(e) = Env::new("ds-mounts") else { return };
+    let mnt = e.create("tank");
+    let own = e.path("own");
+    // A dataset with a mountpoint of its own is mounted when created.
+    e.ok(&["create", "-o", &format!("mountpoint={}", own), "tank/own"]);
+    assert!(is_mounted(&own));
+    // Others are mounted on demand, at their inherited mountpoint.
+    e.ok(&["create", "tank/lazy"]);
+    let lazy = format!("{}/lazy", mnt);
+    assert!(!is_mounted(&lazy));
+    e.ok(&["mount", "tank/lazy"]);
+    assert!(is_mounted(&lazy));
+    assert!(e.ok(&["mount"]).contains(&lazy));
+    std::fs::write(format!("{}/f", lazy), b"lazy data").unwrap();
+    // set mountpoint= moves the mount; canmount=off unmounts; none unmounts.
+    let moved = e.path("moved");
+    e.ok(&["set", &format!("mountpoint={}", moved), "tank/own"]);
+    assert!(!is_mounted(&own) && is_mounted(&moved));
+    e.ok(&["set", "canmount=off", "tank/own"]);
+    assert!(!is_mounted(&moved));
+    assert!(e.fails(&["mount", "tank/own"]).contains("'canmount' property is set to 'off'"));
+    e.ok(&["set", "canmount=on", "tank/own"]);
+    assert!(is_mounted(&moved));
+    e.ok(&["set", "mountpoint=none", "tank/own"]);
+    assert!(!is_mounted(&moved));
+    assert!(e.fails(&["mount", "tank/own"]).contains("mountpoint=none"));
+    // rename moves a mounted dataset to its new inherited mountpoint.
+    e.ok(&["rename", "tank/lazy", "tank/lazier"]);
+    let lazier = format!("{}/lazier", mnt);
+    assert!(!is_mounted(&lazy) && is_mounted(&lazier));
+    assert_eq!(std::fs::read(format!("{}/f", lazier)).unwrap(), b"lazy data");
+    // rollback of a mounted dataset keeps it mounted (the kernel's caches are dropped).
+    e.ok(&["snapshot", "tank/lazier@s"]);
+    e.ok(&["rollback", "tank/lazier@s"]);
+    assert!(is_mounted(&lazier));
+    assert!(e.dir.join("tarn.log").exists());
+    assert!(e.log().contains("rolled back 'tank/lazier'"), "{}", e.log());
+    // Snapshots mount read-only.
+    let snapdir = e.path("snap");
+    e.ok(&["mount", "tank/lazier@s", &snapdir]);
+    let w = std::fs::write(format!("{}/new", snapdir), b"x").unwrap_err();
+    assert_eq!(w.raw_os_error(), Some(libc::EROFS), "{}", w);
+    assert!(e.fails(&["mount", "tank/lazier@s", &e.path("snap2")]).contains("already mounted"));
+    assert!(e.fails(&["mount", "tank/lazier@s"]).contains("only on a directory given"));
+    e.ok(&["unmount", "tank/lazier@s"]);
+    // destroy unmounts first; busy is an error unless -f.
+    let f = std::fs::File::open(format!("{}/f", lazier)).unwrap();
+    e.ok(&["destroy", "tank/lazier@s"]);
+    let err = e.fails(&["destroy", "tank/lazier"]);
+    assert!(err.contains("cannot destroy 'tank/lazier': dataset is busy"), "{}", err);
+    assert!(is_mounted(&lazier));
+    e.ok(&["destroy", "-f", "tank/lazier"]);
+    drop(f);
+    assert!(!is_mounted(&lazier));
+    assert!(e.fails(&["mount", "tank/lazier"]).contains("no such dataset"));
+    assert!(e.fails(&["mount", "tank/nosuch"]).contains("no such dataset"));
+}
+
+#[test]
+fn datasets_properties_and_explicit_mounts_persist_across_restarts() {
+    let Some(e) = Env::new("ds-restart") else { return };
+    e.create("tank");
+    let own = e.path("own");
+    e.ok(&["create", "-p", "-o", "recordsize=1M", "tank/a/b"]);
+    e.ok(&["create", "-o", &format!("mountpoint={}", own), "tank/own"]);
+    e.ok(&["snapshot", "-r", "tank/a@keep"]);
+    e.ok(&["clone", "tank/a@keep", "tank/cl"]);
+    let before = e.ok(&["list", "-H", "-o", "name,recordsize,origin", "-t", "all"]);
+    let props_before = e.ok(&["get", "-H", "all", "tank/a/b"]);
+    e.ok(&["daemon", "stop"]);
+    assert!(!is_mounted(&own));
+    assert_eq!(e.ok(&["list", "-H", "-o", "name,recordsize,origin", "-t", "all"]), before);
+    assert!(is_mounted(&own), "the next daemon mounts the explicitly placed dataset again");
+    let props_after = e.ok(&["get", "-H", "all", "tank/a/b"]);
+    let stable = |s: &str| s.lines().filter(|l| !l.contains("\tavailable\t") && !l.contains("\tused")).map(String::from).collect::<Vec<_>>();
+    assert_eq!(stable(&props_after), stable(&props_before));
+    assert!(Path::new(&own).exists());
+    // Export unmounts every dataset of the pool, snapshots included.
+    let snapdir = e.path("snap");
+    e.ok(&["mount", "tank/a@keep", &snapdir]);
+    e.ok(&["pool", "export", "tank"]);
+    assert!(!is_mounted(&snapdir) && !is_mounted(&own));
+    assert_eq!(e.ok(&["mount"]).lines().count(), 1, "only the header is left");
+}
