@@ -61,10 +61,13 @@ fn run(seed: u64, ops: usize) {
                 let byte = rng.next() as u8;
                 f.seek(SeekFrom::Start(off)).unwrap();
                 f.write_all(&vec![byte; len]).unwrap();
-                if model.len() < off as usize + len {
-                    model.resize(off as usize + len, 0);
+                // A write of nothing changes nothing, not even the size.
+                if len > 0 {
+                    if model.len() < off as usize + len {
+                        model.resize(off as usize + len, 0);
+                    }
+                    model[off as usize..off as usize + len].fill(byte);
                 }
-                model[off as usize..off as usize + len].fill(byte);
             }
             40..=64 => {
                 let off = rng.below(model.len() as u64 + 1);

@@ -80,21 +80,32 @@ fn run(seed: u64, ops: usize) {
     let mut models: Vec<Vec<u8>> = vec![Vec::new(), Vec::new()];
     let mut snaps: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
     let mut rng = Rng(seed | 1);
+    let trace: Option<usize> = std::env::var("TARN_FSX_TRACE").ok().and_then(|v| v.parse().ok());
     let (mut n_snap, mut n_rollback, mut n_mmap, mut n_copy) = (0, 0, 0, 0);
     for op in 0..ops {
         let what = |s: &str| format!("seed {seed} op {op}: {s}");
         let k = rng.below(2) as usize;
         let f = &files[k];
         let m = &mut models[k];
-        match rng.below(100) {
+        let choice = rng.below(100);
+        if trace.is_some_and(|t| op + 40 >= t) {
+            eprintln!("op {} file {} choice {} model len {}", op, k, choice, m.len());
+        }
+        match choice {
             0..=29 => {
                 let off = rng.below(FILE_MAX);
                 let max = if rng.below(4) == 0 { 1 << 19 } else { 9000 };
                 let len = rng.below(max).min(FILE_MAX - off) as usize;
                 let byte = (rng.next() as u8) | 1;
+                if trace.is_some_and(|t| op + 40 >= t) {
+                    eprintln!("  write off {} len {}", off, len);
+                }
                 f.write_all_at(&vec![byte; len], off).unwrap();
-                resize(m, off as usize + len);
-                m[off as usize..off as usize + len].fill(byte);
+                // A write of nothing changes nothing, not even the size.
+                if len > 0 {
+                    resize(m, off as usize + len);
+                    m[off as usize..off as usize + len].fill(byte);
+                }
             }
             30..=49 => {
                 let off = rng.below(m.len() as u64 + 1);
@@ -170,6 +181,9 @@ fn run(seed: u64, ops: usize) {
                     let n = unsafe { libc::copy_file_range(files[src].as_raw_fd(), &mut oi, files[dst].as_raw_fd(), &mut oo, left, 0) };
                     assert!(n > 0, "{}: copy_file_range: {}", what("copy"), std::io::Error::last_os_error());
                     left -= n as usize;
+                }
+                if trace.is_some_and(|t| op + 40 >= t) {
+                    eprintln!("  copy {}:{}+{} -> {}:{}", src, off_in, len, dst, off_out);
                 }
                 let bytes = models[src][off_in as usize..(off_in + len) as usize].to_vec();
                 resize(&mut models[dst], (off_out + len) as usize);
