@@ -7,8 +7,15 @@
 
 use crate::error::{Error, Result};
 
-/// Physical memory of the host, for the memory-relative defaults.
+/// Memory the engine may plan with, for the memory-relative defaults: the
+/// host's, or its memory cgroup's limit when that is smaller (a daemon in a
+/// 1 GiB container must not size its dirty data from the host's 24 GiB).
 pub fn physical_memory_bytes() -> u64 {
+    crate::arc::host_memory().total
+}
+
+/// Physical memory of the host as sysconf reports it.
+pub fn sysconf_memory_bytes() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
     // SAFETY: as above.

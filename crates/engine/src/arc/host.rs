@@ -1,5 +1,6 @@
 //! What the host's memory looks like to the ARC: `/proc/meminfo`, the
-//! cgroup (v2) the daemon runs in, and pressure stall information.
+//! memory cgroup (v2, or v1's memory controller) the daemon runs in, and
+//! pressure stall information.
 
 /// One sample of the host's memory.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -30,11 +31,24 @@ fn meminfo_field(text: &str, name: &str) -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// The cgroup v2 directory of this process, if any.
-fn cgroup_dir() -> Option<String> {
+/// The memory cgroup of this process: (limit file, usage file, pressure
+/// file) under cgroup v2 (`memory.max`), else under v1's memory controller
+/// (`memory.limit_in_bytes`).
+fn cgroup_files() -> Option<(String, String, Option<String>)> {
     let text = read("/proc/self/cgroup")?;
-    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    Some(format!("/sys/fs/cgroup{}", path.trim_end_matches('/')))
+    if let Some(path) = text.lines().find_map(|l| l.strip_prefix("0::")) {
+        let dir = format!("/sys/fs/cgroup{}", path.trim_end_matches('/'));
+        if std::path::Path::new(&format!("{}/memory.max", dir)).exists() {
+            return Some((format!("{}/memory.max", dir), format!("{}/memory.current", dir), Some(format!("{}/memory.pressure", dir))));
+        }
+    }
+    let path = text.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+        ctrl.split(',').any(|c| c == "memory").then(|| path.trim_end_matches('/').to_string())
+    })?;
+    let dir = format!("/sys/fs/cgroup/memory{}", path);
+    Some((format!("{}/memory.limit_in_bytes", dir), format!("{}/memory.usage_in_bytes", dir), None))
 }
 
 /// Parses `some avg10=1.23 ...` from a PSI file.
@@ -47,19 +61,21 @@ pub fn parse_psi_some_avg10(text: &str) -> Option<f64> {
 /// Samples the host now.
 pub fn host_memory() -> HostMemory {
     let info = read("/proc/meminfo").unwrap_or_default();
-    let mut total = meminfo_field(&info, "MemTotal:").unwrap_or_else(crate::tunables::physical_memory_bytes);
+    let mut total = meminfo_field(&info, "MemTotal:").unwrap_or_else(crate::tunables::sysconf_memory_bytes);
     let mut available = meminfo_field(&info, "MemAvailable:").unwrap_or(total / 2);
     let mut psi = read("/proc/pressure/memory").and_then(|t| parse_psi_some_avg10(&t)).unwrap_or(0.0);
-    if let Some(dir) = cgroup_dir() {
-        let limit = read(&format!("{}/memory.max", dir)).and_then(|s| s.trim().parse::<u64>().ok());
-        let current = read(&format!("{}/memory.current", dir)).and_then(|s| s.trim().parse::<u64>().ok());
+    if let Some((limit_f, usage_f, pressure_f)) = cgroup_files() {
+        // "max" (v2) and v1's huge "unlimited" value do not parse or exceed
+        // physical memory: no limit then.
+        let limit = read(&limit_f).and_then(|s| s.trim().parse::<u64>().ok());
+        let current = read(&usage_f).and_then(|s| s.trim().parse::<u64>().ok());
         if let (Some(limit), Some(current)) = (limit, current) {
             if limit < total {
                 total = limit;
                 available = available.min(limit.saturating_sub(current));
             }
         }
-        if let Some(p) = read(&format!("{}/memory.pressure", dir)).and_then(|t| parse_psi_some_avg10(&t)) {
+        if let Some(p) = pressure_f.and_then(|f| read(&f)).and_then(|t| parse_psi_some_avg10(&t)) {
             psi = psi.max(p);
         }
     }

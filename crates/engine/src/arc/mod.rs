@@ -522,6 +522,16 @@ impl BlockCache {
         if host.available < want_free || host.psi_some_avg10 > 10.0 {
             let short = want_free.saturating_sub(host.available).max(max / 32);
             self.shrink(short);
+            // Free write buffers kept for reuse are a cache too: give them
+            // back first (they are faulted in again when writing resumes).
+            crate::sys::buf::trim_recycled(0);
+            // Evicted blocks went back to the allocator, which keeps freed
+            // heap pages unless asked: hand them to the host.
+            #[cfg(target_env = "gnu")]
+            // SAFETY: malloc_trim only releases free heap memory.
+            unsafe {
+                libc::malloc_trim(0);
+            }
         } else if host.available > want_free * 2 {
             self.grow(max / 32);
         }

@@ -821,7 +821,7 @@ impl ShellShared {
         let txg = Arc::new(TxgEngine::new(&config.pool_name, ub.txg, ThrottleParams::from_tunables(tunables)));
         // Dirty data bounds the buffers a write stream has in flight; keeping
         // that many free ones lets the stream reuse them.
-        crate::sys::buf::set_recycle_limit(((tunables.zfs_dirty_data_max / 4 * 5) as usize).max(1 << 30));
+        crate::sys::buf::set_recycle_limit(((tunables.zfs_dirty_data_max / 4 * 5) as usize).max(64 << 20));
         let limits = queue_limits(tunables);
         let mut alloc = Allocator::new();
         let mut vdevs = Vec::new();
