@@ -12,7 +12,7 @@ $T pool create -m none -O recordsize=16K -O compression=off tank $D/l2a.img --si
 $T daemon stop >/dev/null 2>&1 || true
 truncate -s 2G $D/l2c.img
 tun="--tunable zfs_arc_max=32M --tunable zfs_arc_min=16M --tunable zfs_prefetch_disable=1"
-common="--workload randread --size 1G --bs 16K --threads 16 --device-latency 2ms --ops 1500 --warmup-ops 8000 --json"
+common="--workload randread --size 1G --bs 16K --threads 16 --device-latency 2ms --ops 1500 --warmup-ops ${WARMUP:-8000} --json"
 show() { python3 -c "import json,sys;r=json.load(open('$1'));print('%-28s reads/s %6.0f  p50 %5d us  dm%% %5.1f  mm%% %4.1f  l2 hits %6d misses %6d  l2 size %4d MiB  feeds %d' % ('$2', r['ops_per_s'], r['lat_us_p50'], r['arc_data_miss_pct'], r['arc_metadata_miss_pct'], r['l2_hits'], r['l2_misses'], r['l2_size']>>20, r['l2_feeds']))"; }
 $T $tun bench tank $common > $D/l2-none.json; show $D/l2-none.json "no cache device"
 rm -f $D/l2c.img; truncate -s 2G $D/l2c.img; $T $tun bench tank $common --cache-device $D/l2c.img > $D/l2-warm.json; show $D/l2-warm.json "cache device, warm"
