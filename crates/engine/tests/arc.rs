@@ -68,3 +68,61 @@ fn an_arc_smaller_than_the_metadata_keeps_missing() {
     assert!(warm > 0, "metadata kept missing with an ARC below the working set ({} hits)", hits);
     pool.core().cache.check_invariants().unwrap();
 }
+
+fn pool_with_props(seed: u64, props: &[(&str, &str)]) -> (Pool, u64) {
+    let d = common::mem_devs(1, 256 << 20, seed);
+    let mut root_props: Vec<(String, String)> = vec![("compression".into(), "off".into())];
+    root_props.extend(props.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let t = Tunables { zfs_arc_max: 64 << 20, zfs_arc_min: 16 << 20, zfs_prefetch_disable: 1, l2arc_feed_secs: 3600, ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions { root_props, tunables: t.clone(), ..Default::default() }).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let o = os.create(&tx, ObjectType::PlainData).unwrap();
+    os.write(&tx, o, 0, &pattern(4 << 20, 3)).unwrap();
+    drop(tx);
+    pool.export().unwrap();
+    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions { tunables: t, ..Default::default() }).unwrap();
+    (pool, o)
+}
+
+fn read_twice(pool: &Pool, o: u64) -> (u64, u64) {
+    let os = pool.root().clone();
+    let a = &pool.core().cache.stats;
+    for _ in 0..2 {
+        for i in 0..32u64 {
+            os.read(o, i * (128 << 10), 128 << 10).unwrap();
+        }
+    }
+    (a.demand_data_hits.load(Ordering::Relaxed), a.demand_data_misses.load(Ordering::Relaxed))
+}
+
+#[test]
+fn primarycache_decides_what_the_arc_keeps() {
+    let (pool, o) = pool_with_props(41, &[]);
+    let (hits, misses) = read_twice(&pool, o);
+    assert_eq!((hits, misses), (32, 32), "primarycache=all: the second pass hits");
+    for policy in ["metadata", "none"] {
+        let (pool, o) = pool_with_props(42, &[("primarycache", policy)]);
+        let (hits, misses) = read_twice(&pool, o);
+        assert_eq!((hits, misses), (0, 64), "primarycache={}: data is never kept", policy);
+        assert_eq!(pool.core().cache.sizes().data_size, 0);
+    }
+}
+
+#[test]
+fn secondarycache_decides_what_the_l2arc_takes() {
+    for (policy, want_data) in [("all", true), ("none", false), ("metadata", false)] {
+        let (pool, o) = pool_with_props(43, &[("secondarycache", policy)]);
+        let cache: std::sync::Arc<dyn tarn_engine::sys::BlockDevice> = std::sync::Arc::new(tarn_engine::sys::FaultDevice::new(64 << 20, 9));
+        pool.add_cache_on("c", cache).unwrap();
+        read_twice(&pool, o);
+        let l2 = &pool.core().l2;
+        l2.feed(&pool.core().cache);
+        let cached = l2.size_bytes();
+        if want_data {
+            assert!(cached >= 32 * (128 << 10), "secondarycache=all: {} bytes cached", cached);
+        } else {
+            assert!(cached < 128 << 10, "secondarycache={}: {} bytes of data cached", policy, cached);
+        }
+    }
+}

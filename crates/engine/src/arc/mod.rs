@@ -114,6 +114,8 @@ struct Hdr {
     data: Option<Arc<BlockData>>,
     /// The block's pointer, for the L2ARC feed (None for blocks cached by key only).
     bp: Option<BlockPtr>,
+    /// The L2ARC may take it (the dataset's `secondarycache` allows).
+    l2: bool,
     tick: u64,
     last_access: Instant,
 }
@@ -334,25 +336,30 @@ impl BlockCache {
     /// Adds a block just read (or written). A ghost of it revives into MFU
     /// (a demand read) and steers the targets toward its list.
     pub fn insert(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
-        self.insert_as(k, v, meta, false, None)
+        self.insert_as(k, v, meta, false, None, true)
     }
 
     /// Adds a block read ahead: it enters MRU marked as prefetch.
     pub fn insert_prefetch(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
         self.count(meta, true, false);
-        self.insert_as(k, v, meta, true, None)
+        self.insert_as(k, v, meta, true, None, true)
     }
 
     /// Adds a block with its pointer (so the L2ARC can feed it).
     pub fn insert_bp(&self, k: BlockKey, v: Arc<BlockData>, bp: &BlockPtr, prefetch: bool) {
+        self.insert_bp_l2(k, v, bp, prefetch, true)
+    }
+
+    /// As `insert_bp`; `l2` says whether the L2ARC may take the block.
+    pub fn insert_bp_l2(&self, k: BlockKey, v: Arc<BlockData>, bp: &BlockPtr, prefetch: bool, l2: bool) {
         let meta = bp.otype.is_metadata() || bp.level > 0;
         if prefetch {
             self.count(meta, true, false);
         }
-        self.insert_as(k, v, meta, prefetch, Some(*bp))
+        self.insert_as(k, v, meta, prefetch, Some(*bp), l2)
     }
 
-    fn insert_as(&self, k: BlockKey, v: Arc<BlockData>, meta: bool, prefetch: bool, bp: Option<BlockPtr>) {
+    fn insert_as(&self, k: BlockKey, v: Arc<BlockData>, meta: bool, prefetch: bool, bp: Option<BlockPtr>, l2: bool) {
         let size = v.len() as u64;
         if size > self.c.load(Ordering::Relaxed) / SHARDS as u64 {
             return;
@@ -377,7 +384,7 @@ impl BlockCache {
                 live => state = live,
             }
         }
-        s.link(k, Hdr { state, meta, prefetch, size, data: Some(v), bp, tick: 0, last_access: Instant::now() });
+        s.link(k, Hdr { state, meta, prefetch, size, data: Some(v), bp, l2, tick: 0, last_access: Instant::now() });
         drop(s);
         self.adapt();
         self.evict_shard(self.shard_of(&k));
@@ -399,7 +406,7 @@ impl BlockCache {
                         break 'lists;
                     }
                     let Some(h) = s.map.get(k) else { continue };
-                    if noprefetch && h.prefetch {
+                    if (noprefetch && h.prefetch) || !h.l2 {
                         continue;
                     }
                     if let (Some(bp), Some(d)) = (h.bp, h.data.as_ref()) {

@@ -142,7 +142,7 @@ pub fn size_value(v: &str) -> u64 {
 }
 
 /// Properties that change how the object set writes.
-pub const WRITE_PROPS: &[&str] = &["recordsize", "compression", "checksum", "copies"];
+pub const WRITE_PROPS: &[&str] = &["recordsize", "compression", "checksum", "copies", "primarycache", "secondarycache"];
 
 #[cfg(test)]
 mod tests {

@@ -84,6 +84,39 @@ pub trait ObjsetOwner: Send + Sync {
 pub struct ObjsetProps {
     pub write: WriteProps,
     pub recordsize: u32,
+    /// `primarycache`: what of this set's reads the ARC keeps.
+    pub primarycache: CachePolicy,
+    /// `secondarycache`: what of it the L2ARC may take from the ARC.
+    pub secondarycache: CachePolicy,
+}
+
+/// The values of `primarycache` and `secondarycache`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CachePolicy {
+    #[default]
+    All,
+    Metadata,
+    None,
+}
+
+impl CachePolicy {
+    pub fn parse(s: &str) -> Option<CachePolicy> {
+        Some(match s {
+            "all" => CachePolicy::All,
+            "metadata" => CachePolicy::Metadata,
+            "none" => CachePolicy::None,
+            _ => return None,
+        })
+    }
+
+    /// Whether a block of this kind may be cached under this policy.
+    pub fn allows(self, metadata: bool) -> bool {
+        match self {
+            CachePolicy::All => true,
+            CachePolicy::Metadata => metadata,
+            CachePolicy::None => false,
+        }
+    }
 }
 
 /// What `inspect` and callers learn about an object.
@@ -591,12 +624,18 @@ impl Objset {
         for blkid in offset / bs..=(end - 1) / bs {
             srcs.push((blkid, st.resolve(&self.core, blkid).map_err(self.about(obj))?));
         }
-        let ahead = self.read_ahead(&mut st, offset, end)?;
+        // primarycache/secondarycache: data blocks of this set enter the
+        // ARC (and may go on to the L2ARC) only where the policy allows; a
+        // set whose data the ARC does not keep is not read ahead either
+        // (read-ahead lands in the ARC).
+        let props = self.props();
+        let (keep, l2) = (props.primarycache.allows(false), props.secondarycache.allows(false));
+        let ahead = if keep { self.read_ahead(&mut st, offset, end)? } else { Vec::new() };
         drop(st);
         // Blocks after the first are read in parallel with it; read-ahead
         // goes to the async-read class.
         for (_, src) in srcs.iter().skip(1) {
-            if let Source::Bp(bp) = src {
+            if let (Source::Bp(bp), true) = (src, keep) {
                 self.core.prefetch(bp);
             }
         }
@@ -613,7 +652,7 @@ impl Objset {
                 continue;
             }
             let what = || format!("block {} of {}", blkid, self.what(obj));
-            ObjState::copy_range(&self.core, &src, a as usize, &mut out[dst..dst + (b - a) as usize], &what)?;
+            ObjState::copy_range_cached(&self.core, &src, a as usize, &mut out[dst..dst + (b - a) as usize], &what, keep, l2)?;
         }
         Ok(out)
     }

@@ -262,6 +262,12 @@ impl ObjState {
     /// Copies the block's bytes from `start` into `out`, zero-filling what
     /// lies beyond its data — one copy from wherever the block is.
     pub fn copy_range(core: &PoolCore, src: &Source, start: usize, out: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+        Self::copy_range_cached(core, src, start, out, what, true, true)
+    }
+
+    /// As `copy_range`, under a dataset's cache policies (see
+    /// `PoolCore::read_block_cached`).
+    pub fn copy_range_cached(core: &PoolCore, src: &Source, start: usize, out: &mut [u8], what: &dyn Fn() -> String, keep: bool, l2: bool) -> Result<()> {
         let copy = |out: &mut [u8], d: &[u8]| {
             let d = d.get(start..).unwrap_or(&[]);
             let n = out.len().min(d.len());
@@ -273,7 +279,7 @@ impl ObjState {
             Source::Dirty(b) => copy(out, b),
             Source::Inline(d) => copy(out, d),
             Source::Bp(bp) => {
-                let d = core.read_block(bp, IoClass::SyncRead, what)?;
+                let d = core.read_block_cached(bp, IoClass::SyncRead, what, keep, l2)?;
                 copy(out, &d)
             }
         }

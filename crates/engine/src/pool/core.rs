@@ -94,6 +94,13 @@ fn key_of(bp: &BlockPtr) -> BlockKey {
 impl PoolCore {
     /// Reads and verifies the block `bp` names; `what` names it for errors.
     pub fn read_block(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String) -> Result<Arc<BlockData>> {
+        self.read_block_cached(bp, class, what, true, true)
+    }
+
+    /// As `read_block`; a block read from a device enters the ARC only if
+    /// `keep` (the dataset's `primarycache`), and may go on to the L2ARC
+    /// only if `l2` (its `secondarycache`).
+    pub fn read_block_cached(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String, keep: bool, l2: bool) -> Result<Arc<BlockData>> {
         if let Some(d) = block::decode_inline(bp).map_err(|e| e.context(what()))? {
             return Ok(Arc::new(d));
         }
@@ -112,7 +119,9 @@ impl PoolCore {
         }
         if let Some(d) = self.l2.read(bp) {
             let d = Arc::new(d);
-            self.cache.insert_bp(key, d.clone(), bp, false);
+            if keep {
+                self.cache.insert_bp_l2(key, d.clone(), bp, false, l2);
+            }
             return Ok(d);
         }
         let mut last_err = None;
@@ -120,7 +129,9 @@ impl PoolCore {
             match self.read_copy(bp, dva, class) {
                 Ok(d) => {
                     let d = Arc::new(d);
-                    self.cache.insert_bp(key, d.clone(), bp, false);
+                    if keep {
+                        self.cache.insert_bp_l2(key, d.clone(), bp, false, l2);
+                    }
                     return Ok(d);
                 }
                 Err(e) => last_err = Some(e),

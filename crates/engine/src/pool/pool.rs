@@ -234,7 +234,11 @@ pub(crate) fn objset_props(rec: &KvMap) -> Result<ObjsetProps> {
         Some(s) => s.parse::<u8>().ok().filter(|c| (1..=3).contains(c)).ok_or_else(|| Error::invalid(format!("bad copies '{}': expected 1, 2 or 3", s)))?,
         None => 1,
     };
-    Ok(ObjsetProps { write: WriteProps { compress, checksum, copies }, recordsize })
+    let policy = |name: &str| -> Result<crate::object::CachePolicy> {
+        let v = kv::get_str(rec, &format!("prop:{}", name)).unwrap_or("all");
+        crate::object::CachePolicy::parse(v).ok_or_else(|| Error::invalid(format!("bad {} '{}': expected all, metadata or none", name, v)))
+    };
+    Ok(ObjsetProps { write: WriteProps { compress, checksum, copies }, recordsize, primarycache: policy("primarycache")?, secondarycache: policy("secondarycache")? })
 }
 
 /// Parses a record size: a power of two from 512 to 16M.
@@ -925,6 +929,8 @@ impl ShellShared {
 const MOS_PROPS: ObjsetProps = ObjsetProps {
     write: WriteProps { copies: 2, ..WriteProps::METADATA },
     recordsize: 128 << 10,
+    primarycache: crate::object::CachePolicy::All,
+    secondarycache: crate::object::CachePolicy::All,
 };
 
 /// The root dataset's record is the second object created in the MOS
