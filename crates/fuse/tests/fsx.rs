@@ -12,34 +12,18 @@
 //!
 //! `TARN_FSX_SEED=S` replays one seed; `TARN_FSX_OPS=N` changes the length.
 
-use std::fs::{File, OpenOptions};
+mod common;
+
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
 use tarn_engine::posix::FileSystem;
+use common::{open, Rng};
 use tarn_fuse::{mount, MemFs, MountOptions};
 
-/// xorshift64*: small, seedable, good enough to pick operations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 const FILE_MAX: u64 = 4 << 20;
-
-fn open(path: &std::path::Path) -> File {
-    OpenOptions::new().read(true).write(true).open(path).expect("open")
-}
 
 fn run(seed: u64, ops: usize) {
     let dir = std::env::temp_dir().join(format!("tarn-fsx-{}-{}", seed, std::process::id()));

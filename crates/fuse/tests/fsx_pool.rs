@@ -9,7 +9,9 @@
 //! `TARN_FSX_OPS=N` sets the operation count (default 1500 per seed, for CI);
 //! `TARN_FSX_SEED=S` replays one seed. The pool is verified at the end.
 
-use std::fs::{File, OpenOptions};
+mod common;
+
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -18,21 +20,8 @@ use std::sync::Arc;
 use tarn_engine::posix::{PosixFs, PosixOptions};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::{CreateOptions, Pool};
+use common::{open, Rng};
 use tarn_fuse::{mount, MountHandle, MountOptions};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 const FILE_MAX: u64 = 2 << 20;
 const FILES: [&str; 2] = ["a", "b"];
@@ -40,10 +29,6 @@ const FILES: [&str; 2] = ["a", "b"];
 fn mount_root(pool: &Pool, dir: &Path) -> MountHandle {
     let fs = PosixFs::open(pool.root().clone(), PosixOptions::default()).expect("posix open");
     mount(fs, dir, &MountOptions { fsname: "fsx-pool".into(), ..Default::default() }).expect("mount")
-}
-
-fn open(p: &Path) -> File {
-    OpenOptions::new().read(true).write(true).open(p).expect("open")
 }
 
 fn resize(m: &mut Vec<u8>, end: usize) {

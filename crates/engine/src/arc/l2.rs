@@ -168,10 +168,6 @@ pub struct L2Arc {
     pub stats: L2Stats,
 }
 
-fn key_of(bp: &BlockPtr) -> BlockKey {
-    BlockKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
-}
-
 fn round_up(v: u64) -> u64 {
     v.div_ceil(ALIGN) * ALIGN
 }
@@ -373,7 +369,7 @@ impl L2Arc {
             for (bp, doff) in entries {
                 let plen = round_up(bp.psize as u64);
                 if doff >= keep_from && doff + plen <= d.size && bp.validate().is_ok() && !bp.is_hole() && !bp.is_embedded() {
-                    if idx.insert(key_of(&bp), Entry::new(d.guid, doff, &bp)).is_none() {
+                    if idx.insert(BlockKey::of(&bp), Entry::new(d.guid, doff, &bp)).is_none() {
                         self.size.fetch_add(bp.psize as u64, Ordering::Relaxed);
                         self.stats.rebuilt.fetch_add(1, Ordering::Relaxed);
                     }
@@ -388,7 +384,7 @@ impl L2Arc {
         if !self.has_devices() {
             return None;
         }
-        let key = key_of(bp);
+        let key = BlockKey::of(bp);
         let e = self.index.lock().get(&key).copied();
         let Some(e) = e.filter(|e| e.matches(bp)) else {
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
@@ -433,7 +429,7 @@ impl L2Arc {
     /// Forgets a block that was freed.
     pub fn remove(&self, bp: &BlockPtr) {
         if self.has_devices() {
-            self.drop_entry(&key_of(bp));
+            self.drop_entry(&BlockKey::of(bp));
         }
     }
 
@@ -479,7 +475,7 @@ impl L2Arc {
         {
             let idx = self.index.lock();
             for (bp, data) in candidates {
-                if idx.contains_key(&key_of(&bp)) {
+                if idx.contains_key(&BlockKey::of(&bp)) {
                     continue;
                 }
                 let Some(phys) = self.physical(&bp, &data) else {
@@ -532,7 +528,7 @@ impl L2Arc {
         self.write_header(dev)?;
         let mut idx = self.index.lock();
         for (bp, off) in entries {
-            if idx.insert(key_of(&bp), Entry::new(dev.guid, off, &bp)).is_none() {
+            if idx.insert(BlockKey::of(&bp), Entry::new(dev.guid, off, &bp)).is_none() {
                 self.size.fetch_add(bp.psize as u64, Ordering::Relaxed);
             }
         }

@@ -87,6 +87,13 @@ pub struct BlockKey {
     pub birth: u64,
 }
 
+impl BlockKey {
+    /// The key of the block `bp` names: its first copy's address and birth.
+    pub fn of(bp: &BlockPtr) -> BlockKey {
+        BlockKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Mru = 0,
@@ -102,9 +109,13 @@ impl State {
 }
 
 /// The list index of (state, metadata?).
-fn list_of(state: State, meta: bool) -> usize {
+const fn list_of(state: State, meta: bool) -> usize {
     state as usize * 2 + meta as usize
 }
+
+/// The live lists in eviction order: MRU-metadata, MFU-metadata, MRU-data,
+/// MFU-data.
+const EVICTION_ORDER: [usize; 4] = [list_of(State::Mru, true), list_of(State::Mfu, true), list_of(State::Mru, false), list_of(State::Mfu, false)];
 
 struct Hdr {
     state: State,
@@ -453,12 +464,12 @@ impl BlockCache {
         if s.live_bytes() > c {
             // Eviction order: MRU-metadata, MFU-metadata, MRU-data, MFU-data,
             // each down to its target; then anything, same order.
-            for list in [list_of(State::Mru, true), list_of(State::Mfu, true), list_of(State::Mru, false), list_of(State::Mfu, false)] {
+            for list in EVICTION_ORDER {
                 while s.live_bytes() > c && s.lists[list].bytes > t[list] {
                     freed += s.evict_one(list);
                 }
             }
-            for list in [list_of(State::Mru, true), list_of(State::Mfu, true), list_of(State::Mru, false), list_of(State::Mfu, false)] {
+            for list in EVICTION_ORDER {
                 while s.live_bytes() > c && s.lists[list].bytes > 0 {
                     freed += s.evict_one(list);
                 }

@@ -87,10 +87,6 @@ pub struct PrefetchStats {
     pub stream_misses: AtomicU64,
 }
 
-fn key_of(bp: &BlockPtr) -> BlockKey {
-    BlockKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
-}
-
 impl PoolCore {
     /// Reads and verifies the block `bp` names; `what` names it for errors.
     pub fn read_block(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String) -> Result<Arc<BlockData>> {
@@ -104,7 +100,7 @@ impl PoolCore {
         if let Some(d) = block::decode_inline(bp).map_err(|e| e.context(what()))? {
             return Ok(Arc::new(d));
         }
-        let key = key_of(bp);
+        let key = BlockKey::of(bp);
         let meta = bp.otype.is_metadata() || bp.level > 0;
         if let Some(d) = self.cache.get(&key, meta) {
             return Ok(d);
@@ -168,7 +164,7 @@ impl PoolCore {
         if bp.is_hole() || bp.is_embedded() {
             return;
         }
-        let key = key_of(bp);
+        let key = BlockKey::of(bp);
         if self.cache.contains(&key) {
             return;
         }
@@ -233,7 +229,7 @@ impl PoolCore {
             leaf.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 });
         }
         if let Some(d) = cache_as {
-            self.cache.insert_bp(key_of(&bp), d, &bp, false);
+            self.cache.insert_bp(BlockKey::of(&bp), d, &bp, false);
         }
         Ok(bp)
     }
@@ -262,7 +258,7 @@ impl PoolCore {
         if bp.is_hole() || bp.is_embedded() {
             return Ok(());
         }
-        self.cache.remove(&key_of(bp));
+        self.cache.remove(&BlockKey::of(bp));
         self.l2.remove(bp);
         let mut a = self.alloc.lock();
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
