@@ -47,10 +47,7 @@ fn num(pool: &Pool, name: &str, prop: &str) -> u64 {
 /// pool's allocation is exactly the datasets' used plus the MOS and the
 /// space log (every block owned by exactly one dataset).
 fn check(pool: &Pool, ctx: &str) -> u64 {
-    pool.sync().expect("sync");
-    let rep = pool.verify().expect("verify");
-    assert!(rep.errors.is_empty(), "{ctx}: verify: {:?}", rep.errors);
-    pool.check_invariants().unwrap_or_else(|e| panic!("{ctx}: invariants: {e}"));
+    let rep = common::verified(pool, ctx);
     let used = num(pool, "tank", "used");
     assert_eq!(rep.allocated_bytes, used + rep.mos_bytes + rep.space_bytes, "{ctx}: allocated vs used {used} + MOS {} + space {}", rep.mos_bytes, rep.space_bytes);
     used

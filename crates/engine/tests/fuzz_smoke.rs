@@ -318,6 +318,11 @@ fn indirect() {
 }
 
 #[test]
+fn brt() {
+    smoke("brt");
+}
+
+#[test]
 fn l2arc() {
     smoke("l2arc");
 }
@@ -326,7 +331,7 @@ fn l2arc() {
 #[test]
 fn every_target_is_smoked() {
     let tested =
-        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc"];
+        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc", "brt"];
     let names: Vec<&str> = fuzzing::TARGETS.iter().map(|t| t.name).collect();
     assert_eq!(names, tested);
 }

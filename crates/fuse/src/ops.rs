@@ -505,7 +505,10 @@ impl Filesystem for Glue {
             return reply.error(errno(exdev()));
         }
         // The reply carries a 32-bit count: copy at most 1 GiB per request
-        // (copy_file_range(2) may return short; callers loop).
+        // (copy_file_range(2) may return short; callers loop). The file
+        // system shares whole records (block cloning) and copies the rest;
+        // the kernel has written back both ranges' dirty pages before this
+        // request and drops the destination's cached pages after it.
         let len = len.min(1 << 30);
         let n = try_reply!(reply, fs.copy_file_range(a, offset_in, b, offset_out, len));
         reply.written(n as u32);

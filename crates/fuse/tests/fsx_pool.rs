@@ -1,8 +1,10 @@
 //! fsx on a real pool: the POSIX layer over an in-memory pool, mounted
 //! through the kernel, driven by random writes, reads, truncates,
 //! fallocate (plain, keep-size, punch hole, zero range), mmap reads and
-//! writes, copy_file_range between two files, fsyncs and reopens — and
-//! snapshots taken and rolled back in between. Every read is checked
+//! writes, copy_file_range between two files — half of them of whole
+//! records at record offsets from a synced source, which the pool serves
+//! by block cloning — fsyncs and reopens, and snapshots taken and rolled
+//! back in between. Every read is checked
 //! against an in-memory model, byte for byte; a rollback restores the
 //! model as of its snapshot.
 //!
@@ -24,6 +26,8 @@ use common::{open, Rng};
 use tarn_fuse::{mount, MountHandle, MountOptions};
 
 const FILE_MAX: u64 = 2 << 20;
+/// The root dataset's record size: aligned copies are made of these.
+const RECORD: u64 = 128 << 10;
 const FILES: [&str; 2] = ["a", "b"];
 
 fn mount_root(pool: &Pool, dir: &Path) -> MountHandle {
@@ -66,7 +70,7 @@ fn run(seed: u64, ops: usize) {
     let mut snaps: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
     let mut rng = Rng(seed | 1);
     let trace: Option<usize> = std::env::var("TARN_FSX_TRACE").ok().and_then(|v| v.parse().ok());
-    let (mut n_snap, mut n_rollback, mut n_mmap, mut n_copy) = (0, 0, 0, 0);
+    let (mut n_snap, mut n_rollback, mut n_mmap, mut n_copy, mut n_aligned) = (0, 0, 0, 0, 0);
     for op in 0..ops {
         let what = |s: &str| format!("seed {seed} op {op}: {s}");
         let k = rng.below(2) as usize;
@@ -156,9 +160,20 @@ fn run(seed: u64, ops: usize) {
             74..=79 => {
                 n_copy += 1;
                 let (src, dst) = (k, 1 - k);
-                let off_in = rng.below(models[src].len() as u64 + 1);
-                let len = rng.below(300_000).min(models[src].len() as u64 - off_in);
-                let off_out = rng.below(FILE_MAX - len);
+                let records = models[src].len() as u64 / RECORD;
+                let (off_in, len, off_out) = if records > 0 && rng.below(2) == 0 {
+                    // Whole records at record offsets, from a synced source:
+                    // cloned, not copied.
+                    n_aligned += 1;
+                    files[src].sync_all().unwrap();
+                    let first = rng.below(records);
+                    let n = 1 + rng.below((records - first).min(8));
+                    (first * RECORD, n * RECORD, rng.below(FILE_MAX / RECORD - n + 1) * RECORD)
+                } else {
+                    let off_in = rng.below(models[src].len() as u64 + 1);
+                    let len = rng.below(300_000).min(models[src].len() as u64 - off_in);
+                    (off_in, len, rng.below(FILE_MAX - len))
+                };
                 let (mut oi, mut oo) = (off_in as i64, off_out as i64);
                 let mut left = len as usize;
                 while left > 0 {
@@ -226,7 +241,15 @@ fn run(seed: u64, ops: usize) {
     pool.sync().unwrap();
     let rep = pool.verify().unwrap();
     assert!(rep.errors.is_empty(), "seed {seed}: verify: {:?}", rep.errors);
-    eprintln!("fsx seed {seed}: {ops} ops ({n_snap} snapshots, {n_rollback} rollbacks, {n_mmap} mmap, {n_copy} copy_file_range): no mismatch");
+    let cloned = pool.brt_stats().cloned_blocks;
+    if n_aligned >= 10 {
+        assert!(cloned > 0, "seed {seed}: {n_aligned} aligned copies from synced files cloned nothing");
+    }
+    eprintln!(
+        "fsx seed {seed}: {ops} ops ({n_snap} snapshots, {n_rollback} rollbacks, {n_mmap} mmap, {n_copy} copy_file_range, \
+         {n_aligned} of whole records, {cloned} blocks cloned, {} shared at the end): no mismatch",
+        rep.brt_entries
+    );
     let _ = std::fs::remove_dir(&dir);
 }
 

@@ -23,12 +23,20 @@
 //!   59    1 level    0 = data, n = indirect block n levels above data
 //!   60    1 flags    bit 0 EMBEDDED
 //!   61    3 reserved (zero)
-//!   64    8 birth    txg in which the block was written
+//!   64    8 birth    logical birth: txg in which this pointer was written
 //!   72    8 fill     level 0: 1; indirect: non-hole level-0 blocks beneath;
 //!                    dnode blocks: allocated dnodes
 //!   80   32 cksum    checksum of the psize physical bytes
-//!  112   16 reserved (zero)
+//!  112    8 phys_birth  txg in which the data was written, when older than
+//!                    `birth` (a cloned block); 0: the same as `birth`
+//!  120    8 reserved (zero)
 //! ```
+//!
+//! Two births, as OpenZFS has: a block cloned into another file (block
+//! cloning, `engine::pool::brt`) gets a new pointer whose logical birth is
+//! the txg of the clone — dead lists and snapshots reason about the pointer,
+//! which is new in its file — while its physical birth stays that of the
+//! data it shares.
 //!
 //! A *hole* is a block pointer with no DVA (dva[0].asize == 0) and not embedded:
 //! its data reads as lsize zero bytes. An *embedded* block pointer carries its
@@ -39,6 +47,7 @@
 //! - psize <= lsize for compressed blocks, psize == lsize for uncompressed ones;
 //! - an embedded pointer has psize <= EMBEDDED_MAX;
 //! - a non-hole, non-embedded pointer's dva[0] is allocated with asize >= psize;
+//! - a physical birth, when set, is not after the logical birth;
 //! - enums hold known values.
 
 use crate::codec::{le_u32, le_u64, put_u32, put_u64, DecodeError};
@@ -135,6 +144,9 @@ pub enum ObjectType {
     /// A dataset's dead list: block pointers a snapshot still references
     /// but its successor (a later snapshot or the head) no longer does.
     DeadList = 17,
+    /// The block reference table of the meta object set: extra references
+    /// of cloned blocks (`brt`).
+    BlockRefTable = 18,
 }
 
 impl ObjectType {
@@ -152,6 +164,7 @@ impl ObjectType {
             8 => Directory,
             16 => DatasetIndex,
             17 => DeadList,
+            18 => BlockRefTable,
             _ => return Option::None,
         })
     }
@@ -169,6 +182,7 @@ impl ObjectType {
             Directory => "directory",
             DatasetIndex => "dataset index",
             DeadList => "dead list",
+            BlockRefTable => "block reference table",
         }
     }
     /// Metadata is anything that is not user data: it is cached with priority.
@@ -205,7 +219,11 @@ pub struct BlockPtr {
     pub checksum: ChecksumType,
     pub otype: ObjectType,
     pub level: u8,
+    /// Logical birth: the txg this pointer was written in.
     pub birth: u64,
+    /// Physical birth when it differs from `birth` (a cloned block), else 0.
+    /// Never set on holes or embedded pointers.
+    pub phys_birth: u64,
     pub fill: u64,
     pub cksum: Cksum,
     /// Payload of an embedded pointer (psize bytes are meaningful).
@@ -230,6 +248,7 @@ impl BlockPtr {
             otype,
             level,
             birth: 0,
+            phys_birth: 0,
             fill: 0,
             cksum: [0; 32],
             embedded: None,
@@ -247,6 +266,16 @@ impl BlockPtr {
     /// Number of DVAs in use.
     pub fn ndvas(&self) -> usize {
         self.dva.iter().filter(|d| !d.is_empty()).count()
+    }
+
+    /// The txg the block's data was written in (OpenZFS's
+    /// `BP_GET_PHYSICAL_BIRTH`): older than `birth` for a cloned block.
+    pub fn physical_birth(&self) -> u64 {
+        if self.phys_birth != 0 {
+            self.phys_birth
+        } else {
+            self.birth
+        }
     }
 
     /// Total allocated bytes over all copies.
@@ -269,6 +298,7 @@ impl BlockPtr {
             }
             put_u64(out, 72, self.fill);
             out[80..112].copy_from_slice(&self.cksum);
+            put_u64(out, 112, self.phys_birth);
         }
         put_u32(out, 48, self.lsize);
         put_u32(out, 52, self.psize);
@@ -320,6 +350,7 @@ impl BlockPtr {
             }
             bp.fill = le_u64(b, 72);
             bp.cksum.copy_from_slice(&b[80..112]);
+            bp.phys_birth = le_u64(b, 112);
         }
         bp.validate()?;
         Ok(bp)
@@ -339,6 +370,12 @@ impl BlockPtr {
         }
         if self.compress == Compression::Off && !self.is_hole() && self.psize != self.lsize {
             return err(format!("uncompressed with psize {} != lsize {}", self.psize, self.lsize));
+        }
+        if self.phys_birth > self.birth {
+            return err(format!("physical birth {} after logical birth {}", self.phys_birth, self.birth));
+        }
+        if self.phys_birth != 0 && (self.is_hole() || self.is_embedded()) {
+            return err("a hole or embedded pointer with a physical birth".into());
         }
         if self.is_embedded() {
             if self.psize as usize > EMBEDDED_MAX {
@@ -394,6 +431,18 @@ mod tests {
         let bp = sample();
         let b = bp.to_bytes();
         assert_eq!(BlockPtr::decode(&b).unwrap(), bp);
+    }
+
+    #[test]
+    fn physical_birth_round_trips_and_defaults_to_birth() {
+        let mut bp = sample();
+        assert_eq!(bp.physical_birth(), 42);
+        bp.phys_birth = 7;
+        let d = BlockPtr::decode(&bp.to_bytes()).unwrap();
+        assert_eq!(d, bp);
+        assert_eq!(d.physical_birth(), 7);
+        bp.phys_birth = 43;
+        assert!(BlockPtr::decode(&bp.to_bytes()).is_err(), "physical birth after logical birth");
     }
 
     #[test]

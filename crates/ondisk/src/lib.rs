@@ -8,6 +8,7 @@
 //! layouts for someone writing a reader.
 
 pub mod bp;
+pub mod brt;
 pub mod codec;
 pub mod dnode;
 pub mod kv;

@@ -33,6 +33,13 @@ pub const UB_SIZE: usize = 512;
 /// The on-disk format version this code writes and reads.
 pub const FORMAT_VERSION: u64 = 1;
 
+/// Feature bit *block cloning* (label config `features_compat`, uberblock
+/// `features_active`): the pool has a block reference table (`brt`) and
+/// cloned block pointers, which carry a physical birth. Read-only
+/// compatible: a reader that does not know it reads every block correctly,
+/// but a writer that did not consult the table would free shared blocks.
+pub const FEATURE_BLOCK_CLONING: u64 = 1 << 0;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Uberblock {
     pub version: u64,

@@ -39,7 +39,7 @@ mod ondisk;
 mod seeds;
 
 pub use engine::{block_decode, indirect, l2arc, spacelog, FUZZ_LSIZE_MAX};
-pub use ondisk::{blockptr, dnode, kv, label, uberblock};
+pub use ondisk::{blockptr, brt, dnode, kv, label, uberblock};
 
 /// What a body did with its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +139,13 @@ pub const TARGETS: &[Target] = &[
         run: l2arc,
         seeds: seeds::l2arc,
         alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + 4 * n,
+    },
+    // 4 KiB blocks and at most 127 decoded entries.
+    Target {
+        name: "brt",
+        run: brt,
+        seeds: seeds::brt,
+        alloc_limit_bytes: |_| ALLOC_FIXED_BYTES,
     },
 ];
 

@@ -1,7 +1,9 @@
 //! Bodies for the decoders of `tarn-ondisk`: block pointers, labels,
-//! uberblocks, dnodes and object-set roots, key/value maps.
+//! uberblocks, dnodes and object-set roots, key/value maps, the block
+//! reference table.
 
 use tarn_ondisk::bp::{BlockPtr, BP_SIZE, EMBEDDED_MAX, MAX_DVAS};
+use tarn_ondisk::brt::{decode_bucket, encode_bucket, BrtHeader, BRT_BLOCK_SIZE, BUCKET_ENTRIES_MAX};
 use tarn_ondisk::codec::{le_u32, put_u64};
 use tarn_ondisk::dnode::{Dnode, ObjsetPhys, DNODE_HEADER, OBJSET_PHYS_SIZE, SLOT_SIZE};
 use tarn_ondisk::kv;
@@ -25,14 +27,14 @@ const UB_BODY_MAX: usize = 480 - 8;
 const UB_BP_OFFSETS: [usize; 3] = [48, 176, 304];
 
 /// Zeroes the bytes of an encoded block pointer that no field occupies
-/// (61..64 always; 112..128 unless the payload is embedded there): the
+/// (61..64 always; 120..128 unless the payload is embedded there): the
 /// decoder ignores them, so they are the only bytes a re-encoding may change.
 pub(super) fn clear_bp_reserved(b: &mut [u8]) {
     assert_eq!(b.len(), BP_SIZE);
     b[61..64].fill(0);
     let embedded = b[60] & 1 != 0;
     if !embedded {
-        b[112..128].fill(0);
+        b[120..128].fill(0);
     }
 }
 
@@ -56,6 +58,9 @@ pub(super) fn check_bp(bp: &BlockPtr, raw: &[u8]) {
     if let Some(p) = bp.embedded_payload() {
         assert!(p.len() <= EMBEDDED_MAX);
         assert_eq!(p.len(), bp.psize as usize);
+    }
+    if bp.phys_birth != 0 {
+        assert!(bp.physical_birth() <= bp.birth && !bp.is_hole() && !bp.is_embedded(), "a physical birth the decoder should refuse: {bp:?}");
     }
     let enc = bp.to_bytes();
     assert_eq!(BlockPtr::decode(&enc).as_ref(), Ok(bp));
@@ -223,4 +228,44 @@ fn check_kv(b: &[u8]) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Header and bucket magics of the block reference table, private there.
+const BRT_HEADER_MAGIC: &[u8; 8] = b"TARNBRT1";
+const BRT_BUCKET_MAGIC: &[u8; 4] = b"TBRB";
+
+/// A 4 KiB table block holding `prefix` then the input (cut or zero-padded).
+fn brt_block(prefix: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; BRT_BLOCK_SIZE];
+    b[..prefix.len()].copy_from_slice(prefix);
+    let n = data.len().min(BRT_BLOCK_SIZE - prefix.len());
+    b[prefix.len()..prefix.len() + n].copy_from_slice(&data[..n]);
+    b
+}
+
+/// Block reference table decoders: the header and a bucket, each on the
+/// input as a block and on the input behind its magic.
+pub fn brt(data: &[u8]) -> Outcome {
+    let raw = brt_block(&[], data);
+    let header = [raw.clone(), brt_block(BRT_HEADER_MAGIC, data)].map(|b| BrtHeader::decode(&b).map(|h| check_brt_header(&h, &b)).is_ok());
+    let bucket = [raw, brt_block(BRT_BUCKET_MAGIC, data)].map(|b| decode_bucket(&b).map(|es| check_brt_bucket(&es, &b)).is_ok());
+    // The decoders insist on whole blocks.
+    if data.len() != BRT_BLOCK_SIZE {
+        assert!(BrtHeader::decode(data).is_err() && decode_bucket(data).is_err(), "a table block of {} bytes decoded", data.len());
+    }
+    Outcome::from_any(&[header[0], header[1], bucket[0], bucket[1]])
+}
+
+/// Canonical: a decoded header re-encodes to exactly its block.
+fn check_brt_header(h: &BrtHeader, raw: &[u8]) {
+    assert!(h.nbuckets.is_power_of_two() && h.saved_bytes >= h.used_bytes);
+    assert_eq!(h.encode(), raw, "table header encoding not canonical");
+}
+
+/// Canonical, and the entries obey the table's rules.
+fn check_brt_bucket(es: &[tarn_ondisk::brt::BrtEntry], raw: &[u8]) {
+    assert!(es.len() <= BUCKET_ENTRIES_MAX);
+    assert!(es.iter().all(|e| e.refcount >= 1 && e.asize > 0 && e.asize % 512 == 0));
+    assert!(es.windows(2).all(|w| w[0].key < w[1].key));
+    assert_eq!(encode_bucket(es), raw, "table bucket encoding not canonical");
 }

@@ -50,7 +50,12 @@ fn sample_bps() -> Vec<BlockPtr> {
     embedded.birth = 9;
     embedded.fill = 1;
 
-    vec![BlockPtr::hole(512, ObjectType::PlainData, 0), data, ind, embedded]
+    // A cloned block: logical birth of the clone, physical birth of the data.
+    let mut cloned = data;
+    cloned.birth = 50;
+    cloned.phys_birth = 42;
+
+    vec![BlockPtr::hole(512, ObjectType::PlainData, 0), data, ind, embedded, cloned]
 }
 
 pub fn blockptr() -> Vec<Vec<u8>> {
@@ -290,4 +295,18 @@ pub fn l2arc() -> Vec<Vec<u8>> {
         out.push(l2::encode_log(3, (8192, 4096, [1; 32]), &entries, 72 + n * 136));
     }
     out
+}
+
+/// A table header and buckets (empty, one entry, full).
+pub fn brt() -> Vec<Vec<u8>> {
+    use tarn_ondisk::brt::{encode_bucket, BrtEntry, BrtHeader, BrtKey, BUCKET_ENTRIES_MAX};
+    let e = |i: u64| BrtEntry { key: BrtKey { vdev: (i % 3) as u32, offset: i << 17 }, asize: 131072, refcount: 1 + i % 5 };
+    let mut full: Vec<BrtEntry> = (0..BUCKET_ENTRIES_MAX as u64).map(e).collect();
+    full.sort_by_key(|e| e.key);
+    vec![
+        BrtHeader { nbuckets: 64, entries: 2, used_bytes: 1 << 18, saved_bytes: 3 << 17 }.encode(),
+        encode_bucket(&[]),
+        encode_bucket(&[e(7)]),
+        encode_bucket(&full),
+    ]
 }

@@ -25,12 +25,14 @@
 //! their dnode when their reserved dnode slots allow, so a 1 KiB object costs
 //! about 1.1 KiB of dnode block instead of a 4 KiB sector.
 
+mod clone;
 mod objset;
 // Crate-visible only so that `crate::fuzzing` can reach the indirect block
 // decoder; nothing outside the crate sees it.
 pub(crate) mod state;
 pub(crate) mod sync;
 
+pub use clone::{CloneProgress, CLONE_BLOCKS_MAX, COPY_BYTES_MAX};
 pub use objset::{CachePolicy, ObjectInfo, Objset, ObjsetOwner, ObjsetProps, Tx, MAX_OBJECT_BYTES};
 
 use parking_lot::Mutex;

@@ -222,9 +222,17 @@ impl Objset {
         self.owner.get().map(|o| o.as_ref())
     }
 
-    fn check_write(&self, txg: u64, bytes: u64) -> Result<()> {
+    pub(super) fn check_write(&self, txg: u64, bytes: u64) -> Result<()> {
         match self.owner.get() {
             Some(o) => o.check_write(txg, bytes),
+            None => Ok(()),
+        }
+    }
+
+    /// May the set be read (see `ObjsetOwner::check_read`)?
+    pub(super) fn check_read(&self) -> Result<()> {
+        match self.owner.get() {
+            Some(o) => o.check_read(),
             None => Ok(()),
         }
     }
@@ -290,13 +298,13 @@ impl Objset {
         self.st.lock().next_object
     }
 
-    fn what(&self, obj: u64) -> String {
+    pub(super) fn what(&self, obj: u64) -> String {
         format!("object {} of '{}'", obj, self.name.read())
     }
 
     /// Puts the object in front of an error from below: a damaged indirect
     /// or dnode block names only itself.
-    fn about(&self, obj: u64) -> impl Fn(Error) -> Error + '_ {
+    pub(super) fn about(&self, obj: u64) -> impl Fn(Error) -> Error + '_ {
         move |e| e.context(self.what(obj))
     }
 
@@ -320,6 +328,16 @@ impl Objset {
     /// Creates an object in `txg` directly (syncing context, see `write_txg`).
     pub(crate) fn create_in(&self, txg: u64, otype: ObjectType, slots: usize) -> Result<u64> {
         self.create_in_room(txg, otype, slots, slots)
+    }
+
+    /// As `create_in`, with blocks fixed at `blksz` (see `create_with_blksz`).
+    pub(crate) fn create_in_blksz(&self, txg: u64, otype: ObjectType, slots: usize, blksz: u32) -> Result<u64> {
+        if !blksz.is_power_of_two() || !(512..=self.props().recordsize).contains(&blksz) {
+            return Err(Error::invalid(format!("block size {} is not a power of two from 512 to the record size", blksz)));
+        }
+        let id = self.create_in(txg, otype, slots)?;
+        self.object(id)?.st.lock().dn.maxblksz = blksz;
+        Ok(id)
     }
 
     fn create_in_room(&self, txg: u64, otype: ObjectType, slots: usize, room: usize) -> Result<u64> {
@@ -443,7 +461,7 @@ impl Objset {
     /// The end of every change in open context: the txg's record takes the
     /// object's new size, a small object claims room to go inline, and the
     /// dirty bytes and the object are accounted to the txg.
-    fn finish_change(&self, mut st: parking_lot::MutexGuard<'_, ObjState>, obj: u64, txg: u64, added: u64) {
+    pub(super) fn finish_change(&self, mut st: parking_lot::MutexGuard<'_, ObjState>, obj: u64, txg: u64, added: u64) {
         self.sync_rec_header(&mut st, txg);
         self.reserve_inline(&mut st, obj);
         drop(st);
@@ -461,7 +479,7 @@ impl Objset {
 
     /// While an object has one block, that block grows to fit its data, up to
     /// the record size (so small objects do not occupy whole records).
-    fn grow_blksz(&self, st: &mut ObjState, obj: u64, end: u64, recordsize: u32, txg: u64, added: &mut u64) -> Result<()> {
+    pub(super) fn grow_blksz(&self, st: &mut ObjState, obj: u64, end: u64, recordsize: u32, txg: u64, added: &mut u64) -> Result<()> {
         if st.maxblkid > 0 || st.size > st.blksz as u64 {
             return Ok(());
         }
@@ -474,7 +492,7 @@ impl Objset {
         let src = st.resolve(&self.core, 0).map_err(self.about(obj))?;
         let mut buf = AlignedBuf::zeroed(target as usize);
         ObjState::fetch(&self.core, &src, &mut buf[..st.blksz as usize], &|| self.what(obj))?;
-        let prev = st.rec(txg).blocks.insert(0, Arc::new(buf)).map_or(0, |b| b.len() as u64);
+        let prev = st.rec(txg).put_block(0, Arc::new(buf)).map_or(0, |b| b.len() as u64);
         *added += target as u64 - prev;
         st.blksz = target;
         Ok(())
@@ -490,7 +508,8 @@ impl Objset {
                 let src = st.resolve(&self.core, blkid).map_err(self.about(obj))?;
                 ObjState::fetch(&self.core, &src, &mut buf, &|| self.what(obj))?;
             }
-            st.rec(txg).blocks.insert(blkid, Arc::new(buf));
+            // Replaces a clone of this txg, whose data was just fetched.
+            st.rec(txg).put_block(blkid, Arc::new(buf));
             *added += bs as u64;
         }
         let b = st.rec(txg).blocks.get_mut(&blkid).ok_or_else(|| Error::corrupt("dirty block vanished"))?;
@@ -598,7 +617,7 @@ impl Objset {
         }
         if first_full < end_full {
             let r = st.rec(txg);
-            r.blocks.retain(|&b, _| b < first_full || b >= end_full);
+            r.forget_range(first_full, end_full);
             r.frees.push((first_full, end_full));
         }
         self.finish_change(st, obj, txg, added);
@@ -607,9 +626,7 @@ impl Objset {
 
     /// Reads up to `len` bytes at `offset` (short at the end of the object).
     pub fn read(&self, obj: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
-        if let Some(owner) = self.owner.get() {
-            owner.check_read()?;
-        }
+        self.check_read()?;
         let o = self.object(obj)?;
         let mut st = o.st.lock();
         if st.freed {
@@ -750,7 +767,7 @@ impl Objset {
             let first_free = size.div_ceil(bs);
             if first_free <= st.maxblkid || size == 0 {
                 let r = st.rec(txg);
-                r.blocks.retain(|&b, _| b < first_free);
+                r.forget_range(first_free, u64::MAX);
                 r.frees.push((first_free, u64::MAX));
             }
             st.maxblkid = first_free.saturating_sub(1);
@@ -782,7 +799,10 @@ impl Objset {
             return Err(Error::not_found(format!("{} was already freed", self.what(obj))));
         }
         st.freed = true;
-        st.rec(txg).freed = true;
+        let r = st.rec(txg);
+        r.freed = true;
+        // Clones of this txg are withdrawn (the tree they would join goes).
+        r.clones.clear();
         drop(st);
         let mut os = self.st.lock();
         os.object_count = os.object_count.saturating_sub(1);

@@ -4,15 +4,18 @@
 //! An object's content at any moment is the newest of: the dirty record of the
 //! open txg, those of txgs still quiescing or syncing, and the block tree on
 //! disk. A dirty record holds whole logical blocks (copy-on-write: a partial
-//! write first copies the current block) and the block ranges freed in that
-//! txg. Records stay until their txg's sync has finished writing, so readers
-//! never see a block pointer whose write has not landed.
+//! write first copies the current block), blocks cloned from other block
+//! pointers (block cloning: the pointer, not the data) and the block ranges
+//! freed in that txg. Records stay until their txg's sync has finished
+//! writing, so readers never see a block pointer whose write has not landed.
 //!
 //! Invariants:
 //! - at most one dirty record per txg slot, and its txg is open, quiescing or
 //!   syncing;
 //! - every dirty block buffer is exactly the object's block size in its txg,
 //!   rounded to 512 bytes;
+//! - a block id is in at most one of a record's `blocks` and `clones`; a
+//!   clone's pointer has the record's block size as its lsize;
 //! - indirect blocks held by the object are keyed (level, index) and level
 //!   >= 1; they are there only while the sync path changes them (loaded by
 //!   `ensure_path`, dropped when their txg's writes have landed). Readers
@@ -26,6 +29,7 @@ use tarn_ondisk::dnode::{Dnode, BPS_PER_INDIRECT, INDIRECT_BLOCK_SIZE};
 
 use crate::error::{Error, Result};
 use crate::io::IoClass;
+use crate::pool::brt::CloneRef;
 use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
 use crate::txg::TXG_SIZE;
@@ -33,10 +37,23 @@ use crate::txg::TXG_SIZE;
 pub(crate) const IND_SHIFT: u32 = 10;
 const _: () = assert!(1u64 << IND_SHIFT == BPS_PER_INDIRECT);
 
+/// A block of a txg given by another block's pointer instead of data (a
+/// clone). A normal pointer carries its claim on the block reference
+/// table, which dropping the record before its txg syncs withdraws; holes
+/// and embedded pointers need none.
+pub(crate) struct Cloned {
+    /// The source's pointer as read (its births; the sync gives the linked
+    /// pointer the txg's logical birth).
+    pub bp: BlockPtr,
+    pub claim: Option<CloneRef>,
+}
+
 /// Changes to one object within one txg.
 pub(crate) struct DirtyRec {
     pub txg: u64,
     pub blocks: BTreeMap<u64, Arc<AlignedBuf>>,
+    /// Blocks cloned in this txg (never also in `blocks`).
+    pub clones: BTreeMap<u64, Cloned>,
     /// Block ranges [start, end) freed in this txg, in order of the frees.
     pub frees: Vec<(u64, u64)>,
     pub size: u64,
@@ -45,6 +62,26 @@ pub(crate) struct DirtyRec {
     pub created: bool,
     pub freed: bool,
     pub bonus: Option<Vec<u8>>,
+}
+
+impl DirtyRec {
+    /// Makes `buf` the txg's content of block `blkid`, replacing a clone.
+    pub fn put_block(&mut self, blkid: u64, buf: Arc<AlignedBuf>) -> Option<Arc<AlignedBuf>> {
+        self.clones.remove(&blkid);
+        self.blocks.insert(blkid, buf)
+    }
+
+    /// Forgets the txg's blocks and clones in [start, end) (a free of that
+    /// range follows).
+    pub fn forget_range(&mut self, start: u64, end: u64) {
+        self.blocks.retain(|&b, _| b < start || b >= end);
+        self.clones.retain(|&b, _| b < start || b >= end);
+    }
+
+    /// Whether this record changes block `blkid` (data, clone or free).
+    pub fn touches(&self, blkid: u64) -> bool {
+        self.blocks.contains_key(&blkid) || self.clones.contains_key(&blkid) || self.frees.iter().any(|&(s, e)| blkid >= s && blkid < e)
+    }
 }
 
 pub(crate) struct IndBlock {
@@ -143,6 +180,7 @@ impl ObjState {
         r.get_or_insert_with(|| DirtyRec {
             txg,
             blocks: BTreeMap::new(),
+            clones: BTreeMap::new(),
             frees: Vec::new(),
             size,
             blksz,
@@ -158,7 +196,7 @@ impl ObjState {
     }
 
     /// Dirty records, newest first.
-    fn recs_newest_first(&self) -> Vec<&DirtyRec> {
+    pub(crate) fn recs_newest_first(&self) -> Vec<&DirtyRec> {
         let mut v: Vec<&DirtyRec> = self.dirty.iter().flatten().collect();
         v.sort_by(|a, b| b.txg.cmp(&a.txg));
         v
@@ -169,6 +207,9 @@ impl ObjState {
         for r in self.recs_newest_first() {
             if let Some(b) = r.blocks.get(&blkid) {
                 return Ok(Source::Dirty(b.clone()));
+            }
+            if let Some(c) = r.clones.get(&blkid) {
+                return Ok(if c.bp.is_hole() { Source::Zero } else { Source::Bp(c.bp) });
             }
             if r.frees.iter().any(|&(s, e)| blkid >= s && blkid < e) {
                 return Ok(Source::Zero);

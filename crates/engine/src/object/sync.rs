@@ -12,6 +12,10 @@
 //! still being checksummed, instead of idling through the whole CPU phase.
 //! Freed blocks go to the allocator's deferred-free list. A small object whose
 //! data fits its reserved dnode slots is stored inline instead of in a block.
+//! Cloned blocks (phase C, before the data blocks) are linked, not written:
+//! the pointer gets the txg as its logical birth and keeps its physical
+//! birth; one whose source the block reference table refused (freed by the
+//! previous sync) is linked as a copy of its data instead.
 
 use std::sync::Arc;
 
@@ -24,6 +28,7 @@ use super::Object;
 use crate::error::{Error, Result};
 use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Prepared, WriteGroup, WriteProps};
+use crate::pool::brt::Linked;
 use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
 
@@ -44,6 +49,13 @@ impl SyncCtx<'_> {
         match self.owner {
             Some(o) => o.block_freed(self.core, bp, self.txg),
             None => self.core.free_block(bp, self.txg),
+        }
+    }
+
+    /// A block the set now references without writing it (a clone).
+    fn born(&self, bp: &BlockPtr) {
+        if let Some(o) = self.owner {
+            o.block_born(bp);
         }
     }
 
@@ -71,10 +83,18 @@ pub(crate) struct DnodeUpdate {
     pub used_delta: i64,
 }
 
+/// A clone to link: block id, the source's pointer, its claim's id.
+struct CloneWork {
+    blkid: u64,
+    bp: BlockPtr,
+    claim: Option<u64>,
+}
+
 struct Work {
     obj: Arc<Object>,
     otype: ObjectType,
     blocks: Vec<(u64, Arc<AlignedBuf>)>,
+    clones: Vec<CloneWork>,
     inline: bool,
     freed: bool,
 }
@@ -151,11 +171,13 @@ fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
     let st = o.st.lock();
     let rec = st.dirty[slot(ctx.txg)].as_ref().filter(|r| r.txg == ctx.txg)?;
     let blocks: Vec<(u64, Arc<AlignedBuf>)> = rec.blocks.iter().map(|(k, v)| (*k, v.clone())).collect();
+    let clones: Vec<CloneWork> = rec.clones.iter().map(|(&blkid, c)| CloneWork { blkid, bp: c.bp, claim: c.claim.as_ref().map(|r| r.id) }).collect();
     // The bonus this txg's dnode will carry: its own if it set one, else the
     // synced one (a newer txg's bonus may differ in size).
     let bonus_len = rec.bonus.as_ref().map_or(st.dn.bonus.len(), |b| b.len());
-    let inline = !rec.freed && wants_inline(ctx, &st, rec.maxblkid, rec.size, bonus_len);
-    Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, inline, freed: rec.freed })
+    // A clone keeps its block: a later txg may move the object inline.
+    let inline = !rec.freed && clones.is_empty() && wants_inline(ctx, &st, rec.maxblkid, rec.size, bonus_len);
+    Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, clones, inline, freed: rec.freed })
 }
 
 fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64, bonus_len: usize) -> bool {
@@ -184,7 +206,33 @@ fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
     } else {
         used += leave_inline(ctx, &mut st, wk, blksz)?;
     }
+    for c in &wk.clones {
+        used += link_clone(ctx, &mut st, c)?;
+    }
     Ok(used)
+}
+
+/// Links a cloned block into the tree: a hole or embedded pointer as is
+/// (born now), a shared block under its new logical birth, or — when the
+/// block reference table refused the clone — a copy of the data, which is
+/// still on disk (its free is deferred).
+fn link_clone(ctx: &SyncCtx, st: &mut ObjState, c: &CloneWork) -> Result<i64> {
+    let mut new = c.bp;
+    if c.bp.is_hole() {
+        new = BlockPtr::hole(c.bp.lsize, st.dn.otype, 0);
+    } else if !c.bp.is_embedded() {
+        let claim = c.claim.ok_or_else(|| Error::corrupt(format!("cloned block {} has no claim on the block reference table", c.blkid)))?;
+        if ctx.core.brt.take(claim)? == Linked::Refused {
+            let data = ctx.core.read_block(&c.bp, IoClass::SyncRead, &|| format!("source of cloned block {}", c.blkid))?;
+            let buf = Arc::new(AlignedBuf::from_slice(&data));
+            let prep = block::prepare(&buf, data.len(), st.dn.otype, 0, ctx.txg, ctx.props, ctx.core.sector);
+            return install(ctx, st, c.blkid, prep, 0);
+        }
+        new.phys_birth = c.bp.physical_birth();
+        ctx.born(&new);
+    }
+    new.birth = ctx.txg;
+    link(ctx, st, c.blkid, new)
 }
 
 /// After an object's blocks: indirect blocks, then the dnode.
@@ -252,7 +300,7 @@ fn leave_inline(ctx: &SyncCtx, st: &mut ObjState, wk: &Work, blksz: u32) -> Resu
     let Some(data) = st.dn.inline.take() else { return Ok(0) };
     st.dn.nlevels = 1;
     st.dn.blkptr = Some(BlockPtr::hole(blksz, st.dn.otype, 0));
-    if wk.blocks.iter().any(|(b, _)| *b == 0) {
+    if wk.blocks.iter().any(|(b, _)| *b == 0) || wk.clones.iter().any(|c| c.blkid == 0) {
         return Ok(0);
     }
     let mut buf = AlignedBuf::zeroed(blksz as usize);
@@ -272,6 +320,12 @@ fn install(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire:
         // Nothing will be written, so nothing would retire these bytes.
         ctx.core.txg.dirty_retire(ctx.txg, retire);
     }
+    link(ctx, st, blkid, new)
+}
+
+/// Puts `new` at level-0 block `blkid` of the tree and frees the pointer it
+/// replaces; returns the change in allocated bytes.
+fn link(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, new: BlockPtr) -> Result<i64> {
     let mut used = new.asize_total() as i64;
     if st.dn.nlevels == 0 {
         st.dn.nlevels = 1;

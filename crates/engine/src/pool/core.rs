@@ -7,7 +7,8 @@
 //! tried, so `copies=2` heals around a damaged sector. A block is written by
 //! allocating each copy (on different vdevs where possible) and queueing the
 //! writes into the txg's write group. Frees are deferred by the allocator
-//! until the txg is two syncs old.
+//! until the txg is two syncs old. Every free passes the block reference
+//! table first (`brt`): a cloned block loses one reference instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Leaf, Prepared, WriteGroup};
 use crate::pool::alloc::metaslab::Allocator;
+use crate::pool::brt::Brt;
 use crate::tunables::Tunables;
 use crate::txg::TxgEngine;
 
@@ -74,6 +76,8 @@ pub struct PoolCore {
     /// Prefetch reads under way, by block.
     pub inflight: Mutex<HashMap<BlockKey, Arc<Inflight>>>,
     pub prefetch_stats: PrefetchStats,
+    /// Extra references of cloned blocks (block cloning).
+    pub brt: Brt,
 }
 
 #[derive(Debug, Default)]
@@ -253,9 +257,15 @@ impl PoolCore {
         Ok((vdev, offset, asize))
     }
 
-    /// Frees every copy of `bp` (deferred two txgs by the allocator).
+    /// Drops one reference to the block `bp` names: a cloned block with
+    /// references left only loses one in the block reference table;
+    /// otherwise every copy is freed (deferred two txgs by the allocator).
+    /// Every free in the pool comes here (syncing context).
     pub fn free_block(&self, bp: &BlockPtr, txg: u64) -> Result<()> {
         if bp.is_hole() || bp.is_embedded() {
+            return Ok(());
+        }
+        if self.brt.release(bp, txg).map_err(|e| e.context(format!("pool '{}'", self.name)))? {
             return Ok(());
         }
         self.cache.remove(&BlockKey::of(bp));

@@ -32,6 +32,7 @@
 //! uberblock's txg is above the previous one.
 
 pub mod alloc;
+pub mod brt;
 pub mod cache_dev;
 pub mod core;
 pub mod label;

@@ -12,7 +12,7 @@ use tarn_ondisk::bp::{BlockPtr, ChecksumType, ObjectType};
 use tarn_ondisk::dnode::ObjsetType;
 use tarn_ondisk::kv::{self, KvMap};
 use tarn_ondisk::label::{self, LabelConfig, PoolState, VdevKind, VdevNode};
-use tarn_ondisk::uberblock::{Uberblock, FORMAT_VERSION};
+use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FORMAT_VERSION};
 
 use super::alloc::metaslab::{AllocConfig, Allocator};
 use super::core::{PoolCore, TopVdev};
@@ -31,6 +31,8 @@ use crate::txg::{ThrottleParams, TxgEngine};
 /// The pool directory is the first object of the meta object set.
 const POOL_DIR_OBJ: u64 = 1;
 const KEY_ROOT: &str = "root_dataset";
+/// Pool directory key naming the block reference table's MOS object.
+const KEY_BRT: &str = "brt";
 const KEY_BP: &str = "bp";
 
 #[derive(Clone, Debug)]
@@ -135,7 +137,10 @@ pub(crate) struct Shared {
     pub dsl: Arc<Datasets>,
     sync: Mutex<SyncState>,
     config: Mutex<LabelConfig>,
+    /// The pool directory (properties, cache devices, the table): written
+    /// by the sync thread only, when `dir_dirty` says it changed.
     pool_props: Mutex<KvMap>,
+    dir_dirty: std::sync::atomic::AtomicBool,
     history: Mutex<std::collections::VecDeque<TxgRecord>>,
     /// Devices with the open-file lock, kept alive as long as the pool.
     _locks: Vec<Arc<FileDevice>>,
@@ -461,6 +466,9 @@ impl Pool {
         sh.core.refresh_space();
         let (mos, root, props, rec) = sh.core_objsets_open(&ub)?;
         let sh = Arc::new(sh.finish(mos, root, Some(rec)));
+        if let Some(obj) = kv::get_u64(&props, KEY_BRT) {
+            sh.core.brt.load(obj)?;
+        }
         *sh.pool_props.lock() = props;
         if !opts.readonly {
             cfg.config_txg = ub.txg + 1;
@@ -604,6 +612,11 @@ impl Pool {
             ("ashift".into(), ashift.to_string(), "local".into()),
             ("txg".into(), ub.txg.to_string(), "-".into()),
         ];
+        let b = self.brt_stats();
+        let r = b.ratio_percent();
+        v.push(("bcloneused".into(), b.used_bytes.to_string(), "-".into()));
+        v.push(("bclonesaved".into(), b.saved_bytes.to_string(), "-".into()));
+        v.push(("bcloneratio".into(), format!("{}.{:02}x", r / 100, r % 100), "-".into()));
         let props = self.sh.pool_props.lock();
         for (name, default) in POOL_PROPS {
             match kv::get_str(&props, &format!("prop:{}", name)) {
@@ -620,16 +633,23 @@ impl Pool {
     }
 
     /// Changes the pool directory (properties, cache devices) and syncs it.
+    /// The sync thread writes the directory (it adds the block reference
+    /// table's key there too), so a change made here cannot race with it.
     pub(crate) fn update_pool_dir(&self, f: impl FnOnce(&mut KvMap) -> Result<()>) -> Result<()> {
-        let mut props = self.sh.pool_props.lock().clone();
-        f(&mut props)?;
-        let tx = self.sh.mos.begin()?;
-        let bytes = kv::encode(&props);
-        self.sh.mos.write(&tx, POOL_DIR_OBJ, 0, &bytes)?;
-        self.sh.mos.truncate(&tx, POOL_DIR_OBJ, bytes.len() as u64)?;
-        tx.commit();
-        *self.sh.pool_props.lock() = props;
+        self.sh.core.check_writable()?;
+        {
+            let mut d = self.sh.pool_props.lock();
+            let mut props = d.clone();
+            f(&mut props)?;
+            *d = props;
+            self.sh.dir_dirty.store(true, Ordering::Release);
+        }
         self.sync()
+    }
+
+    /// The block reference table's figures (block cloning).
+    pub fn brt_stats(&self) -> super::brt::BrtStats {
+        self.sh.core.brt.stats()
     }
 
     /// Syncs, marks every label exported and closes.
@@ -692,6 +712,7 @@ impl Pool {
     pub fn check_invariants(&self) -> Result<()> {
         self.sh.core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         self.sh.core.txg.check_invariants().map_err(|e| Error::corrupt(format!("txg: {}", e)))?;
+        self.sh.core.brt.check_invariants()?;
         self.sh.dsl.check_invariants()
     }
 }
@@ -744,9 +765,9 @@ fn check_new_device(path: &str, dev: &dyn BlockDevice, force: bool) -> Result<()
     Ok(())
 }
 
-/// Feature bits this version understands (none are defined yet).
+/// Feature bits this version understands.
 const KNOWN_FEATURES_INCOMPAT: u64 = 0;
-const KNOWN_FEATURES_COMPAT: u64 = 0;
+const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING;
 
 /// Refuses pools written by a newer format: incompatible features always,
 /// compatible ones unless opening read-only.
@@ -861,6 +882,7 @@ impl ShellShared {
             free_bytes: Default::default(),
             inflight: Default::default(),
             prefetch_stats: Default::default(),
+            brt: Default::default(),
         });
         core.refresh_space();
         Ok(ShellShared {
@@ -909,6 +931,7 @@ impl ShellShared {
     }
 
     fn finish(self, mos: Arc<Objset>, root: Arc<Objset>, root_rec: Option<Rec>) -> Shared {
+        self.core.brt.attach(&mos);
         let dsl = Datasets::new(self.core.clone(), mos.clone(), root_rec.as_ref().map_or(ROOT_RECORD, |r| r.id), root.clone(), root_rec);
         Shared {
             core: self.core,
@@ -918,6 +941,7 @@ impl ShellShared {
             sync: self.sync,
             config: self.config,
             pool_props: self.pool_props,
+            dir_dirty: Default::default(),
             history: Mutex::new(std::collections::VecDeque::with_capacity(TXG_HISTORY)),
             _locks: self.locks,
         }
@@ -985,7 +1009,34 @@ impl Shared {
     }
 
     fn has_work(&self, txg: u64) -> bool {
-        self.dsl.has_work(txg) || self.mos.is_dirty(txg)
+        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire)
+    }
+
+    /// Writes the pool directory into `txg` when it changed: by a property
+    /// change, or by the first flush of the block reference table.
+    fn sync_pool_dir(&self, txg: u64, brt_created: Option<u64>) -> Result<()> {
+        let mut d = self.pool_props.lock();
+        if let Some(obj) = brt_created {
+            kv::put_u64(&mut d, KEY_BRT, obj);
+        } else if !self.dir_dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let bytes = kv::encode(&d);
+        self.mos.write_txg(txg, POOL_DIR_OBJ, 0, &bytes)?;
+        self.mos.truncate_txg(txg, POOL_DIR_OBJ, bytes.len() as u64)
+    }
+
+    /// The first time the pool holds a block reference table, its labels
+    /// say so (before the uberblock that names the table), so that a tarn
+    /// without block cloning refuses to write to it.
+    fn activate_block_cloning(&self) -> Result<()> {
+        let mut cfg = self.config.lock().clone();
+        if cfg.features_compat & FEATURE_BLOCK_CLONING != 0 {
+            return Ok(());
+        }
+        cfg.features_compat |= FEATURE_BLOCK_CLONING;
+        cfg.config_txg += 1;
+        self.write_configs(&cfg)
     }
 
     fn sync_loop(&self) {
@@ -1013,7 +1064,12 @@ impl Shared {
         let dirty0 = core.txg.dirty_of(txg);
         let io0 = self.device_writes();
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
+        // Clones of this txg take their references before anything is freed.
+        core.brt.apply(&core, txg)?;
         self.dsl.sync(txg, &group)?;
+        core.brt.release_unlinked(&core, txg)?;
+        let brt_created = core.brt.flush(&self.mos, txg)?;
+        self.sync_pool_dir(txg, brt_created)?;
         let mos_bp = self.mos.sync(txg, &group)?;
         let t_issue = t0.elapsed();
         group.wait().map_err(|e| Error::new(ErrorKind::Io, e))?;
@@ -1039,8 +1095,14 @@ impl Shared {
             if let Some(l) = log {
                 ub.space_log = l;
             }
+            if core.brt.object() != 0 {
+                ub.features_active |= FEATURE_BLOCK_CLONING;
+            }
             ub
         };
+        if brt_created.is_some() {
+            self.activate_block_cloning()?;
+        }
         if cfg!(debug_assertions) {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         }

@@ -3,21 +3,30 @@
 //! allocator — every referenced copy must be allocated, no two copies may
 //! overlap, and the allocated total must equal what is referenced (no leaks).
 //!
-//! Snapshots, clones and dead lists share blocks: a block is counted and
-//! read once however many trees reach it, and a subtree whose top block was
-//! already seen is not walked again (same pointer, same subtree — copy on
-//! write never changes a written block). Every dead-list entry must be a
-//! block of some snapshot's tree.
+//! Snapshots, clones and dead lists share blocks. Each dataset record's tree
+//! is walked only below pointers born after its previous snapshot (or
+//! origin), as OpenZFS's traversal does: an older pointer is shared with
+//! that snapshot, which walks it. So every block pointer is visited once
+//! per *instance* — once in all, unless block cloning made several pointers
+//! to the same block, each of which is visited. A block is read once
+//! however often it is visited. Every dead-list entry must be a block of
+//! some snapshot's tree.
+//!
+//! Block cloning: a block visited `n` times must have a block reference
+//! table entry with refcount `n − 1` (none when `n` is 1), and every entry
+//! must describe a block visited `refcount + 1` times with its size; the
+//! table's header totals must be the sums of its entries.
 //!
 //! It reads the on-disk state only (not in-memory dirty data), through the
 //! same decoders import uses, so it is an independent opinion on whether a
 //! pool is consistent. The crash tests run it after every simulated power cut;
 //! `tarn inspect --verify` runs it on a real pool. Walks use explicit stacks.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tarn_ondisk::bp::{BlockPtr, ObjectType, BP_SIZE};
+use tarn_ondisk::brt::{decode_bucket, BrtEntry, BrtHeader, BrtKey, BRT_BLOCK_SIZE};
 use tarn_ondisk::dnode::{Dnode, ObjsetPhys, SLOTS_PER_BLOCK, SLOT_SIZE};
 use tarn_ondisk::kv;
 
@@ -39,6 +48,14 @@ pub struct VerifyReport {
     pub space_bytes: u64,
     /// Dead-list entries seen (a block on several dead lists counts each time).
     pub dead_entries: u64,
+    /// The block reference table as stored: its entries and their
+    /// totals (bytes the cloned blocks take once, and bytes their extra
+    /// references would take as copies).
+    pub brt_entries: u64,
+    pub brt_used_bytes: u64,
+    pub brt_saved_bytes: u64,
+    /// Block pointers visited beyond the first of their block (clones).
+    pub extra_references: u64,
     pub errors: Vec<String>,
 }
 
@@ -46,12 +63,13 @@ struct Walker<'a> {
     core: &'a PoolCore,
     rep: VerifyReport,
     extents: Vec<(u32, u64, u64, String)>,
-    /// Blocks already noted, by their first copy.
-    seen: HashSet<(u32, u64)>,
+    /// Blocks noted, by their first copy: pointers visited and size.
+    seen: HashMap<BrtKey, (u64, u64)>,
 }
 
 impl<'a> Walker<'a> {
-    /// Notes a block; false if it was seen before (shared by several trees).
+    /// Notes a block; false if it was seen before. A level-0 data block
+    /// seen again is another pointer to it (a clone) and is counted.
     fn note(&mut self, bp: &BlockPtr, what: &str) -> bool {
         if bp.is_embedded() {
             self.rep.embedded_blocks += 1;
@@ -60,9 +78,14 @@ impl<'a> Walker<'a> {
         if bp.is_hole() {
             return true;
         }
-        if !self.seen.insert((bp.dva[0].vdev, bp.dva[0].offset)) {
+        if let Some(s) = self.seen.get_mut(&BrtKey::of(bp)) {
+            if crate::pool::brt::may_be_cloned(bp) {
+                s.0 += 1;
+                self.rep.extra_references += 1;
+            }
             return false;
         }
+        self.seen.insert(BrtKey::of(bp), (1, bp.asize_total()));
         self.rep.blocks += 1;
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
             self.rep.referenced_bytes += d.asize;
@@ -85,14 +108,15 @@ impl<'a> Walker<'a> {
         }
     }
 
-    /// Every block of one object's tree; returns its level-0 data when asked
-    /// (for the dnode array and small maps), else None.
-    fn walk_object(&mut self, dn: &Dnode, what: &str, keep_data: bool) -> Vec<(u64, Arc<BlockData>)> {
+    /// Every block of one object's tree born after `min_txg`; returns its
+    /// level-0 data when asked (for the dnode array and small maps), else
+    /// None.
+    fn walk_object(&mut self, dn: &Dnode, what: &str, keep_data: bool, min_txg: u64) -> Vec<(u64, Arc<BlockData>)> {
         let mut out = Vec::new();
         let Some(top) = dn.blkptr else { return out };
         let mut stack = vec![(top, 0u64)];
         while let Some((bp, index)) = stack.pop() {
-            if bp.is_hole() {
+            if bp.is_hole() || bp.birth <= min_txg {
                 continue;
             }
             let label = format!("{} L{} #{}", what, bp.level, index);
@@ -123,8 +147,13 @@ impl<'a> Walker<'a> {
         out
     }
 
-    /// Every object of an object set; returns the set's dnodes by number.
-    fn walk_objset(&mut self, root: &BlockPtr, name: &str) -> Vec<(u64, Dnode)> {
+    /// Every object of an object set, below pointers born after `min_txg`
+    /// (older ones belong to a snapshot walked on its own); returns the
+    /// dnodes found by number.
+    fn walk_objset(&mut self, root: &BlockPtr, name: &str, min_txg: u64) -> Vec<(u64, Dnode)> {
+        if root.birth <= min_txg {
+            return vec![];
+        }
         let Some(data) = self.read(root, &format!("root block of '{}'", name)) else { return vec![] };
         let phys = match ObjsetPhys::decode(&data) {
             Ok(p) => p,
@@ -133,7 +162,7 @@ impl<'a> Walker<'a> {
                 return vec![];
             }
         };
-        let blocks = self.walk_object(&phys.meta_dnode, &format!("'{}' dnode array", name), true);
+        let blocks = self.walk_object(&phys.meta_dnode, &format!("'{}' dnode array", name), true, min_txg);
         let mut dnodes = Vec::new();
         for (blkid, data) in blocks {
             let mut slot = 0;
@@ -156,7 +185,7 @@ impl<'a> Walker<'a> {
         for (obj, dn) in dnodes {
             self.rep.objects += 1;
             let keep = dn.otype != ObjectType::PlainData;
-            let data = self.walk_object(&dn, &format!("'{}' object {}", name, obj), keep);
+            let data = self.walk_object(&dn, &format!("'{}' object {}", name, obj), keep, min_txg);
             let _ = data;
             out.push((obj, dn));
         }
@@ -193,18 +222,23 @@ impl<'a> Walker<'a> {
 /// Walks the pool as of `ub` (see module docs). `space_blocks` are the
 /// blocks of the space checkpoint and log, which nothing else references.
 pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr]) -> Result<VerifyReport> {
-    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashSet::new() };
+    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new() };
     for bp in space_blocks {
         w.note(bp, "space map block");
     }
     w.rep.space_bytes = w.rep.referenced_bytes;
-    let mos_objects = w.walk_objset(mos, "$MOS");
+    let mos_objects = w.walk_objset(mos, "$MOS", 0);
     w.rep.mos_bytes = w.rep.referenced_bytes - w.rep.space_bytes;
     let mut dead = Vec::new();
+    let mut brt = Vec::new();
     // Dataset records name the dataset object sets.
     for (obj, dn) in &mos_objects {
         if dn.otype == ObjectType::DeadList {
             dead.push((*obj, dn.clone()));
+            continue;
+        }
+        if dn.otype == ObjectType::BlockRefTable {
+            brt.push((*obj, dn.clone()));
             continue;
         }
         if dn.otype != ObjectType::DatasetRecord {
@@ -225,10 +259,11 @@ pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[
             }
         };
         let name = kv::get_str(&rec, "name").unwrap_or("?").to_string();
+        let min_txg = kv::get_u64(&rec, "prev_snap_txg").unwrap_or(0);
         match rec.get("bp").map(|b| BlockPtr::decode(b)) {
             Some(Ok(bp)) if bp.is_hole() => {}
             Some(Ok(bp)) => {
-                w.walk_objset(&bp, &name);
+                w.walk_objset(&bp, &name, min_txg);
             }
             Some(Err(e)) => w.rep.errors.push(format!("dataset '{}': {}", name, e)),
             None => w.rep.errors.push(format!("dataset '{}' has no root block", name)),
@@ -236,7 +271,7 @@ pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[
     }
     // Dead-list entries: blocks that snapshots hold and their successors
     // no longer do, so each must have been reached through some tree.
-    let tree_blocks = w.seen.clone();
+    let tree_blocks: std::collections::HashSet<BrtKey> = w.seen.keys().copied().collect();
     for (obj, dn) in dead {
         let data = object_bytes(core, &mut w, obj, &dn);
         for (i, chunk) in data.chunks_exact(BP_SIZE).enumerate() {
@@ -244,7 +279,7 @@ pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[
                 Ok(bp) if bp.is_hole() || bp.is_embedded() => w.rep.errors.push(format!("dead list {} entry {} holds no block", obj, i)),
                 Ok(bp) => {
                     w.rep.dead_entries += 1;
-                    if !tree_blocks.contains(&(bp.dva[0].vdev, bp.dva[0].offset)) {
+                    if !tree_blocks.contains(&BrtKey::of(&bp)) {
                         w.rep.errors.push(format!("dead list {} entry {} (born {}) is in no snapshot", obj, i, bp.birth));
                         w.note(&bp, &format!("dead list {} entry {}", obj, i));
                     }
@@ -253,9 +288,101 @@ pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[
             }
         }
     }
+    if brt.len() > 1 {
+        w.rep.errors.push(format!("{} block reference tables in the MOS", brt.len()));
+    }
+    let table = match brt.first() {
+        Some((obj, dn)) => read_brt(core, &mut w, *obj, dn),
+        None => BTreeMap::new(),
+    };
+    w.check_references(&table);
     w.check_extents();
     Ok(w.rep)
 }
+
+/// The stored block reference table: its entries by key (header totals
+/// checked against them, errors noted).
+fn read_brt(core: &PoolCore, w: &mut Walker, obj: u64, dn: &Dnode) -> BTreeMap<BrtKey, BrtEntry> {
+    let mut out = BTreeMap::new();
+    let data = object_bytes(core, w, obj, dn);
+    let header = match data.get(..BRT_BLOCK_SIZE).map(BrtHeader::decode) {
+        Some(Ok(h)) => h,
+        Some(Err(e)) => {
+            w.rep.errors.push(format!("block reference table (MOS object {}): {}", obj, e));
+            return out;
+        }
+        None => {
+            w.rep.errors.push(format!("block reference table (MOS object {}) has no header", obj));
+            return out;
+        }
+    };
+    for (b, chunk) in data[BRT_BLOCK_SIZE..].chunks(BRT_BLOCK_SIZE).enumerate() {
+        if b as u64 >= header.nbuckets {
+            break;
+        }
+        let mut block = chunk.to_vec();
+        block.resize(BRT_BLOCK_SIZE, 0);
+        match decode_bucket(&block) {
+            Ok(es) => {
+                for e in es {
+                    if e.key.bucket(header.nbuckets) != b as u64 {
+                        w.rep.errors.push(format!("block reference table: entry {}:{:#x} is in bucket {} of {}", e.key.vdev, e.key.offset, b, header.nbuckets));
+                    }
+                    out.insert(e.key, e);
+                }
+            }
+            Err(e) => w.rep.errors.push(format!("block reference table bucket {}: {}", b, e)),
+        }
+    }
+    let used: u64 = out.values().map(|e| e.asize).sum();
+    let saved: u64 = out.values().map(|e| e.asize * e.refcount).sum();
+    if (out.len() as u64, used, saved) != (header.entries, header.used_bytes, header.saved_bytes) {
+        w.rep.errors.push(format!(
+            "block reference table: entries sum to ({} entries, {} used, {} saved), its header says ({}, {}, {})",
+            out.len(),
+            used,
+            saved,
+            header.entries,
+            header.used_bytes,
+            header.saved_bytes
+        ));
+    }
+    w.rep.brt_entries = header.entries;
+    w.rep.brt_used_bytes = header.used_bytes;
+    w.rep.brt_saved_bytes = header.saved_bytes;
+    out
+}
+
+impl Walker<'_> {
+    /// Every block visited `n` times has refcount `n − 1` in the table, and
+    /// every entry is a block visited `refcount + 1` times.
+    fn check_references(&mut self, table: &BTreeMap<BrtKey, BrtEntry>) {
+        for (key, &(n, asize)) in &self.seen {
+            let want = table.get(key).map_or(0, |e| e.refcount);
+            if n != want + 1 {
+                self.rep.errors.push(format!(
+                    "block {}:{:#x} has {} pointers but the block reference table counts {} extra ({})",
+                    key.vdev,
+                    key.offset,
+                    n,
+                    want,
+                    if n > want + 1 { "a free would lose data" } else { "its space would leak" }
+                ));
+            }
+            if let Some(e) = table.get(key).filter(|e| e.asize != asize) {
+                self.rep.errors.push(format!("block {}:{:#x} has {} bytes, its table entry {}", key.vdev, key.offset, asize, e.asize));
+            }
+        }
+        for key in table.keys().filter(|k| !self.seen.contains_key(k)) {
+            self.rep.errors.push(format!("block reference table entry {}:{:#x} names a block no tree references (leak)", key.vdev, key.offset));
+        }
+    }
+}
+
+/// Largest dead list or block reference table the checker reads whole
+/// (16 M dead entries, or 1 M table buckets): a bound on what a damaged
+/// size can make it allocate.
+const MOS_OBJECT_MAX_BYTES: u64 = 4 << 30;
 
 /// The content of a MOS object as of the walk (inline or its blocks).
 fn object_bytes(core: &PoolCore, w: &mut Walker, obj: u64, dn: &Dnode) -> Vec<u8> {
@@ -263,6 +390,10 @@ fn object_bytes(core: &PoolCore, w: &mut Walker, obj: u64, dn: &Dnode) -> Vec<u8
         return d.clone();
     }
     let Some(top) = dn.blkptr else { return Vec::new() };
+    if dn.size > MOS_OBJECT_MAX_BYTES {
+        w.rep.errors.push(format!("MOS object {} ({}) claims {} bytes", obj, dn.otype.name(), dn.size));
+        return Vec::new();
+    }
     // The blocks were noted during the MOS walk; read them again here.
     let bs = dn.datablksz as u64;
     let mut out = vec![0u8; dn.size as usize];
@@ -271,7 +402,7 @@ fn object_bytes(core: &PoolCore, w: &mut Walker, obj: u64, dn: &Dnode) -> Vec<u8
         if bp.is_hole() {
             continue;
         }
-        match core.read_block(&bp, IoClass::Scrub, &|| format!("dead list {}", obj)) {
+        match core.read_block(&bp, IoClass::Scrub, &|| format!("MOS object {} ({})", obj, dn.otype.name())) {
             Ok(d) if bp.level == 0 => {
                 let start = (index * bs) as usize;
                 if start < out.len() {

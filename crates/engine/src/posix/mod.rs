@@ -39,7 +39,9 @@
 //!
 //! There is no intent log yet: `fsync` and `sync_all` wait for a txg sync
 //! (`PosixOptions::sync`, by default the pool's own). `copy_file_range`
-//! copies bytes; sharing blocks needs a block-reference table.
+//! clones whole blocks at the same offset in a block of both files (block
+//! cloning through the pool's block reference table: no data copied) and
+//! copies the rest.
 //!
 //! ## Locks and their order
 //!

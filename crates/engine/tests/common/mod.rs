@@ -133,6 +133,15 @@ pub fn durable(devs: &[Arc<FaultDevice>]) -> Vec<Arc<FaultDevice>> {
     devs.iter().map(|d| Arc::new(d.snapshot_durable())).collect()
 }
 
+/// Syncs, then: the checker is clean and the engine's invariants hold.
+pub fn verified(pool: &Pool, ctx: &str) -> tarn_engine::pool::verify::VerifyReport {
+    pool.sync().expect("sync");
+    let rep = pool.verify().expect("verify");
+    assert!(rep.errors.is_empty(), "{ctx}: verify: {:#?}", rep.errors);
+    pool.check_invariants().unwrap_or_else(|e| panic!("{ctx}: invariants: {e}"));
+    rep
+}
+
 /// The error of an import that must fail (`Pool` has no `Debug`, so
 /// `expect_err` is not available).
 pub fn refused(r: Result<Pool>, what: &str) -> tarn_engine::Error {

@@ -1,7 +1,8 @@
 //! The dataset thread of a crash run: it creates a few file systems of its
-//! own, rewrites one object in each, snapshots them, rolls back, destroys
-//! snapshots and file systems — each a sync task or a transaction, logged
-//! with its txg before it is waited for. The model: every file system and
+//! own, rewrites one object in each (with new data, or by cloning another
+//! file system's object: blocks shared across datasets), snapshots them,
+//! rolls back, destroys snapshots and file systems — each a sync task or a
+//! transaction, logged with its txg before it is waited for. The model: every file system and
 //! snapshot as of a txg, and a snapshot's content never changes.
 
 use std::collections::BTreeMap;
@@ -20,6 +21,9 @@ pub enum DsOp {
     Create(String),
     /// The file system's object `obj` (created if new) now holds `fill` of `len` bytes.
     Fill { fs: String, obj: u64, len: u64, fill: Fill },
+    /// The file system's object `obj` (created if new) now holds a clone of
+    /// what file system `from`'s object holds.
+    Clone { fs: String, obj: u64, from: String },
     Snapshot(String),
     Rollback(String),
     Destroy(String),
@@ -75,7 +79,16 @@ impl DsWorker<'_> {
         }
         let i = self.rng.below(fss.len() as u64) as usize;
         match self.rng.below(100) {
-            0..=44 => self.fill(&mut fss[i], log),
+            0..=34 => self.fill(&mut fss[i], log),
+            35..=44 => {
+                let j = self.rng.below(fss.len() as u64) as usize;
+                let Some((from_obj, content)) = fss[j].obj.clone() else { return Ok(()) };
+                if i == j {
+                    return Ok(());
+                }
+                let from = fss[j].name.clone();
+                self.clone_from(&mut fss[i], &from, from_obj, content, log)
+            }
             45..=64 => {
                 let f = &mut fss[i];
                 let snap = format!("{}@s{}", f.name, *made);
@@ -128,6 +141,30 @@ impl DsWorker<'_> {
         Ok(())
     }
 
+    /// Replaces the file system's object content by a clone of `from`'s
+    /// object (whole blocks shared, the tail copied), in one transaction.
+    fn clone_from(&mut self, f: &mut Fs, from: &str, from_obj: u64, content: Vec<u8>, log: &mut Vec<Logged>) -> tarn_engine::Result<()> {
+        let ds = self.pool.datasets();
+        let (os, src) = (ds.objset(&f.name)?, ds.objset(from)?);
+        let tx = os.begin()?;
+        let obj = match &f.obj {
+            Some((o, _)) => *o,
+            None => os.create(&tx, ObjectType::PlainData)?,
+        };
+        os.truncate(&tx, obj, 0)?;
+        let len = content.len() as u64;
+        let mut done = 0;
+        while done < len {
+            let p = os.clone_range(&tx, obj, done, &src, from_obj, done, len - done)?;
+            assert!(p.done > 0, "a clone of {from} made no progress at {done}");
+            done += p.done;
+        }
+        log.push(Logged { txg: tx.txg(), obj: 0, op: Op::Ds(DsOp::Clone { fs: f.name.clone(), obj, from: from.to_string() }) });
+        drop(tx);
+        f.obj = Some((obj, content));
+        Ok(())
+    }
+
     /// The file system and its snapshots read back as this thread made them.
     fn check(&self, f: &Fs) -> tarn_engine::Result<()> {
         let ds = self.pool.datasets();
@@ -150,7 +187,7 @@ pub fn ds_model_at(logs: &[Vec<Logged>], t: u64) -> (DsModel, Vec<String>) {
         let name = match op {
             DsOp::Create(n) | DsOp::Snapshot(n) | DsOp::Destroy(n) => n.clone(),
             DsOp::Rollback(s) => s.clone(),
-            DsOp::Fill { fs, .. } => fs.clone(),
+            DsOp::Fill { fs, .. } | DsOp::Clone { fs, .. } => fs.clone(),
         };
         named.push(name);
         if e.txg > t {
@@ -162,6 +199,10 @@ pub fn ds_model_at(logs: &[Vec<Logged>], t: u64) -> (DsModel, Vec<String>) {
             }
             DsOp::Fill { fs, obj, len, fill } => {
                 m.insert(fs.clone(), Some((*obj, fill.bytes(*len as usize))));
+            }
+            DsOp::Clone { fs, obj, from } => {
+                let (_, c) = m.get(from).cloned().flatten().expect("a clone from a modelled object");
+                m.insert(fs.clone(), Some((*obj, c)));
             }
             DsOp::Snapshot(s) => {
                 let fs = s.split('@').next().expect("fs@snap");

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tarn_engine::{ErrorKind, Pool};
 
-use super::workload::{apply, Logged, Op};
+use super::workload::{apply, clone_source, put_bytes, Logged, Op};
 use crate::common::first_difference;
 
 /// Object id → content, for every object that exists.
@@ -25,6 +25,14 @@ pub fn model_from(base: &Model, logs: &[Vec<Logged>], t: u64) -> Model {
     for log in logs {
         assert!(log.windows(2).all(|w| w[0].txg <= w[1].txg), "a thread's txgs went backwards: {:?}", log);
         for e in log.iter().take_while(|e| e.txg <= t).filter(|e| !matches!(e.op, Op::Ds(_))) {
+            if let Op::Clone { src, src_off, off, len } = e.op {
+                // The source belongs to the same thread: its content here is
+                // what the clone read.
+                let from = objs.get(&src).and_then(|c| c.as_ref()).expect("a clone from a live object");
+                let bytes = clone_source(from, src_off, len);
+                put_bytes(objs.get_mut(&e.obj).and_then(|c| c.as_mut()).expect("a clone into a live object"), off, &bytes);
+                continue;
+            }
             apply(objs.entry(e.obj).or_insert(None), &e.op);
         }
     }

@@ -1,6 +1,9 @@
 //! The workload of one crash run: threads that each own a disjoint set of
 //! objects and change them at random, one transaction per operation, logging
-//! (txg, operation) before the transaction ends.
+//! (txg, operation) before the transaction ends. Changes include clones of
+//! one object's range into another (block cloning where the range is made
+//! of whole blocks, so cuts fall between a clone and its sync, and during
+//! frees and rewrites of cloned blocks).
 //!
 //! Logging before the end of the transaction is what makes the log a safe
 //! oracle: once the tx is dropped its txg may sync, and an operation that
@@ -8,7 +11,7 @@
 //! is not logged; it can only have failed because the power was cut, which
 //! also stops every later sync, so its txg never commits.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tarn_engine::{Error, Objset, Pool};
 use tarn_ondisk::ObjectType;
@@ -22,6 +25,11 @@ const MEDIUM_MAX: u64 = 1 << 20;
 const LARGE_MAX: u64 = 8 << 20;
 const WRITE_MAX: u64 = 300 << 10;
 const LIVE_MAX: usize = 6;
+
+/// Clone operations run and bytes they shared (for the summary: the cuts
+/// must fall among clones for the test to cover them).
+pub static CLONES: AtomicU64 = AtomicU64::new(0);
+pub static CLONED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// How big an object may grow, chosen when it is created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +73,9 @@ pub enum Op {
     Write { off: u64, len: u64, fill: Fill },
     Truncate { size: u64 },
     Free,
+    /// The object's `[off, off + len)` now holds what object `src` held at
+    /// `[src_off, src_off + len)` (`Objset::clone_range`).
+    Clone { src: u64, src_off: u64, off: u64, len: u64 },
     /// An operation of the dataset thread (its `obj` is 0).
     Ds(super::datasets::DsOp),
 }
@@ -77,20 +88,32 @@ pub struct Logged {
     pub op: Op,
 }
 
+/// Puts `bytes` at `off` of a content, growing it as a write does.
+pub fn put_bytes(c: &mut Vec<u8>, off: u64, bytes: &[u8]) {
+    let (off, end) = (off as usize, off as usize + bytes.len());
+    if c.len() < end {
+        c.resize(end, 0);
+    }
+    c[off..end].copy_from_slice(bytes);
+}
+
+/// The bytes a clone takes from its source's content.
+pub fn clone_source(src: &[u8], src_off: u64, len: u64) -> Vec<u8> {
+    src[src_off as usize..(src_off + len) as usize].to_vec()
+}
+
 /// Applies `op` to an object's content (None: the object does not exist).
+/// A clone needs its source: see `model_from`.
 pub fn apply(content: &mut Option<Vec<u8>>, op: &Op) {
     match op {
         Op::Ds(_) => {}
+        Op::Clone { .. } => unreachable!("a clone is applied with its source's content"),
         Op::Create => *content = Some(Vec::new()),
         Op::Free => *content = None,
         Op::Truncate { size } => content.as_mut().expect("truncate of a live object").resize(*size as usize, 0),
         Op::Write { off, len, fill } => {
             let c = content.as_mut().expect("write to a live object");
-            let (off, end) = (*off as usize, (*off + *len) as usize);
-            if c.len() < end {
-                c.resize(end, 0);
-            }
-            c[off..end].copy_from_slice(&fill.bytes(*len as usize));
+            put_bytes(c, *off, &fill.bytes(*len as usize));
         }
     }
 }
@@ -160,7 +183,8 @@ impl Worker<'_> {
                 let mut gone = live.swap_remove(i);
                 self.logged(&os, &mut gone, Op::Free, log)
             }
-            78..=80 => self.pool.sync(),
+            78..=85 if live.len() > 1 => self.clone_op(&os, live, i, log),
+            86..=88 => self.pool.sync(),
             _ => self.check_read(&os, &live[i]),
         }
     }
@@ -187,13 +211,51 @@ impl Worker<'_> {
             Op::Write { off, len, fill } => os.write(&tx, obj.id, *off, &fill.bytes(*len as usize))?,
             Op::Truncate { size } => os.truncate(&tx, obj.id, *size)?,
             Op::Free => os.free(&tx, obj.id)?,
-            Op::Create | Op::Ds(_) => unreachable!("creates go through create()"),
+            Op::Create | Op::Ds(_) | Op::Clone { .. } => unreachable!("creates and clones have their own steps"),
         }
         log.push(Logged { txg: tx.txg(), obj: obj.id, op: op.clone() });
         drop(tx);
         let mut c = Some(std::mem::take(&mut obj.content));
         apply(&mut c, &op);
         obj.content = c.unwrap_or_default();
+        Ok(())
+    }
+
+    /// Clones a range of another live object into `live[i]`: mostly whole
+    /// blocks at block offsets (shared), else any range (copied), in one
+    /// transaction, logged before it ends.
+    fn clone_op(&mut self, os: &Objset, live: &mut [Live], i: usize, log: &mut Vec<Logged>) -> tarn_engine::Result<()> {
+        let j = (i + 1 + self.rng.below(live.len() as u64 - 1) as usize) % live.len();
+        let src_len = live[j].content.len() as u64;
+        let cap = live[i].class.cap();
+        if src_len == 0 {
+            return Ok(());
+        }
+        let bs = os.info(live[j].id)?.blksz as u64;
+        let (src_off, off, len) = if self.rng.chance(75) && src_len >= bs && cap >= bs {
+            let (nsrc, ndst) = (src_len / bs, cap / bs);
+            let sb = self.rng.below(nsrc);
+            let n = self.rng.range(1, (nsrc - sb).min(ndst).min(64));
+            (sb * bs, self.rng.below(ndst - n + 1) * bs, n * bs)
+        } else {
+            let src_off = self.rng.below(src_len);
+            let len = self.rng.range(1, (src_len - src_off).min(WRITE_MAX).min(cap));
+            (src_off, self.rng.below(cap - len + 1), len)
+        };
+        let (src, dst) = (live[j].id, live[i].id);
+        let tx = os.begin()?;
+        let mut done = 0;
+        while done < len {
+            let p = os.clone_range(&tx, dst, off + done, os, src, src_off + done, len - done)?;
+            assert!(p.done > 0, "seed {}: a clone within its source made no progress", self.seed);
+            done += p.done;
+            CLONED_BYTES.fetch_add(p.cloned, Ordering::Relaxed);
+        }
+        CLONES.fetch_add(1, Ordering::Relaxed);
+        log.push(Logged { txg: tx.txg(), obj: dst, op: Op::Clone { src, src_off, off, len } });
+        drop(tx);
+        let bytes = clone_source(&live[j].content, src_off, len);
+        put_bytes(&mut live[i].content, off, &bytes);
         Ok(())
     }
 
