@@ -65,6 +65,15 @@ pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
     if a.verify {
         let rep = pool.verify()?;
         println!("verified txg {}: {} blocks ({} embedded), {} objects, {} referenced, {} allocated", rep.txg, rep.blocks, rep.embedded_blocks, rep.objects, fmt::size(rep.referenced_bytes), fmt::size(rep.allocated_bytes));
+        if rep.brt_entries > 0 {
+            println!(
+                "block cloning: {} shared blocks ({} pointers more), {} used, {} saved",
+                rep.brt_entries,
+                rep.extra_references,
+                fmt::size(rep.brt_used_bytes),
+                fmt::size(rep.brt_saved_bytes)
+            );
+        }
         for e in &rep.errors {
             println!("ERROR: {}", e);
         }

@@ -449,3 +449,55 @@ fn the_checker_catches_a_table_that_disagrees_with_the_trees() {
         assert!(rep.errors.iter().any(|e| e.contains(want)), "delta {delta}: {:#?}", rep.errors);
     }
 }
+
+/// A clone whose source the previous txg's sync frees: the clone (txg
+/// T+1) reads the source's pointer while a rollback of the source's
+/// dataset waits in txg T, which then frees that block. At the sync of T+1
+/// the block is no longer allocated, so the table refuses the clone and the
+/// destination gets a copy of the data (still on disk: frees are deferred).
+#[test]
+fn a_clone_racing_the_free_of_its_source_gets_a_copy() {
+    let (_d, pool, _os, base) = start();
+    let ds = pool.datasets();
+    ds.create("tank/a", &[], false).unwrap();
+    ds.create("tank/b", &[], false).unwrap();
+    let (osa, osb) = (ds.objset("tank/a").unwrap(), ds.objset("tank/b").unwrap());
+    let a = put(&pool, &osa, &pattern(4 * REC as usize, 20));
+    ds.snapshot("tank/a@s").unwrap();
+    let data = pattern(4 * REC as usize, 21);
+    overwrite(&osa, a, 0, &data);
+    pool.sync().unwrap();
+    let b = empty(&osb);
+    pool.sync().unwrap();
+    std::thread::scope(|sc| {
+        // Hold txg T open, queue the rollback in it, and make the sync
+        // thread start on T (it waits for this hold) so that T+1 opens.
+        let hold = osa.begin().unwrap();
+        let t = hold.txg();
+        let rollback = ds.submit(vec![tarn_engine::dataset::Op::Rollback { snapshot: "tank/a@s".into() }]).unwrap();
+        assert_eq!(rollback.txg(), t);
+        let syncer = sc.spawn(|| pool.sync());
+        let tx = loop {
+            let tx = osb.begin().unwrap();
+            if tx.txg() > t {
+                break tx;
+            }
+            drop(tx);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        assert_eq!(tx.txg(), t + 1);
+        let p = osb.clone_range(&tx, b, 0, &osa, a, 0, 4 * REC).unwrap();
+        assert_eq!(p.cloned, 4 * REC, "the pointers were read before the rollback ran");
+        drop(hold);
+        rollback.wait().unwrap().into_iter().for_each(|r| r.unwrap());
+        drop(tx);
+        syncer.join().unwrap().unwrap();
+    });
+    check(&pool, "a clone of freed blocks");
+    let s = pool.brt_stats();
+    assert_eq!((s.refused_blocks, s.entries), (4, 0), "refused, copied");
+    assert!(read_all(&osb, b) == data, "the copy holds what the clone read");
+    ds.destroy("tank/a", true).unwrap();
+    ds.destroy("tank/b", false).unwrap();
+    all_freed(&pool, base);
+}

@@ -60,7 +60,12 @@ fn run(seed: u64, ops: usize) {
     let dir: PathBuf = std::env::temp_dir().join(format!("tarn-fsx-pool-{}-{}", seed, std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let dev: Arc<dyn BlockDevice> = Arc::new(FaultDevice::new(1 << 30, seed));
-    let pool = Pool::create_on("fsx", vec![("mem0".into(), dev)], vec![], &CreateOptions::default()).unwrap();
+    // Writes store runs of one byte, which lz4 shrinks into embedded
+    // pointers: odd seeds turn compression off so that copies share real
+    // blocks through the block reference table, even seeds keep lz4.
+    let root_props = if seed % 2 == 1 { vec![("compression".to_string(), "off".to_string())] } else { vec![] };
+    let opts = CreateOptions { root_props, ..Default::default() };
+    let pool = Pool::create_on("fsx", vec![("mem0".into(), dev)], vec![], &opts).unwrap();
     let mut h = mount_root(&pool, &dir);
     for n in FILES {
         File::create(dir.join(n)).unwrap();
@@ -242,7 +247,7 @@ fn run(seed: u64, ops: usize) {
     let rep = pool.verify().unwrap();
     assert!(rep.errors.is_empty(), "seed {seed}: verify: {:?}", rep.errors);
     let cloned = pool.brt_stats().cloned_blocks;
-    if n_aligned >= 10 {
+    if n_aligned >= 10 && seed % 2 == 1 {
         assert!(cloned > 0, "seed {seed}: {n_aligned} aligned copies from synced files cloned nothing");
     }
     eprintln!(

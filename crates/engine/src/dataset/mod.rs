@@ -30,6 +30,11 @@
 //!  birth >  prev_snap_txg   only the head had it          → freed
 //!  birth <= prev_snap_txg   the latest snapshot holds it  → appended to the head's dead list
 //! ```
+//! The birth compared is the pointer's logical birth: a block cloned into
+//! the head (block cloning) is born at the clone, whatever the age of its
+//! data, so the head's snapshots account for it like any block it wrote.
+//! "Freed" means one reference dropped (`PoolCore::free_block`): a cloned
+//! block other pointers still share stays allocated.
 //! Taking snapshot S of head H in txg t (a sync task, after H's object set
 //! synced in t): S takes H's root pointer, txg and dead list; H gets an
 //! empty dead list and `prev_snap_txg = t`. Nothing else is written.

@@ -24,6 +24,10 @@
 //! Small objects (up to `tarn_inline_max_bytes`, 3 KiB) keep their data in
 //! their dnode when their reserved dnode slots allow, so a 1 KiB object costs
 //! about 1.1 KiB of dnode block instead of a 4 KiB sector.
+//!
+//! A range of blocks can be cloned from one object to another of the same
+//! pool (`Objset::clone_range`, `clone.rs`): the destination gets the
+//! source's block pointers, counted in the pool's block reference table.
 
 mod clone;
 mod objset;

@@ -12,11 +12,15 @@
 //!
 //! ## The sync of one txg
 //! ```text
-//!  0. dataset tasks that run first (destroys of file systems, rollbacks)
-//!  1. every dirty dataset: dirty objects → data blocks, indirect blocks, dnode blocks, root block
+//!  0. the txg's block clones add their references (before any free; `brt`)
+//!     dataset tasks that run first (destroys of file systems, rollbacks)
+//!  1. every dirty dataset: dirty objects → data blocks, cloned pointers linked,
+//!     indirect blocks, dnode blocks, root block
 //!  2. their records in the meta object set take the new root pointers, space and dead
 //!     blocks; the other dataset tasks run (creates, snapshots, clones, ...)
-//!  3. meta object set: same steps → new MOS root
+//!  3. clones no record linked give their reference back; the block reference table's
+//!     changes and a changed pool directory go into the MOS
+//!     meta object set: same steps → new MOS root
 //!  4. wait for all those writes (dirty data retires as each lands)
 //!  5. space log block (or every N txgs a checkpoint); wait
 //!  6. flush every device
@@ -29,7 +33,12 @@
 //!
 //! Invariants, checked before every uberblock write ([`Pool::check_invariants`]
 //! in debug builds): the allocator's own invariants; the txg engine's; the new
-//! uberblock's txg is above the previous one.
+//! uberblock's txg is above the previous one. `Pool::check_invariants` adds
+//! the block reference table's (`brt`) and the datasets'.
+//!
+//! Every free of a block goes through `PoolCore::free_block`, which asks the
+//! block reference table first: a cloned block with other pointers loses a
+//! reference instead of its space.
 
 pub mod alloc;
 pub mod brt;
