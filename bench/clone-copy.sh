@@ -56,3 +56,9 @@ printf '%-28s %10s %16s\n' "dd a c (read + write)" "$copy_ms" "$copy_bytes"
 awk -v a="$clone_ms" -v b="$copy_ms" -v c="$clone_bytes" -v d="$copy_bytes" \
   'BEGIN { printf "clone/copy: time %.4f, space %.6f\n", a / (b ? b : 1), c / (d ? d : 1) }'
 echo "$props"
+# How cp copied (after the measurements: strace slows what it traces).
+if command -v strace >/dev/null; then
+  strace -f -e trace=copy_file_range,ioctl -o "$DIR/cp.strace" cp "$M/a" "$M/d"
+  echo "cp's calls: $(grep -c 'copy_file_range(' "$DIR/cp.strace") copy_file_range," \
+    "$(grep -c 'FICLONE' "$DIR/cp.strace") FICLONE (refused over FUSE: $(grep -m1 -o 'FICLONE.*= -1 [A-Z]*' "$DIR/cp.strace" || echo none))"
+fi
