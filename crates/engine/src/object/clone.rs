@@ -19,7 +19,9 @@
 //!
 //! Each call handles a prefix of the range in one transaction: at most
 //! [`CLONE_BLOCKS_MAX`] blocks cloned or [`COPY_BYTES_MAX`] bytes copied
-//! (one block, when blocks are larger), so a caller loops until done.
+//! (one block, when blocks are larger), so a caller loops until done. A
+//! cloned block counts 1 KiB of dirty data against its txg (what it holds in
+//! memory until the sync), so the write throttle bounds clones too.
 
 use tarn_ondisk::bp::{BlockPtr, ObjectType};
 
@@ -32,6 +34,11 @@ use crate::pool::brt::may_be_cloned;
 pub const CLONE_BLOCKS_MAX: u64 = 1024;
 /// Bytes one call copies at most where it cannot clone.
 pub const COPY_BYTES_MAX: u64 = 1 << 20;
+/// Dirty bytes a cloned block counts against its txg: about the memory its
+/// clone record and table entry hold until the sync, so that the dirty-data
+/// limit (and the write throttle) bounds the clones of a txg as it bounds
+/// writes — 4 GiB of dirty data is at most 4 M clones in flight.
+const CLONE_DIRTY_BYTES: u64 = 1 << 10;
 
 /// How much of a range one `clone_range` call handled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -196,7 +203,7 @@ impl Objset {
         }
         st.size = st.size.max(end);
         st.maxblkid = st.maxblkid.max(end / bs as u64 - 1);
-        self.finish_change(st, obj, txg, added);
+        self.finish_change(st, obj, txg, added + CLONE_DIRTY_BYTES * bps.len() as u64);
         Ok(true)
     }
 }

@@ -69,10 +69,11 @@
 //!   (verified by `Pool::verify`, which walks every tree).
 //!
 //! ## Bounds
-//! Pending clones are bounded by what writers clone per txg (the object
-//! layer clones at most `CLONE_BLOCKS_MAX` blocks per call); the changed
-//! entries of a txg by those plus its frees; the region counts by vdev size
-//! / 16 MiB × 4 bytes (256 KiB per TiB).
+//! Pending clones are bounded by the dirty-data limit: each cloned block
+//! counts 1 KiB of dirty data in its txg (`object::clone`), so at most
+//! `zfs_dirty_data_max / 1 KiB` are in flight. The changed entries of a txg
+//! are bounded by those plus its frees; the region counts by vdev size /
+//! 16 MiB × 4 bytes (256 KiB per TiB).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
