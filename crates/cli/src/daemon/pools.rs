@@ -355,7 +355,7 @@ fn get(st: &mut State, scripted: bool, parsable: bool, fields: Vec<String>, prop
             return Err(Error::invalid(format!("bad property list: invalid property '{}'", w)));
         }
         for (n, v, s) in matched {
-            let v = if parsable || !["size", "allocated", "free"].contains(&n.as_str()) {
+            let v = if parsable || !["size", "allocated", "free", "bcloneused", "bclonesaved"].contains(&n.as_str()) {
                 v.clone()
             } else {
                 v.parse::<u64>().map(fmt::size).unwrap_or_else(|_| v.clone())
