@@ -128,6 +128,12 @@ pub struct Report {
     pub arc_metadata_miss_pct: f64,
     pub arc_size: u64,
     pub arc_metadata_size: u64,
+    /// The ARC's blocks as held (compressed where stored so), what they are
+    /// decompressed, and the decompressed metadata copies (arcstats'
+    /// compressed_size, uncompressed_size, overhead_size).
+    pub arc_compressed_size: u64,
+    pub arc_uncompressed_size: u64,
+    pub arc_overhead_size: u64,
     /// Indirect blocks of the bench objects, as the ARC holds them.
     pub objects_metadata_bytes: u64,
     pub l2_hits: u64,
@@ -510,6 +516,7 @@ fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histo
     let txgs: Vec<_> = pool.txg_history().into_iter().filter(|t| t.txg > b.synced_txg).collect();
     let stats = &pool.core().txg.stats;
     let allocated = e.allocated as i64 - b.allocated as i64;
+    let z = pool.core().cache.sizes();
     Report {
         workload: a.workload.clone(),
         threads: a.threads,
@@ -536,8 +543,11 @@ fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histo
         txgs,
         arc_data_miss_pct: miss_pct(e.arc[0] - b.arc[0], e.arc[1] - b.arc[1]),
         arc_metadata_miss_pct: miss_pct(e.arc[2] - b.arc[2], e.arc[3] - b.arc[3]),
-        arc_size: pool.core().cache.sizes().size,
-        arc_metadata_size: pool.core().cache.sizes().metadata_size,
+        arc_size: z.size,
+        arc_metadata_size: z.metadata_size,
+        arc_compressed_size: z.compressed_size,
+        arc_uncompressed_size: z.uncompressed_size,
+        arc_overhead_size: z.overhead_size,
         objects_metadata_bytes: 0,
         l2_hits: e.arc[4] - b.arc[4],
         l2_misses: e.arc[5] - b.arc[5],
@@ -628,11 +638,12 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
     println!("throttle      {} delayed, {} at the dirty limit ({} bytes)", r.throttle_delayed, r.throttle_over_max, r.dirty_max);
     if r.workload.ends_with("read") {
         println!(
-            "arc           dm% {:.1}  mm% {:.1}  size {} (metadata {}); the objects' metadata is {}",
+            "arc           dm% {:.1}  mm% {:.1}  size {} (metadata {}; {} logical); the objects' metadata is {}",
             r.arc_data_miss_pct,
             r.arc_metadata_miss_pct,
             crate::fmt::size(r.arc_size),
             crate::fmt::size(r.arc_metadata_size),
+            crate::fmt::size(r.arc_uncompressed_size),
             crate::fmt::size(r.objects_metadata_bytes)
         );
         if r.l2_hits + r.l2_misses > 0 || r.l2_size > 0 {

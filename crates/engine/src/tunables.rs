@@ -135,6 +135,8 @@ tunables! {
     zfs_arc_min: u64 = crate::arc::default_arc_min();
     /// Weight of metadata ghost hits against data ghost hits when the ARC divides itself (500: data counts 1/5).
     zfs_arc_meta_balance: u64 = 500;
+    /// Most of the ARC's target (%) kept as decompressed copies of compressed metadata blocks (OpenZFS: the dbuf metadata cache, dbuf_metadata_cache_shift); 0 decompresses metadata on every hit.
+    tarn_arc_meta_decompressed_percent: u64 = crate::arc::DEFAULT_COPIES_PCT;
     /// Most bytes written to a cache device per L2ARC feed.
     l2arc_write_max: u64 = 32 << 20;
     /// Extra bytes per feed while a cache device has not wrapped yet (warming up).
@@ -245,6 +247,9 @@ impl Tunables {
         }
         if self.zfs_arc_max < (4 << 20) {
             return Err(Error::invalid("zfs_arc_max must be at least 4M"));
+        }
+        if self.tarn_arc_meta_decompressed_percent > 50 {
+            return Err(Error::invalid("tarn_arc_meta_decompressed_percent is at most 50"));
         }
         if self.zfs_arc_meta_balance == 0 {
             return Err(Error::invalid("zfs_arc_meta_balance must be at least 1"));
