@@ -191,3 +191,64 @@ fn a_compressed_arc_holds_more_than_its_size_of_data() {
     assert!(z.compressed_size * 2 < z.uncompressed_size, "{:?}", z);
     pool.core().cache.check_invariants().unwrap();
 }
+
+/// Second-pass demand metadata misses of `read_twice`, and the ARC's
+/// metadata growth over both passes.
+fn metadata_of_read_twice(pool: &Pool, o: u64) -> (u64, i64) {
+    let a = &pool.core().cache.stats;
+    let size0 = pool.core().cache.sizes().metadata_size as i64;
+    let os = pool.root().clone();
+    for i in 0..32u64 {
+        os.read(o, i * (128 << 10), 128 << 10).unwrap();
+    }
+    let m1 = a.demand_metadata_misses.load(Ordering::Relaxed);
+    for i in 0..32u64 {
+        os.read(o, i * (128 << 10), 128 << 10).unwrap();
+    }
+    let misses = a.demand_metadata_misses.load(Ordering::Relaxed) - m1;
+    (misses, pool.core().cache.sizes().metadata_size as i64 - size0)
+}
+
+/// Regression: `primarycache=none` kept data out of the ARC but not the
+/// dataset's metadata — indirect blocks and dnode blocks were read through
+/// the ARC regardless, and indirect blocks entered it as they were written.
+#[test]
+fn primarycache_decides_what_the_arc_keeps_of_metadata() {
+    for (policy, keeps_metadata) in [("all", true), ("metadata", true), ("none", false)] {
+        let (pool, o) = pool_with_props(44, &[("primarycache", policy)]);
+        let (misses, grown) = metadata_of_read_twice(&pool, o);
+        if keeps_metadata {
+            assert_eq!(misses, 0, "primarycache={}: warm metadata hits", policy);
+            assert!(grown > 0, "primarycache={}: the object's metadata entered the ARC", policy);
+        } else {
+            assert!(misses >= 32, "primarycache=none: every lookup misses ({} misses)", misses);
+            assert_eq!(grown, 0, "primarycache=none: no metadata of the dataset enters the ARC");
+        }
+        // Writing: the indirect block written at sync enters the ARC only
+        // where metadata may.
+        let os = pool.root().clone();
+        let tx = os.begin().unwrap();
+        let o2 = os.create(&tx, ObjectType::PlainData).unwrap();
+        os.write(&tx, o2, 0, &pattern(4 << 20, 8)).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        let info = os.info(o2).unwrap();
+        assert_eq!(info.nlevels, 2);
+        let top = info.dnode.blkptr.expect("written");
+        assert_eq!(pool.core().cache.contains(&tarn_engine::arc::BlockKey::of(&top)), keeps_metadata, "primarycache={}: the written indirect block", policy);
+        // An object of a metadata type (a directory, a key/value map) is
+        // metadata through and through: `metadata` keeps its blocks too.
+        let tx = os.begin().unwrap();
+        let kv = os.create(&tx, ObjectType::KvMap).unwrap();
+        os.write(&tx, kv, 0, &pattern(256 << 10, 9)).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        let a = &pool.core().cache.stats;
+        os.read(kv, 0, 256 << 10).unwrap();
+        let m0 = a.demand_metadata_misses.load(Ordering::Relaxed);
+        os.read(kv, 0, 256 << 10).unwrap();
+        let again = a.demand_metadata_misses.load(Ordering::Relaxed) - m0;
+        assert_eq!(again == 0, keeps_metadata, "primarycache={}: {} misses re-reading a key/value map", policy, again);
+        pool.core().cache.check_invariants().unwrap();
+    }
+}
