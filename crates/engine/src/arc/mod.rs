@@ -89,7 +89,7 @@ mod held;
 mod host;
 pub mod l2;
 pub use held::Held;
-pub use host::{default_arc_max, default_arc_min, host_memory, HostMemory};
+pub use host::{default_arc_max, default_arc_min, host_memory, host_samples, HostMemory};
 pub use l2::{L2Arc, L2Params};
 
 const SHARDS: usize = 16;
