@@ -17,6 +17,7 @@ mod inspect;
 mod observe;
 mod observe_cmd;
 mod pool_cmd;
+mod tunables_conf;
 
 use clap::{Parser, Subcommand};
 use daemon::observe::TunableCmd;
@@ -106,16 +107,17 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Daemon(a) => daemon::run(a, &cli.tunables),
         Cmd::Bench(a) => bench::run(a, &t),
         Cmd::Inspect(a) => inspect::run(a, &t),
-        Cmd::Tunable(c @ TunableCmd::Set { .. }) => through_daemon(Command::Tunable(c), &cli.tunables),
-        // The daemon's live values when it runs; else the defaults with
-        // this command's --tunable settings.
+        Cmd::Tunable(c @ (TunableCmd::Set { .. } | TunableCmd::Reset { .. })) => through_daemon(Command::Tunable(c), &cli.tunables),
+        // The daemon's live values when it runs; else what a daemon started
+        // with this command's --tunable settings would use (the defaults,
+        // the persisted settings, the --tunable settings).
         Cmd::Tunable(c) if cli.tunables.is_empty() && client::call_running(Command::Ping)?.is_some() => through_daemon(Command::Tunable(c), &[]),
         Cmd::Tunable(TunableCmd::List) => {
-            print!("{}", daemon::observe::tunable_table(&t));
+            print!("{}", daemon::observe::tunable_table(&tunables_conf::daemon_tunables(&cli.tunables)?.1));
             Ok(())
         }
         Cmd::Tunable(TunableCmd::Get { name }) => {
-            println!("{}", t.get(&name)?);
+            println!("{}", tunables_conf::daemon_tunables(&cli.tunables)?.1.get(&name)?);
             Ok(())
         }
     }

@@ -4,7 +4,8 @@
 //! `pool iostat --json`, in the dirty bytes of `pool txgs --json`, in the
 //! ARC counters of `arcstat --json` on a read-back, and as the very same
 //! figure on the Prometheus endpoint (which `promtool check metrics`
-//! accepts). Tunables set with `tunable set` are live and visible; cache
+//! accepts), the L2ARC's counters included. Tunables set with `tunable
+//! set` are live and visible, and kept across daemon restarts; cache
 //! devices show in `pool status` and survive a daemon restart; wrong
 //! arguments get one clear line and exit 1.
 //!
@@ -222,6 +223,47 @@ fn tunables_set_live_are_seen_everywhere() {
     e.create("later");
     let x = e.json(&["pool", "explain", "--json", "later", "0.2"]);
     assert_eq!(x["throttle"]["dirty_max"].as_u64(), Some(64 << 20), "a later pool: {}", x);
+}
+
+#[test]
+fn tunables_set_are_kept_across_daemon_restarts() {
+    let e = Env::new("persist");
+    e.create("tank");
+    let dirty_max = |e: &Env| e.json(&["pool", "explain", "--json", "tank", "0.2"])["throttle"]["dirty_max"].as_u64().unwrap();
+    let default = e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim().to_string();
+    e.ok(&["tunable", "set", "zfs_dirty_data_max=64M"]);
+    e.ok(&["tunable", "set", "zfs_txg_timeout=7"]);
+    e.ok(&["daemon", "stop"]);
+    let kept = std::fs::read_to_string(e.path("tarn.tunables")).expect("kept next to the cache file");
+    assert!(kept.lines().any(|l| l == "zfs_dirty_data_max=64M") && kept.lines().any(|l| l == "zfs_txg_timeout=7"), "{}", kept);
+    // Without a daemon, `get` shows what one would start with.
+    assert_eq!(e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim(), (64u64 << 20).to_string());
+    // A new daemon (started by the first command) applies them to the
+    // pools it imports.
+    assert_eq!(dirty_max(&e), 64 << 20, "the pool runs with the kept value");
+    assert_eq!(e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim(), (64u64 << 20).to_string());
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "7");
+    // Reset: the starting value again, live, and forgotten.
+    e.ok(&["tunable", "reset", "zfs_dirty_data_max"]);
+    assert_eq!(e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim(), default);
+    assert_eq!(dirty_max(&e).to_string(), default, "reset is live");
+    e.ok(&["daemon", "stop"]);
+    assert_eq!(dirty_max(&e).to_string(), default, "and stays reset after a restart");
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "7", "the other setting is still kept");
+    // A daemon's own --tunable wins over a kept value.
+    e.ok(&["daemon", "stop"]);
+    e.ok(&["--tunable", "zfs_txg_timeout=9", "daemon"]);
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "9");
+    // A damaged line is skipped with a note in the log, not fatal.
+    e.ok(&["daemon", "stop"]);
+    std::fs::write(e.path("tarn.tunables"), "zfs_txg_timeout=7\nzfs_bogus=1\nzfs_arc_max=lots\n").unwrap();
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "7");
+    assert_eq!(e.json(&["pool", "explain", "--json", "tank", "0.2"])["throttle"]["dirty_max"].as_u64().map(|v| v.to_string()), Some(default.clone()));
+    let log = std::fs::read_to_string(e.path("tarn.log")).unwrap_or_default();
+    assert!(log.contains("zfs_bogus=1 not applied") && log.contains("zfs_arc_max=lots not applied"), "{}", log);
+    // Wrong uses get one line.
+    assert!(e.fails(&["tunable", "set", "zfs_txg_timeout="]).contains("tunable reset zfs_txg_timeout"));
+    assert!(e.fails(&["tunable", "reset", "zfs_bogus"]).contains("unknown tunable 'zfs_bogus'"));
 }
 
 #[test]
