@@ -134,8 +134,10 @@ pub struct Report {
     pub arc_compressed_size: u64,
     pub arc_uncompressed_size: u64,
     pub arc_overhead_size: u64,
-    /// Indirect blocks of the bench objects, as the ARC holds them.
+    /// Indirect blocks of the bench objects: as the ARC holds them (as on
+    /// disk, compressed), and decompressed.
     pub objects_metadata_bytes: u64,
+    pub objects_metadata_logical_bytes: u64,
     pub l2_hits: u64,
     pub l2_misses: u64,
     pub l2_size: u64,
@@ -421,7 +423,7 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
     let after = counters(&pool);
     let ops = nops * objs.len() as u64;
     let mut rep = report(a, &pool, ops, ops * bs as u64, secs, &hist.lock(), &before, &after, samples, 0);
-    rep.objects_metadata_bytes = metadata_bytes(&os, objs);
+    (rep.objects_metadata_bytes, rep.objects_metadata_logical_bytes) = metadata_bytes(&os, objs);
     cleanup(&pool, &os, objs, a.keep)?;
     Ok(rep)
 }
@@ -549,6 +551,7 @@ fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histo
         arc_uncompressed_size: z.uncompressed_size,
         arc_overhead_size: z.overhead_size,
         objects_metadata_bytes: 0,
+        objects_metadata_logical_bytes: 0,
         l2_hits: e.arc[4] - b.arc[4],
         l2_misses: e.arc[5] - b.arc[5],
         l2_size: pool.core().l2.size_bytes(),
@@ -565,20 +568,14 @@ fn miss_pct(hits: u64, misses: u64) -> f64 {
     }
 }
 
-/// Indirect blocks of `objs`, in bytes as the ARC holds them.
-fn metadata_bytes(os: &Objset, objs: &[u64]) -> u64 {
+/// Indirect blocks of `objs`: (bytes as stored and held, logical bytes).
+/// Walks the objects' trees (after the timed phase).
+fn metadata_bytes(os: &Objset, objs: &[u64]) -> (u64, u64) {
     objs.iter()
-        .filter_map(|&o| os.info(o).ok())
-        .map(|i| {
-            let mut blocks = 0;
-            let mut n = i.maxblkid + 1;
-            for _ in 1..i.nlevels {
-                n = n.div_ceil(1024);
-                blocks += n;
-            }
-            blocks * tarn_ondisk::dnode::INDIRECT_BLOCK_SIZE as u64
-        })
-        .sum()
+        .filter_map(|&o| os.tree(o, usize::MAX).ok())
+        .flatten()
+        .filter(|(level, _, _)| *level > 0)
+        .fold((0, 0), |(p, l), (_, _, bp)| (p + bp.psize as u64, l + bp.lsize as u64))
 }
 
 fn cleanup(pool: &Pool, os: &Objset, objs: &[u64], keep: bool) -> Result<()> {
@@ -638,13 +635,14 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
     println!("throttle      {} delayed, {} at the dirty limit ({} bytes)", r.throttle_delayed, r.throttle_over_max, r.dirty_max);
     if r.workload.ends_with("read") {
         println!(
-            "arc           dm% {:.1}  mm% {:.1}  size {} (metadata {}; {} logical); the objects' metadata is {}",
+            "arc           dm% {:.1}  mm% {:.1}  size {} (metadata {}; {} logical); the objects' metadata is {} ({} logical)",
             r.arc_data_miss_pct,
             r.arc_metadata_miss_pct,
             crate::fmt::size(r.arc_size),
             crate::fmt::size(r.arc_metadata_size),
             crate::fmt::size(r.arc_uncompressed_size),
-            crate::fmt::size(r.objects_metadata_bytes)
+            crate::fmt::size(r.objects_metadata_bytes),
+            crate::fmt::size(r.objects_metadata_logical_bytes)
         );
         if r.l2_hits + r.l2_misses > 0 || r.l2_size > 0 {
             println!("l2arc         {} hits, {} misses, {} cached", r.l2_hits, r.l2_misses, crate::fmt::size(r.l2_size));
