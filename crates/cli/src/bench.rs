@@ -11,6 +11,7 @@
 //! - smallobj: creates --objects objects of --object-size bytes each, one
 //!   transaction per object; reports objects/s, objects per physical write,
 //!   and space used per object.
+//!
 //! Data is incompressible (random) unless --compressible (then lz4 keeps
 //! about 45 % of it, see `Gen`). Objects are freed at
 //! the end unless --keep.

@@ -77,6 +77,14 @@ pub fn apply_tunables(mut t: Tunables, cli_sets: &[String]) -> Result<Tunables> 
     Ok(t)
 }
 
+/// What a daemon started with `cli_sets` would run with, warning of kept
+/// settings it would skip.
+fn startup_tunables(cli_sets: &[String]) -> Result<Tunables> {
+    let (_, t, warnings) = tunables_conf::daemon_tunables(cli_sets)?;
+    warnings.iter().for_each(|w| eprintln!("tarn: warning: {}", w));
+    Ok(t)
+}
+
 /// Sends a command to the daemon and prints what it printed.
 fn through_daemon(cmd: daemon::proto::Command, tunables: &[String]) -> Result<()> {
     print!("{}", client::call(cmd, tunables)?);
@@ -113,11 +121,11 @@ fn run(cli: Cli) -> Result<()> {
         // the persisted settings, the --tunable settings).
         Cmd::Tunable(c) if cli.tunables.is_empty() && client::call_running(Command::Ping)?.is_some() => through_daemon(Command::Tunable(c), &[]),
         Cmd::Tunable(TunableCmd::List) => {
-            print!("{}", daemon::observe::tunable_table(&tunables_conf::daemon_tunables(&cli.tunables)?.1));
+            print!("{}", daemon::observe::tunable_table(&startup_tunables(&cli.tunables)?));
             Ok(())
         }
         Cmd::Tunable(TunableCmd::Get { name }) => {
-            println!("{}", tunables_conf::daemon_tunables(&cli.tunables)?.1.get(&name)?);
+            println!("{}", startup_tunables(&cli.tunables)?.get(&name)?);
             Ok(())
         }
     }

@@ -409,10 +409,9 @@ impl L2Arc {
             self.stats.log_blocks.fetch_add(1, Ordering::Relaxed);
             for (bp, doff) in entries {
                 let plen = round_up(bp.psize as u64);
-                if doff >= keep_from && doff + plen <= d.size && bp.validate().is_ok() && !bp.is_hole() && !bp.is_embedded() {
-                    if self.index_insert(&mut idx, BlockKey::of(&bp), Entry::new(d.guid, doff, &bp)) {
-                        self.stats.rebuilt.fetch_add(1, Ordering::Relaxed);
-                    }
+                let usable = doff >= keep_from && doff + plen <= d.size && bp.validate().is_ok() && !bp.is_hole() && !bp.is_embedded();
+                if usable && self.index_insert(&mut idx, BlockKey::of(&bp), Entry::new(d.guid, doff, &bp)) {
+                    self.stats.rebuilt.fetch_add(1, Ordering::Relaxed);
                 }
             }
             next = prev;

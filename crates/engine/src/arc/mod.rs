@@ -49,8 +49,11 @@
 //!
 //! ## Concurrency
 //! The cache is split into `SHARDS` independent shards by key hash, each an
-//! ARC of its own with 1/SHARDS of every target; the fractions and the
-//! counters are shared. A lookup takes one shard's lock.
+//! ARC of its own with 1/SHARDS of every target (of `c` less the
+//! decompressed copies); the fractions, the counters and the decompressed
+//! copies are shared. A lookup takes one shard's lock, and for compressed
+//! metadata the copies' lock under it (never the other way round);
+//! decompression happens after both are released.
 //!
 //! ## Compressed blocks
 //! A block is held in its on-disk form (`held::Held`): a block written
@@ -506,7 +509,13 @@ impl BlockCache {
                         state = State::Mfu;
                     }
                 }
-                live => state = live,
+                live => {
+                    state = live;
+                    if copy.is_none() && old.meta && old.data.as_ref().is_some_and(Held::is_compressed) {
+                        // Its copy would outlive the form it was made from.
+                        self.copies.remove(&k);
+                    }
+                }
             }
         }
         s.link(k, Hdr { state, meta, prefetch, size, lsize, data: Some(held), bp, l2, tick: 0, last_access: Instant::now() });

@@ -16,7 +16,7 @@
 //! - indirect blocks held by the object are keyed (level, index) and level
 //!   >= 1; they are there only while the sync path changes them (loaded by
 //!   `ensure_path`, dropped when their txg's writes have landed). Readers
-//!   find clean indirect blocks in the ARC (`tree_bp`).
+//!   find clean indirect blocks in the ARC (`tree_bp_in`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
