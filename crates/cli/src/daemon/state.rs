@@ -31,8 +31,12 @@ pub struct Live {
 }
 
 pub struct State {
-    /// Daemon-wide tunables (`tarn --tunable … daemon`).
+    /// Daemon-wide tunables: the defaults, the persisted `tunable set`s
+    /// (`tunables_conf`), the daemon's `--tunable` settings, live changes.
     pub tunables: Tunables,
+    /// What they are without the persisted and live changes (what
+    /// `tunable reset` returns to).
+    pub base_tunables: Tunables,
     pub pools: BTreeMap<String, Live>,
     /// Mounted datasets by name.
     pub mounts: BTreeMap<String, MountHandle>,
@@ -156,7 +160,7 @@ impl State {
 impl Daemon {
     /// Imports every pool of the cache file and mounts their roots; pools
     /// that fail are logged and retried when a request names them.
-    pub fn start(tunables: Tunables) -> Daemon {
+    pub fn start(base_tunables: Tunables, tunables: Tunables) -> Daemon {
         #[cfg(debug_assertions)]
         let test_memfs = std::env::var_os("TARN_TEST_MEMFS").map(|_| HashMap::new());
         #[cfg(not(debug_assertions))]
@@ -164,7 +168,7 @@ impl Daemon {
         if test_memfs.is_some() {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
-        let mut st = State { tunables: tunables.clone(), pools: BTreeMap::new(), mounts: BTreeMap::new(), test_memfs };
+        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), test_memfs };
         match Cache::load() {
             Ok(cache) => {
                 for entry in &cache.pools {

@@ -154,7 +154,7 @@ impl Objset {
             });
             let bp = match newest {
                 Some(b) => b,
-                None => Some(st.tree_bp(&self.core, blkid).map_err(|e| e.context(self.what(obj)))?.unwrap_or(hole)),
+                None => Some(st.tree_bp_in(&self.core, blkid, self.caching()).map_err(|e| e.context(self.what(obj)))?.unwrap_or(hole)),
             };
             // Only whole blocks of this size are shared.
             out.push(bp.filter(|b| b.is_hole() || b.lsize == bs));

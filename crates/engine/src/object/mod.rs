@@ -37,7 +37,7 @@ pub(crate) mod state;
 pub(crate) mod sync;
 
 pub use clone::{CloneProgress, CLONE_BLOCKS_MAX, COPY_BYTES_MAX};
-pub use objset::{CachePolicy, ObjectInfo, Objset, ObjsetOwner, ObjsetProps, Tx, MAX_OBJECT_BYTES};
+pub use objset::{CachePolicy, ObjectInfo, Objset, ObjsetOwner, ObjsetProps, ReadCaching, Tx, MAX_OBJECT_BYTES};
 
 use parking_lot::Mutex;
 
