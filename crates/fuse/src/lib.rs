@@ -68,8 +68,12 @@
 //! lives on a tarn mount would make such a call wait on tarn itself.
 
 mod inode;
+mod listing;
 pub mod memfs;
+mod handle;
 mod ops;
+mod splice;
+mod table;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -83,8 +87,10 @@ use parking_lot::Mutex;
 use tarn_engine::posix::FileSystem;
 use tarn_engine::{Error, ErrorKind, Result};
 
-pub use inode::{InodeMap, INO_BITS, MAX_FILESYSTEMS};
+pub use inode::{INO_BITS, INO_MAX, MAX_FILESYSTEMS};
 pub use memfs::MemFs;
+pub use splice::{Opened, Splice};
+pub use table::Kind;
 
 /// How a file system is mounted. `Default` is what the daemon uses.
 #[derive(Clone, Debug)]
@@ -138,14 +144,38 @@ pub fn unavailable() -> Option<String> {
 /// successful `unmount` the handle is inert.
 pub struct MountHandle {
     dir: PathBuf,
-    table: Arc<ops::FsTable>,
+    table: Arc<table::FsTable>,
     known: Arc<inode::Known>,
     notifier: Notifier,
     session: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
 }
 
+/// A file system a mount serves (slot 0, or one it spliced in).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// Dataset or snapshot name (slot 0: the mount's `fsname`).
+    pub name: String,
+    pub kind: Kind,
+    /// Where its root is.
+    pub path: PathBuf,
+    /// Opened (accessed since it was registered).
+    pub open: bool,
+}
+
 /// Mounts `fs` on `dir` and starts serving it.
 pub fn mount(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions) -> Result<MountHandle> {
+    mount_inner(fs, dir, opts, None)
+}
+
+/// Mounts `fs`, the dataset named `opts.fsname`, on `dir` with `splice`
+/// serving, inside it, its `.zfs/snapshot` directory and the child
+/// datasets mounted in it (see `table`). A read-only mount (a snapshot) has
+/// neither.
+pub fn mount_spliced(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice: Arc<dyn Splice>) -> Result<MountHandle> {
+    mount_inner(fs, dir, opts, Some(splice))
+}
+
+fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice: Option<Arc<dyn Splice>>) -> Result<MountHandle> {
     if let Some(why) = unavailable() {
         return Err(Error::new(ErrorKind::Invalid, format!("cannot mount on '{}': {}", dir.display(), why)));
     }
@@ -158,9 +188,10 @@ pub fn mount(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions) -> Result
     if !(4096..=16 << 20).contains(&opts.max_write) {
         return Err(Error::invalid(format!("max_write must be 4K … 16M, not {}", opts.max_write)));
     }
-    let table = Arc::new(ops::FsTable::new(fs));
+    let kind = if opts.read_only { Kind::Snapshot } else { Kind::Dataset };
+    let table = Arc::new(table::FsTable::new(fs, &opts.fsname, kind, splice));
     let known = Arc::new(inode::Known::default());
-    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone() };
+    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone(), dirs: Default::default() };
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("tarn".into()), MountOption::DefaultPermissions];
     if opts.read_only {
@@ -231,20 +262,11 @@ impl MountHandle {
     }
 
     /// Drops every name, attribute and cached page the kernel holds for
-    /// this mount: for a change the kernel did not see, such as a rollback
-    /// that replaced the whole file system. Dirty pages are written back to
-    /// the file system first (the kernel launders them), so quiesce writers
-    /// before replacing the file system under a mount. Returns how many
-    /// inodes were invalidated.
+    /// this mount: for a change the kernel did not see. Dirty pages are
+    /// written back to the file system first (the kernel launders them).
+    /// Returns how many inodes were invalidated.
     pub fn invalidate_all(&self) -> usize {
-        let held = self.known.snapshot();
-        for (ino, parent, name) in &held {
-            // ENOENT means the kernel already dropped the entry: fine.
-            let _ = self.notifier.inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name));
-            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
-        }
-        let _ = self.notifier.inval_inode(fuser::INodeNo::ROOT, 0, 0);
-        held.len() + 1
+        self.invalidate_where(|_| true) + 1
     }
 
     /// Unmounts cleanly: the kernel writes back its dirty pages, the session
@@ -289,7 +311,11 @@ impl MountHandle {
         if let Ok(Err(e)) = thread.join() {
             eprintln!("tarn: FUSE session on '{}' ended with an error: {}", self.dir.display(), e);
         }
-        self.table.main().sync_all().map_err(|e| Error::new(ErrorKind::Io, format!("syncing '{}' after unmount: {}", self.dir.display(), e)))
+        let synced = self.table.sync_all().map_err(|e| Error::new(ErrorKind::Io, format!("syncing '{}' after unmount: {}", self.dir.display(), e)));
+        if let Some(sp) = &self.table.splice {
+            self.table.live().iter().filter(|s| s.index != 0).for_each(|s| sp.closed(&s.name));
+        }
+        synced
     }
 }
 
