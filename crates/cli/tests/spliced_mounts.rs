@@ -33,6 +33,12 @@ fn statvfs(p: &str) -> libc::statvfs {
     st
 }
 
+/// The pool verifies: every block's checksum, no leaks.
+fn verify(e: &Env) {
+    let v = e.ok(&["inspect", "tank", "--verify"]);
+    assert!(v.starts_with("verified txg") && !v.contains("ERROR"), "{}", v);
+}
+
 #[test]
 fn snapshots_are_readable_in_place_under_dot_zfs() {
     let Some(e) = Env::real("snapdir") else { return };
@@ -105,8 +111,7 @@ fn snapshots_are_readable_in_place_under_dot_zfs() {
     assert!(e.fails(&["set", "snapdir=shown", "tank"]).contains("bad value 'shown' for property 'snapdir'"));
     e.ok(&["inherit", "snapdir", "tank"]);
     assert_eq!(names(&mnt), ["a", "c", "d", "kid"]);
-    let v = e.ok(&["inspect", "tank", "--verify"]);
-    assert!(v.starts_with("verified txg") && !v.contains("ERROR"), "{}", v);
+    verify(&e);
 }
 
 #[test]
@@ -172,8 +177,7 @@ fn child_datasets_are_served_inside_their_parent() {
     common::wait_for("the root mount", || Path::new(&format!("{a}/top")).exists());
     assert_eq!(fs::read(format!("{a}/top")).unwrap(), vec![1u8; 100_000]);
     assert_eq!(fs::read(format!("{a}/rw")).unwrap(), b"tank/a stays writable");
-    let v = e.ok(&["inspect", "tank", "--verify"]);
-    assert!(v.starts_with("verified txg") && !v.contains("ERROR"), "{}", v);
+    verify(&e);
 }
 
 #[test]
@@ -241,6 +245,5 @@ fn rollback_of_a_busy_mounted_dataset() {
     drop(open);
     e.ok(&["rollback", "-r", "tank/kid@one"]);
     assert_eq!(names(&format!("{mnt}/kid/.zfs/snapshot")), ["one"]);
-    let v = e.ok(&["inspect", "tank", "--verify"]);
-    assert!(v.starts_with("verified txg") && !v.contains("ERROR"), "{}", v);
+    verify(&e);
 }

@@ -100,11 +100,13 @@ impl MountHandle {
         if slots.is_empty() {
             return Ok(Vec::new());
         }
+        // Mount points are found first: a path through a closing slot no
+        // longer resolves.
+        let skip = self.submount_entries();
         self.table.set_closing(&slots, true);
         let idx: HashSet<u32> = slots.iter().map(|s| s.index).collect();
         let inside = |n: u64| idx.contains(&split(n).0);
-        self.invalidate_where(inside);
-        let skip = self.submount_entries();
+        self.invalidate_with(inside, &skip);
         for s in &slots {
             if let Some((dir, short)) = &s.parent {
                 if !skip.contains(&(*dir, short.clone())) {
@@ -170,8 +172,13 @@ impl MountHandle {
     /// Drops the kernel's cached pages, attributes and names of every held
     /// node id for which `which` holds (mount points excepted); how many.
     pub(crate) fn invalidate_where(&self, which: impl Fn(u64) -> bool) -> usize {
+        let skip = if self.known.count(&which) == 0 { HashSet::new() } else { self.submount_entries() };
+        self.invalidate_with(which, &skip)
+    }
+
+    /// As `invalidate_where`, the mount points to leave alone given.
+    fn invalidate_with(&self, which: impl Fn(u64) -> bool, skip: &HashSet<(u64, Vec<u8>)>) -> usize {
         let held = self.known.filtered(which);
-        let skip = if held.is_empty() { HashSet::new() } else { self.submount_entries() };
         for k in &held {
             let _ = self.notifier.inval_inode(INodeNo(k.nodeid), 0, 0);
             // ENOENT means the kernel already dropped the entry: fine.

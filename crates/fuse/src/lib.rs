@@ -27,10 +27,20 @@
 //! - Attributes and entries are cached by the kernel for `attr_ttl` /
 //!   `entry_ttl` (1 s). Every change made through this mount is seen by the
 //!   kernel as it happens; only changes behind its back need invalidation:
-//!   [`MountHandle::invalidate_all`] (after a rollback replaced the whole
-//!   file system) drops every cached entry, attribute and page of every
-//!   inode the kernel holds. The glue counts the kernel's references per
-//!   inode (lookups minus forgets) for exactly this purpose.
+//!   [`MountHandle::replace`] (a rollback replaced a file system),
+//!   [`MountHandle::detach`] (a child dataset or snapshot went),
+//!   [`MountHandle::refresh`] (one appeared or was renamed) and
+//!   [`MountHandle::invalidate_all`] drop what the kernel caches of the
+//!   inodes concerned. The glue counts the kernel's references per inode
+//!   (lookups minus forgets) for exactly this purpose.
+//!
+//! # Several file systems in one mount
+//!
+//! [`mount_spliced`] serves, besides the mounted dataset, the child
+//! datasets inside it and the snapshots under `.zfs/snapshot`, each opened
+//! on first access through a [`Splice`] (see `table` for the slots and
+//! their locking, `listing` for the composed directories, `handle` for what
+//! the daemon does to a running mount).
 //! - Write-back cache (`FUSE_WRITEBACK_CACHE`, on by default). Small and
 //!   unaligned writes are gathered in the page cache and reach the file
 //!   system as large WRITEs (4 KiB writes arrive as 1 MiB WRITEs: 500

@@ -268,17 +268,25 @@ impl Glue {
             LOCAL_ZFS => return Err(Errno::new(libc::ENOENT, format!("'{}/.zfs' holds only 'snapshot'", slot.name))),
             LOCAL_SNAPDIR => {
                 let splice = splice.ok_or_else(|| Errno::new(libc::ENOENT, "no snapshots here"))?;
-                if !splice.has_snapshot(&slot.name, name)? {
-                    return Err(Errno::new(libc::ENOENT, format!("no snapshot '{}@{}'", slot.name, String::from_utf8_lossy(name))));
-                }
                 let full = format!("{}@{}", slot.name, String::from_utf8_lossy(name));
+                if self.table.find(&full).is_none() && !splice.has_snapshot(&slot.name, name)? {
+                    return Err(Errno::new(libc::ENOENT, format!("no snapshot '{}'", full)));
+                }
                 return self.slot_root(&slot, local, name, &full);
             }
             LOCAL_ROOT if composed(self, &slot, local) => {
                 if name == ZFS_DIR {
                     return Ok((inode::nodeid(slot.index, LOCAL_ZFS), self.ctl_attr(&slot, LOCAL_ZFS)?));
                 }
-                if let Some(full) = splice.expect("composed implies a splice").child(&slot.name, name)? {
+                // A child served here already keeps being served (a
+                // rollback holding it back from new mounts waits in its
+                // slot instead); else the splice says whether one is.
+                let known = format!("{}/{}", slot.name, String::from_utf8_lossy(name));
+                let full = match self.table.find(&known) {
+                    Some(_) => Some(known),
+                    None => splice.expect("composed implies a splice").child(&slot.name, name)?,
+                };
+                if let Some(full) = full {
                     return self.slot_root(&slot, local, name, &full);
                 }
             }

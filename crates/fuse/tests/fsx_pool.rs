@@ -2,7 +2,8 @@
 //! through the kernel, driven by random writes, reads, truncates,
 //! fallocate (plain, keep-size, punch hole, zero range), mmap reads and
 //! writes, copy_file_range between two files, fsyncs and reopens — and
-//! snapshots taken and rolled back in between. Every read is checked
+//! snapshots taken and rolled back in between, under the mount with files
+//! open (`MountHandle::replace`). Every read is checked
 //! against an in-memory model, byte for byte; a rollback restores the
 //! model as of its snapshot.
 //!
@@ -17,7 +18,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tarn_engine::posix::{PosixFs, PosixOptions};
+use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::{CreateOptions, Pool};
 use common::{open, Rng};
@@ -57,7 +58,7 @@ fn run(seed: u64, ops: usize) {
     std::fs::create_dir_all(&dir).unwrap();
     let dev: Arc<dyn BlockDevice> = Arc::new(FaultDevice::new(1 << 30, seed));
     let pool = Pool::create_on("fsx", vec![("mem0".into(), dev)], vec![], &CreateOptions::default()).unwrap();
-    let mut h = mount_root(&pool, &dir);
+    let h = mount_root(&pool, &dir);
     for n in FILES {
         File::create(dir.join(n)).unwrap();
     }
@@ -191,17 +192,25 @@ fn run(seed: u64, ops: usize) {
                 n_snap += 1;
             }
             _ if !snaps.is_empty() => {
-                // Roll back to a random snapshot: unmount, roll back (and
-                // destroy later snapshots), mount a fresh POSIX layer.
+                // Roll back to a random snapshot under the mount, files
+                // open (OpenZFS's suspend/resume): the mount holds its
+                // requests back while the dataset is rolled back (and the
+                // later snapshots destroyed) and a fresh POSIX layer opened
+                // on it. Handles opened before keep working if their file
+                // is unchanged (else EIO); fresh ones see the snapshot.
                 let i = rng.below(snaps.len() as u64) as usize;
-                drop(std::mem::take(&mut files));
-                h.unmount().expect("unmount before rollback");
                 let (name, saved) = snaps[i].clone();
-                pool.datasets().rollback_destroying_later(&name).unwrap();
+                let old = std::mem::take(&mut files);
+                let (ds, root) = (pool.datasets().clone(), pool.root().clone());
+                let reopen = || -> tarn_engine::Result<Option<Arc<dyn FileSystem>>> {
+                    ds.rollback_destroying_later(&name)?;
+                    Ok(Some(PosixFs::open(root, PosixOptions::default())?))
+                };
+                h.replace("fsx-pool", reopen).expect("rollback under the mount").expect("served by this mount");
                 snaps.truncate(i + 1);
                 models = saved;
-                h = mount_root(&pool, &dir);
                 files = FILES.iter().map(|n| open(&dir.join(n))).collect();
+                drop(old);
                 n_rollback += 1;
             }
             _ => {}

@@ -120,9 +120,11 @@ impl Served {
         !r.own.contains(name) && !r.unmounted.contains(name) && !r.held(name)
     }
 
+    /// A slot opens `name`. A hold does not stop it: holds keep names
+    /// from resolving, and whoever holds detaches the slots it cares about.
     fn claim_attached(&self, name: &str) -> PResult<()> {
         let mut r = self.reg.lock();
-        if r.own.contains(name) || r.unmounted.contains(name) || r.held(name) || r.attached.contains(name) {
+        if r.own.contains(name) || r.unmounted.contains(name) || r.attached.contains(name) {
             return Err(Errno::new(libc::ENOENT, format!("'{}' is not served here", name)));
         }
         r.attached.insert(name.to_string());
@@ -242,9 +244,6 @@ impl Splice for DatasetSplice {
 
     fn open(&self, name: &str) -> PResult<Opened> {
         if name.contains('@') {
-            if self.served.held(name) {
-                return Err(Errno::new(libc::ENOENT, format!("'{}' is being destroyed", name)));
-            }
             let fs = self.served.filesystem(&self.dsl, name).map_err(Errno::from)?;
             return Ok(Opened { fs, readonly: true });
         }
