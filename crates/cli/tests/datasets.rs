@@ -263,3 +263,32 @@ fn datasets_properties_and_explicit_mounts_persist_across_restarts() {
     assert!(!is_mounted(&snapdir) && !is_mounted(&own));
     assert_eq!(e.ok(&["mount"]).lines().count(), 1, "only the header is left");
 }
+
+#[test]
+fn a_mount_inside_a_served_dataset_is_left_alone() {
+    // Telling the kernel to forget an entry detaches any mount on it: a
+    // dataset mounted on a directory inside one served in its parent's
+    // mount must survive that one's rollback and refreshes, and make its
+    // destroy busy, as a submount makes umount busy.
+    let Some(e) = Env::new("ds-submount") else { return };
+    let mnt = e.create("tank");
+    e.ok(&["create", "tank/a"]);
+    let inner = format!("{}/a/inner", mnt);
+    e.ok(&["create", "-o", &format!("mountpoint={}", inner), "tank/inner"]);
+    assert!(is_mounted(&inner));
+    std::fs::write(format!("{}/f", inner), b"inner data").unwrap();
+    e.ok(&["snapshot", "tank/a@s"]);
+    assert!(is_mounted(&inner), "a snapshot of tank/a left the mount inside it");
+    e.ok(&["rollback", "tank/a@s"]);
+    assert!(is_mounted(&inner), "the rollback of tank/a left the mount inside it");
+    e.ok(&["create", "tank/a2"]);
+    e.ok(&["snapshot", "tank/a@t"]);
+    assert!(is_mounted(&inner));
+    let err = e.fails(&["destroy", "-r", "tank/a"]);
+    assert!(err.contains("dataset is busy"), "{}", err);
+    assert!(is_mounted(&inner));
+    assert_eq!(std::fs::read(format!("{}/f", inner)).unwrap(), b"inner data");
+    e.ok(&["unmount", "tank/inner"]);
+    e.ok(&["destroy", "-r", "tank/a"]);
+    assert!(!Path::new(&format!("{}/a", mnt)).exists());
+}

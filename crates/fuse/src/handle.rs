@@ -32,7 +32,7 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,27 +67,27 @@ impl MountHandle {
         self.table.find(name).map(|s| s.set_readonly(ro)).is_some()
     }
 
-    /// The kernel should ask again about `name` (a dataset or snapshot just
-    /// created, renamed or changed): drops the entry for it in the
+    /// The kernel should ask again about `names` (datasets or snapshots
+    /// just created, renamed or changed): drops the entry for each in the
     /// directory that holds it, if this mount serves that directory.
-    pub fn refresh(&self, name: &str) {
-        let (container, local, short) = match name.split_once('@') {
-            Some((fs, snap)) => (fs, LOCAL_SNAPDIR, snap),
-            None => match name.rsplit_once('/') {
-                Some((parent, short)) => (parent, LOCAL_ROOT, short),
-                None => return,
-            },
-        };
-        let Some(slot) = self.table.find(container) else { return };
-        if slot.kind != Kind::Dataset {
-            return;
+    pub fn refresh(&self, names: &[&str]) {
+        let mut skip = None;
+        for name in names {
+            let (container, local, short) = match name.split_once('@') {
+                Some((fs, snap)) => (fs, LOCAL_SNAPDIR, snap),
+                None => match name.rsplit_once('/') {
+                    Some((parent, short)) => (parent, LOCAL_ROOT, short),
+                    None => continue,
+                },
+            };
+            let Some(slot) = self.table.find(container).filter(|s| s.kind == Kind::Dataset) else { continue };
+            let dir = inode::nodeid(slot.index, local);
+            let skip = skip.get_or_insert_with(|| self.submount_entries());
+            if !skip.contains(&(dir, short.as_bytes().to_vec())) {
+                let _ = self.notifier.inval_entry(INodeNo(dir), OsStr::new(short));
+            }
+            let _ = self.notifier.inval_inode(INodeNo(dir), 0, 0);
         }
-        let dir = inode::nodeid(slot.index, local);
-        let skip = self.submount_entries();
-        if !skip.contains(&(dir, short.as_bytes().to_vec())) {
-            let _ = self.notifier.inval_entry(INodeNo(dir), OsStr::new(short));
-        }
-        let _ = self.notifier.inval_inode(INodeNo(dir), 0, 0);
     }
 
     /// Detaches `name` and every file system below it (`name/…`, `name@…`)
@@ -154,7 +154,8 @@ impl MountHandle {
     /// leaves the file system as it was.
     pub fn replace(&self, name: &str, reopen: impl FnOnce() -> Result<Option<Arc<dyn FileSystem>>>) -> Result<Option<(usize, usize)>> {
         let Some(slot) = self.table.find(name) else { return Ok(None) };
-        let in_slot = |n: u64| split(n).0 == slot.index;
+        // The root keeps its name and node id: only its attributes change.
+        let in_slot = |n: u64| split(n).0 == slot.index && split(n).1 != LOCAL_ROOT;
         // Dirty pages reach the file system before it is replaced.
         self.invalidate_where(in_slot);
         let got = self.table.replace(&slot, &self.known, reopen);
@@ -190,20 +191,30 @@ impl MountHandle {
         held.len()
     }
 
-    /// (directory node id, name) of every mount point inside this mount.
+    /// (directory node id, name) of every entry on the way from this
+    /// mount's root to each mount point inside it: invalidating any of them
+    /// would detach that mount.
     fn submount_entries(&self) -> HashSet<(u64, Vec<u8>)> {
         let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return HashSet::new() };
         let Ok(dev) = std::fs::metadata(&self.dir).map(|m| m.dev()) else { return HashSet::new() };
         let mut out = HashSet::new();
-        for point in info.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).take(SUBMOUNTS_MAX) {
-            let p = Path::new(&point);
-            let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else { continue };
-            if p == self.dir || !p.starts_with(&self.dir) {
-                continue;
-            }
-            if let Ok(m) = std::fs::metadata(parent) {
-                if m.dev() == dev {
-                    out.insert((m.ino(), name.as_bytes().to_vec()));
+        let points = info.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).map(PathBuf::from);
+        for point in points.filter(|p| p.starts_with(&self.dir) && *p != self.dir).take(SUBMOUNTS_MAX) {
+            let Ok(rel) = point.strip_prefix(&self.dir) else { continue };
+            let mut dir = self.dir.clone();
+            let mut dir_ino = inode::nodeid(0, LOCAL_ROOT);
+            let parts: Vec<_> = rel.iter().collect();
+            for (i, name) in parts.iter().enumerate() {
+                out.insert((dir_ino, name.as_bytes().to_vec()));
+                if i + 1 == parts.len() {
+                    break;
+                }
+                dir.push(name);
+                // A directory of another file system on the way: what lies
+                // below it is not this mount's.
+                match std::fs::symlink_metadata(&dir) {
+                    Ok(m) if m.dev() == dev => dir_ino = m.ino(),
+                    _ => break,
                 }
             }
         }

@@ -200,8 +200,8 @@ fn create(st: &mut State, parents: bool, props: Vec<String>, names: Vec<String>,
     }
     for n in &names {
         mounts::auto_mount(st, n, out);
-        mounts::refresh(st, n);
     }
+    mounts::refresh(st, &names);
     Ok(())
 }
 
@@ -236,7 +236,7 @@ fn after_prop_change(st: &mut State, prop: &str, dataset: &str, out: &mut Out) -
         mounts::remount_default(st, m, out);
     }
     mounts::auto_mount(st, dataset, out);
-    mounts::refresh(st, dataset);
+    mounts::refresh(st, &[dataset]);
     Ok(())
 }
 
@@ -259,7 +259,7 @@ fn snapshot(st: &mut State, recursive: bool, snapshots: Vec<String>, out: &mut O
     }
     let names: Vec<String> = ops.iter().map(|(n, _)| n.clone()).collect();
     run_ops(ds, "create snapshot", ops)?;
-    names.iter().for_each(|n| mounts::refresh(st, n));
+    mounts::refresh(st, &names);
     Ok(())
 }
 
@@ -310,7 +310,7 @@ fn clone(st: &mut State, props: Vec<String>, origin: &str, name: &str, out: &mut
     }
     run_ops(ds, "create", vec![(name.to_string(), Op::Clone { origin: origin.to_string(), name: name.to_string(), props })])?;
     mounts::auto_mount(st, name, out);
-    mounts::refresh(st, name);
+    mounts::refresh(st, &[name]);
     Ok(())
 }
 
@@ -360,7 +360,7 @@ fn rename(st: &mut State, from: &str, to: &str, out: &mut Out) -> Result<()> {
     for m in &unmounted {
         mounts::remount_default(st, &new_name(m), out);
     }
-    mounts::refresh(st, &new_name(from));
+    mounts::refresh(st, &[new_name(from)]);
     res
 }
 

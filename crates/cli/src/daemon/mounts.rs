@@ -128,10 +128,11 @@ pub fn mount_path(st: &State, name: &str) -> Option<PathBuf> {
     Some(mount_path(st, parent)?.join(short))
 }
 
-/// Every mount is told that `name` may have appeared or changed.
-pub fn refresh(st: &State, name: &str) {
+/// Every mount is told that `names` may have appeared or changed.
+pub fn refresh<S: AsRef<str>>(st: &State, names: &[S]) {
+    let names: Vec<&str> = names.iter().map(|n| n.as_ref()).collect();
     for h in st.mounts.values() {
-        h.refresh(name);
+        h.refresh(&names);
     }
 }
 
@@ -189,7 +190,6 @@ pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
         Ok(h) => {
             log(&format!("mounted '{}' on '{}'", dataset, dir.display()));
             st.mounts.insert(dataset.to_string(), h);
-            refresh(st, dataset);
             Ok(())
         }
         Err(e) => {
@@ -350,7 +350,7 @@ pub fn handle_mount(st: &mut State, a: MountArgs, out: &mut Out) -> Result<()> {
             if !was_unmounted {
                 return Err(Error::new(ErrorKind::Exists, format!("cannot mount '{}': filesystem already mounted (at '{}')", dataset, p.display())));
             }
-            refresh(st, &dataset);
+            refresh(st, &[&dataset]);
             log(&format!("serving '{}' at '{}' inside its parent's mount", dataset, p.display()));
             return Ok(());
         }
@@ -407,7 +407,7 @@ pub fn handle_unmount(st: &mut State, a: UnmountArgs, _out: &mut Out) -> Result<
             _ => e.context(format!("unmounting '{}'", name)),
         });
     }
-    refresh(st, &name);
+    refresh(st, &[&name]);
     log(&format!("stopped serving '{}' inside its parent's mount", name));
     Ok(())
 }
