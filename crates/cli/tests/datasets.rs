@@ -179,6 +179,10 @@ fn mounts_follow_the_datasets() {
     assert_eq!(e.ok(&["get", "-H", "-o", "value", "mounted", "tank/lazy"]), "no\n");
     e.ok(&["mount", "tank/lazy"]);
     assert_eq!(std::fs::read(format!("{}/f", lazy)).unwrap(), b"lazy data");
+    e.ok(&["unmount", &lazy]);
+    assert!(!Path::new(&lazy).exists(), "unmounted by its directory");
+    e.ok(&["mount", "tank/lazy"]);
+    assert_eq!(std::fs::read(format!("{}/f", lazy)).unwrap(), b"lazy data");
     // set mountpoint= moves the mount; canmount=off unmounts; none unmounts.
     let moved = e.path("moved");
     e.ok(&["set", &format!("mountpoint={}", moved), "tank/own"]);

@@ -56,10 +56,12 @@
 //! rolled-back attributes. A stale local number is never handed out again;
 //! it is forgotten once the kernel forgets it. Aliases, once given, stay.
 //!
-//! Invariants:
-//! - `by_name` maps a name to a slot that is not detached, and a slot's index
-//!   is its position in `slots`;
-//! - slot 0 is open for the mount's whole life.
+//! Invariants ([`FsTable::check_invariants`], run after every detach in
+//! debug builds and by the tests):
+//! - a slot's index is its position in `slots`;
+//! - `by_name` maps a name to the slot of that name, which is not detached;
+//! - slot 0 is open for the mount's whole life;
+//! - a stale local number is never also an alias in use.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -378,10 +380,36 @@ impl FsTable {
         if by_name.get(&slot.name) == Some(&slot.index) {
             by_name.remove(&slot.name);
         }
+        drop(by_name);
+        debug_assert_eq!(self.check_invariants(), Ok(()));
         match old {
             Phase::Open { fs, .. } => Some(fs),
             _ => None,
         }
+    }
+
+    /// Checks the invariants of the module comment; walks every slot.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let slots = self.slots.read().clone();
+        for (i, s) in slots.iter().enumerate() {
+            if s.index as usize != i {
+                return Err(format!("slot {} sits at position {}", s.index, i));
+            }
+            let r = s.renum.lock();
+            if let Some(a) = r.ino_of.keys().find(|a| r.stale.contains(a)) {
+                return Err(format!("slot '{}': alias {a:#x} is stale and in use", s.name));
+            }
+        }
+        for (name, &i) in self.by_name.lock().iter() {
+            let s = slots.get(i as usize).ok_or_else(|| format!("'{name}' maps to missing slot {i}"))?;
+            if s.name != *name || matches!(*s.phase.read(), Phase::Detached) {
+                return Err(format!("'{name}' maps to slot {i} ('{}', detached or renamed)", s.name));
+            }
+        }
+        if !slots.first().is_some_and(|s| s.is_open()) {
+            return Err("slot 0 is not open".into());
+        }
+        Ok(())
     }
 
     /// Replaces `slot`'s file system with the one `reopen` returns, no
@@ -406,6 +434,10 @@ impl FsTable {
             let same = new.getattr(h.ino).is_ok_and(|a| a.gen == h.known.gen && (a.kind != FileKind::File || Some((a.size, a.mtime, a.ctime)) == h.before));
             if !same {
                 r.stale.insert(local);
+                // An alias that goes stale names nothing any more.
+                if r.ino_of.remove(&local).is_some() {
+                    r.alias_of.remove(&h.ino);
+                }
                 continue;
             }
             for _ in 0..h.known.opens {
@@ -472,6 +504,7 @@ mod tests {
         assert!(t.find("tank/c").is_none());
         let again = t.register("tank/c", Kind::Dataset, (1, b"c".to_vec()), "c".into()).unwrap();
         assert_eq!(again.index, 2, "a slot is never reused");
+        assert_eq!(t.check_invariants(), Ok(()));
         assert!(matches!(t.resolve(inode::nodeid(9, 5)), Err(e) if e.errno == libc::ESTALE));
     }
 
@@ -515,6 +548,7 @@ mod tests {
         assert_eq!(e.nodeid(changed.ino).unwrap(), alias, "and keeps it");
         assert_eq!(e.ino(split(alias).1).unwrap(), changed.ino);
         drop(e);
+        assert_eq!(t.check_invariants(), Ok(()));
         s.forgotten(99);
         assert!(t.enter(&s).unwrap().ino(99).is_ok(), "a forgotten stale number is free again");
         // An error inside leaves the file system as it was.

@@ -9,7 +9,7 @@
 //! `mounted` is the daemon's, not the dataset layer's: `yes` when the
 //! dataset can be reached now — on a mount of its own, inside its parent's
 //! mount (opened there or not yet), or, for a snapshot, open under
-//! `.zfs/snapshot` or mounted with `tarn mount SNAP DIR` (`mounts::mount_path`).
+//! `.zfs/snapshot` or mounted with `tarn mount SNAP DIR` (`mounts::Reach`).
 //!
 //! Cost: `list -o name` asks the dataset layer for names only (no property
 //! is computed), so listing 40,000 datasets reads their records once; any
@@ -22,7 +22,7 @@ use tarn_engine::dataset::{DatasetInfo, DatasetKind, PropValue, Source, Types};
 use tarn_engine::{tunables::parse_size, Error, Result};
 
 use super::datasets::{datasets_of, dsl_of};
-use super::mounts::mount_path;
+use super::mounts::Reach;
 use super::state::{Out, State};
 use crate::cache::Cache;
 use crate::fmt;
@@ -179,8 +179,9 @@ pub fn list(st: &mut State, a: ListArgs, out: &mut Out) -> Result<()> {
         }
     }
     if a.json || fields.iter().any(|f| f == "mounted") || a.sort.as_deref() == Some("mounted") {
+        let reach = Reach::new(st);
         for i in &mut infos {
-            i.props.push(("mounted".to_string(), mounted(st, &i.name)));
+            i.props.push(("mounted".to_string(), mounted(&reach, &i.name)));
         }
     }
     if let Some(p) = &a.sort {
@@ -209,8 +210,8 @@ pub fn list(st: &mut State, a: ListArgs, out: &mut Out) -> Result<()> {
 }
 
 /// The `mounted` property (see the module comment).
-fn mounted(st: &State, name: &str) -> PropValue {
-    PropValue { value: if mount_path(st, name).is_some() { "yes" } else { "no" }.to_string(), source: Source::None }
+fn mounted(reach: &Reach, name: &str) -> PropValue {
+    PropValue { value: if reach.path(name).is_some() { "yes" } else { "no" }.to_string(), source: Source::None }
 }
 
 fn column(i: &DatasetInfo, field: &str, parsable: bool) -> Result<String> {
@@ -236,6 +237,7 @@ pub fn get(st: &mut State, a: GetArgs, out: &mut Out) -> Result<()> {
         let cannot = |e: Error| Error::new(e.kind, format!("cannot open '{}': {}", root, if e.msg.contains("does not exist") { "dataset does not exist" } else { &e.msg }));
         let mut targets = if a.recursive { ds.names(root, true, Types::ALL).map_err(cannot)? } else { vec![root.clone()] };
         sort_hierarchically(&mut targets, |n| n.as_str());
+        let reach = Reach::new(st);
         for t in &targets {
             let props = if a.props == "all" {
                 let mut v = ds.get_all(t).map_err(cannot)?;
@@ -253,7 +255,7 @@ pub fn get(st: &mut State, a: GetArgs, out: &mut Out) -> Result<()> {
                 }
                 v
             };
-            let props: Vec<(String, PropValue)> = props.into_iter().map(|(p, v)| if p == "mounted" { (p, mounted(st, t)) } else { (p, v) }).collect();
+            let props: Vec<(String, PropValue)> = props.into_iter().map(|(p, v)| if p == "mounted" { (p, mounted(&reach, t)) } else { (p, v) }).collect();
             for (p, v) in props {
                 let cell = |f: &String| match f.as_str() {
                     "name" => t.clone(),

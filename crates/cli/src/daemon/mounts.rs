@@ -49,6 +49,7 @@
 //! size and free space under its quota. Properties read when a file system
 //! is opened take effect at its next mount or first access.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -110,22 +111,42 @@ pub fn serving<'a>(st: &'a State, name: &str) -> Option<&'a MountHandle> {
     st.mounts.get(name).or_else(|| st.mounts.values().find(|h| h.serves(name)))
 }
 
-/// Where `name` can be reached now: its own mount's directory, its place
-/// inside its parent's mount, or (a snapshot) where a `.zfs` directory
-/// serves it open; `None` if it is not mounted.
+/// Where datasets can be reached now (see [`Reach::path`]); built once for
+/// many questions (`tarn list -o mounted` of every dataset).
+pub struct Reach<'a> {
+    st: &'a State,
+    /// Snapshots and datasets open inside some mount, with their paths.
+    open: HashMap<String, PathBuf>,
+}
+
+impl<'a> Reach<'a> {
+    pub fn new(st: &'a State) -> Reach<'a> {
+        let open = st.mounts.values().flat_map(|h| h.served()).filter(|s| s.open).map(|s| (s.name, s.path)).collect();
+        Reach { st, open }
+    }
+
+    /// Where `name` can be reached: its own mount's directory, its place
+    /// inside its parent's mount, or (a snapshot) where a `.zfs` directory
+    /// serves it open; `None` if it is not mounted.
+    pub fn path(&self, name: &str) -> Option<PathBuf> {
+        if let Some(h) = self.st.mounts.get(name) {
+            return Some(h.dir().to_path_buf());
+        }
+        if name.contains('@') {
+            return self.open.get(name).cloned();
+        }
+        let (parent, short) = name.rsplit_once('/')?;
+        let live = self.st.pools.get(pool_of(name))?;
+        if !self.st.served.may_attach(name) || !attachable(live.pool.datasets(), name) {
+            return None;
+        }
+        Some(self.path(parent)?.join(short))
+    }
+}
+
+/// Where `name` can be reached now ([`Reach::path`]).
 pub fn mount_path(st: &State, name: &str) -> Option<PathBuf> {
-    if let Some(h) = st.mounts.get(name) {
-        return Some(h.dir().to_path_buf());
-    }
-    if name.contains('@') {
-        return st.mounts.values().flat_map(|h| h.served()).find(|s| s.name == name && s.open).map(|s| s.path);
-    }
-    let (parent, short) = name.rsplit_once('/')?;
-    let live = st.pools.get(pool_of(name))?;
-    if !st.served.may_attach(name) || !attachable(live.pool.datasets(), name) {
-        return None;
-    }
-    Some(mount_path(st, parent)?.join(short))
+    Reach::new(st).path(name)
 }
 
 /// Every mount is told that `names` may have appeared or changed.
