@@ -111,6 +111,12 @@ fn snapshots_are_readable_in_place_under_dot_zfs() {
     assert!(e.fails(&["set", "snapdir=shown", "tank"]).contains("bad value 'shown' for property 'snapdir'"));
     e.ok(&["inherit", "snapdir", "tank"]);
     assert_eq!(names(&mnt), ["a", "c", "d", "kid"]);
+    // A snapshot of a file system never opened (so never given its POSIX
+    // layout) is an empty directory.
+    e.ok(&["create", "tank/fresh"]);
+    e.ok(&["snapshot", "tank/fresh@empty"]);
+    assert_eq!(names(&format!("{mnt}/fresh/.zfs/snapshot/empty")), Vec::<String>::new());
+    assert_eq!(errno_of(fs::write(format!("{mnt}/fresh/.zfs/snapshot/empty/x"), b"x")), libc::EROFS);
     verify(&e);
 }
 

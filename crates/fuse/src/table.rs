@@ -28,9 +28,10 @@
 //! for read for the whole file-system call; opening, replacing and detaching
 //! take it for write, so they wait for the requests inside and hold new
 //! ones back (OpenZFS's `zfs_suspend_fs`/`zfs_resume_fs` teardown lock).
-//! A request takes one slot's lock at a time, except a lookup that opens a
-//! child or snapshot slot while holding its parent's for read; the write
-//! holders take one lock and no other, so there is no cycle. Nothing that
+//! A request holds one slot's lock at a time (a lookup of a child's name
+//! enters only the child's slot), and never takes it twice — a writer
+//! waiting would make the second read wait forever; the write holders take
+//! one lock and no other, so there is no cycle. Nothing that
 //! holds a slot's write lock may notify the kernel: an invalidation can wait
 //! for a request (a read holding a page lock) that waits for the slot.
 //!

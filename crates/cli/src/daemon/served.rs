@@ -173,6 +173,12 @@ impl Served {
             ErrorKind::NotFound => Error::not_found(format!("cannot mount '{}': no such dataset", dataset)),
             _ => e.context(format!("cannot mount '{}'", dataset)),
         })?;
+        // A file system gets its POSIX layout when first opened; a snapshot
+        // taken before that has none and cannot be given one (read-only):
+        // it is served as the empty directory it is.
+        if dataset.contains('@') && objset.next_object() <= 1 {
+            return Ok(Arc::new(MemFs::new()));
+        }
         let on = |p: &str| dsl.get(dataset, p).map(|v| v.value == "on");
         let opts = tarn_engine::posix::PosixOptions { readonly: dataset.contains('@'), atime: on("atime")?, relatime: on("relatime")?, ..Default::default() };
         let fs = tarn_engine::posix::PosixFs::open(objset, opts).map_err(|e| e.context(format!("cannot mount '{}'", dataset)))?;
