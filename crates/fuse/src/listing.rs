@@ -267,7 +267,7 @@ impl Glue {
             return self.list_snapdir(&slot, &x, cookie, plus);
         }
         if cookie >= SYNTH {
-            let x = extras.expect("only a composed directory hands out such cookies");
+            let x = extras.ok_or_else(|| Errno::new(libc::EINVAL, format!("readdir cookie {cookie:#x} of a directory that has none such")))?;
             return self.list_extras(&slot, local, &x, cookie & !SYNTH, plus);
         }
         let (mut out, next) = self.list_fs(&slot, local, cookie, plus, extras.as_deref())?;

@@ -224,7 +224,8 @@ impl Glue {
             return Ok(());
         }
         let splice = self.table.splice.as_ref().expect("composed implies a splice");
-        if name == ZFS_DIR || splice.child(&slot.name, name)?.is_some() {
+        let full = format!("{}/{}", slot.name, String::from_utf8_lossy(name));
+        if name == ZFS_DIR || self.table.find(&full).is_some() || splice.child(&slot.name, name)?.is_some() {
             return Err(Errno::new(libc::EBUSY, format!("'{}' is a mountpoint in '{}'", String::from_utf8_lossy(name), slot.name)));
         }
         Ok(())
