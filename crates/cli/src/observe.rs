@@ -305,42 +305,97 @@ pub const ARCSTAT_FIELDS: &[(&str, &str)] = &[
     ("meta", "metadata size"),
     ("meta%", "metadata share of the target (adaptive)"),
     ("avail", "memory the host can still give"),
+    ("csize", "bytes the ARC holds for its blocks, compressed where stored so (compressed_size)"),
+    ("usize", "what those blocks take decompressed (uncompressed_size)"),
+    ("ovhd", "decompressed copies of compressed metadata (overhead_size)"),
     ("l2hits", "L2ARC hits per second"),
     ("l2miss", "L2ARC misses per second"),
+    ("l2read", "L2ARC accesses per second"),
     ("l2hit%", "L2ARC hit percentage"),
-    ("l2size", "bytes held on cache devices"),
+    ("l2miss%", "L2ARC miss percentage"),
+    ("l2size", "what the blocks on cache devices take decompressed (l2_size)"),
+    ("l2asize", "bytes they occupy on the cache devices (l2_asize)"),
+    ("l2bytes", "bytes read from cache devices per second"),
+    ("l2wbytes", "bytes written to cache devices per second"),
+    ("l2feeds", "L2ARC feeds per second"),
+    ("l2rebuilt", "blocks put back in the L2ARC index at import (total)"),
 ];
 
 /// arcstat's default fields (OpenZFS 2.1's).
 pub const ARCSTAT_DEFAULT: &str = "time,read,miss,miss%,dmis,dm%,pmis,pm%,mmis,mm%,size,c,avail";
 
-/// Sums of the ARC counters over several pools' snapshots (tarn keeps one
-/// ARC per pool; arcstat shows the host's total).
-fn arc_totals(ms: &[PoolMetrics]) -> [u64; 14] {
-    let mut t = [0u64; 14];
-    for m in ms {
-        let a = &m.arc;
-        let v = [
-            a.hits,
-            a.misses,
-            a.demand_data_hits + a.demand_metadata_hits,
-            a.demand_data_misses + a.demand_metadata_misses,
-            a.prefetch_data_hits + a.prefetch_metadata_hits,
-            a.prefetch_data_misses + a.prefetch_metadata_misses,
-            a.demand_metadata_hits + a.prefetch_metadata_hits,
-            a.demand_metadata_misses + a.prefetch_metadata_misses,
-            a.mfu_hits,
-            a.mru_hits,
-            a.mfu_ghost_hits,
-            a.mru_ghost_hits,
-            a.l2_hits,
-            a.l2_misses,
-        ];
-        for (x, y) in t.iter_mut().zip(v) {
-            *x += y;
+/// The ARC counters arcstat turns into rates, summed over pools (tarn
+/// keeps one ARC per pool; arcstat shows the host's total).
+#[derive(Clone, Copy, Default)]
+struct ArcCounts {
+    hits: u64,
+    miss: u64,
+    dhit: u64,
+    dmis: u64,
+    phit: u64,
+    pmis: u64,
+    mhit: u64,
+    mmis: u64,
+    mfu: u64,
+    mru: u64,
+    mfug: u64,
+    mrug: u64,
+    l2hit: u64,
+    l2mis: u64,
+    l2rbytes: u64,
+    l2wbytes: u64,
+    l2feeds: u64,
+}
+
+impl ArcCounts {
+    fn of(ms: &[PoolMetrics]) -> ArcCounts {
+        let mut t = ArcCounts::default();
+        for m in ms {
+            let a = &m.arc;
+            t.hits += a.hits;
+            t.miss += a.misses;
+            t.dhit += a.demand_data_hits + a.demand_metadata_hits;
+            t.dmis += a.demand_data_misses + a.demand_metadata_misses;
+            t.phit += a.prefetch_data_hits + a.prefetch_metadata_hits;
+            t.pmis += a.prefetch_data_misses + a.prefetch_metadata_misses;
+            t.mhit += a.demand_metadata_hits + a.prefetch_metadata_hits;
+            t.mmis += a.demand_metadata_misses + a.prefetch_metadata_misses;
+            t.mfu += a.mfu_hits;
+            t.mru += a.mru_hits;
+            t.mfug += a.mfu_ghost_hits;
+            t.mrug += a.mru_ghost_hits;
+            t.l2hit += a.l2.l2_hits;
+            t.l2mis += a.l2.l2_misses;
+            t.l2rbytes += a.l2.l2_read_bytes;
+            t.l2wbytes += a.l2.l2_write_bytes;
+            t.l2feeds += a.l2.l2_feeds;
+        }
+        t
+    }
+
+    /// `self - prev`, counter by counter.
+    fn since(self, p: ArcCounts) -> ArcCounts {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
+        ArcCounts {
+            hits: d(self.hits, p.hits),
+            miss: d(self.miss, p.miss),
+            dhit: d(self.dhit, p.dhit),
+            dmis: d(self.dmis, p.dmis),
+            phit: d(self.phit, p.phit),
+            pmis: d(self.pmis, p.pmis),
+            mhit: d(self.mhit, p.mhit),
+            mmis: d(self.mmis, p.mmis),
+            mfu: d(self.mfu, p.mfu),
+            mru: d(self.mru, p.mru),
+            mfug: d(self.mfug, p.mfug),
+            mrug: d(self.mrug, p.mrug),
+            l2hit: d(self.l2hit, p.l2hit),
+            l2mis: d(self.l2mis, p.l2mis),
+            l2rbytes: d(self.l2rbytes, p.l2rbytes),
+            l2wbytes: d(self.l2wbytes, p.l2wbytes),
+            l2feeds: d(self.l2feeds, p.l2feeds),
         }
     }
-    t
 }
 
 fn pct(part: u64, whole: u64) -> String {
@@ -367,37 +422,35 @@ pub fn arcstat_fields(spec: &str) -> Result<Vec<String>, String> {
 
 /// One arcstat row (values per second over `secs`; `prev` None: since import).
 pub fn arcstat_row(fields: &[String], cur: &[PoolMetrics], prev: Option<&[PoolMetrics]>, secs: f64, host: &HostMemory, time: &str) -> Vec<String> {
-    let c = arc_totals(cur);
-    let p = prev.map(arc_totals).unwrap_or([0; 14]);
-    let d: Vec<u64> = c.iter().zip(p.iter()).map(|(a, b)| a.saturating_sub(*b)).collect();
+    let d = ArcCounts::of(cur).since(prev.map(ArcCounts::of).unwrap_or_default());
     let r = |v: u64| rate(v, secs).to_string();
-    let [hits, miss, dhit, dmis, phit, pmis, mhit, mmis, mfu, mru, mfug, mrug, l2hit, l2mis] = d[..] else { unreachable!() };
+    let rs = |v: u64| size(rate(v, secs));
     let sizes = |f: fn(&PoolMetrics) -> u64| cur.iter().map(f).sum::<u64>();
     fields
         .iter()
         .map(|f| match f.as_str() {
             "time" => time.to_string(),
-            "read" => r(hits + miss),
-            "hits" => r(hits),
-            "miss" => r(miss),
-            "hit%" => pct(hits, hits + miss),
-            "miss%" => pct(miss, hits + miss),
-            "dhit" => r(dhit),
-            "dmis" => r(dmis),
-            "dh%" => pct(dhit, dhit + dmis),
-            "dm%" => pct(dmis, dhit + dmis),
-            "phit" => r(phit),
-            "pmis" => r(pmis),
-            "ph%" => pct(phit, phit + pmis),
-            "pm%" => pct(pmis, phit + pmis),
-            "mhit" => r(mhit),
-            "mmis" => r(mmis),
-            "mh%" => pct(mhit, mhit + mmis),
-            "mm%" => pct(mmis, mhit + mmis),
-            "mfu" => r(mfu),
-            "mru" => r(mru),
-            "mfug" => r(mfug),
-            "mrug" => r(mrug),
+            "read" => r(d.hits + d.miss),
+            "hits" => r(d.hits),
+            "miss" => r(d.miss),
+            "hit%" => pct(d.hits, d.hits + d.miss),
+            "miss%" => pct(d.miss, d.hits + d.miss),
+            "dhit" => r(d.dhit),
+            "dmis" => r(d.dmis),
+            "dh%" => pct(d.dhit, d.dhit + d.dmis),
+            "dm%" => pct(d.dmis, d.dhit + d.dmis),
+            "phit" => r(d.phit),
+            "pmis" => r(d.pmis),
+            "ph%" => pct(d.phit, d.phit + d.pmis),
+            "pm%" => pct(d.pmis, d.phit + d.pmis),
+            "mhit" => r(d.mhit),
+            "mmis" => r(d.mmis),
+            "mh%" => pct(d.mhit, d.mhit + d.mmis),
+            "mm%" => pct(d.mmis, d.mhit + d.mmis),
+            "mfu" => r(d.mfu),
+            "mru" => r(d.mru),
+            "mfug" => r(d.mfug),
+            "mrug" => r(d.mrug),
             "size" => size(sizes(|m| m.arc.sizes.size)),
             "c" => size(sizes(|m| m.arc.sizes.c)),
             "cmax" => size(sizes(|m| m.arc.sizes.c_max)),
@@ -405,10 +458,20 @@ pub fn arcstat_row(fields: &[String], cur: &[PoolMetrics], prev: Option<&[PoolMe
             "meta" => size(sizes(|m| m.arc.sizes.metadata_size)),
             "meta%" => cur.first().map(|m| format!("{:.0}", m.arc.sizes.meta_pct)).unwrap_or_else(|| "-".into()),
             "avail" => size(host.available),
-            "l2hits" => r(l2hit),
-            "l2miss" => r(l2mis),
-            "l2hit%" => pct(l2hit, l2hit + l2mis),
-            "l2size" => size(sizes(|m| m.arc.l2_size)),
+            "csize" => size(sizes(|m| m.arc.sizes.compressed_size)),
+            "usize" => size(sizes(|m| m.arc.sizes.uncompressed_size)),
+            "ovhd" => size(sizes(|m| m.arc.sizes.overhead_size)),
+            "l2hits" => r(d.l2hit),
+            "l2miss" => r(d.l2mis),
+            "l2read" => r(d.l2hit + d.l2mis),
+            "l2hit%" => pct(d.l2hit, d.l2hit + d.l2mis),
+            "l2miss%" => pct(d.l2mis, d.l2hit + d.l2mis),
+            "l2size" => size(sizes(|m| m.arc.l2.l2_size)),
+            "l2asize" => size(sizes(|m| m.arc.l2.l2_asize)),
+            "l2bytes" => rs(d.l2rbytes),
+            "l2wbytes" => rs(d.l2wbytes),
+            "l2feeds" => r(d.l2feeds),
+            "l2rebuilt" => sizes(|m| m.arc.l2.l2_rebuild_bufs).to_string(),
             _ => "?".into(),
         })
         .collect()
@@ -553,16 +616,39 @@ pub fn prometheus(ms: &[PoolMetrics]) -> String {
     for (name, help, f) in arc_counters {
         family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
     }
-    let arc_gauges: [(&str, &str, fn(&PoolMetrics) -> u64); 5] = [
-        ("tarn_arc_size_bytes", "ARC size.", |m| m.arc.sizes.size),
+    let arc_gauges: [(&str, &str, fn(&PoolMetrics) -> u64); 8] = [
+        ("tarn_arc_size_bytes", "ARC size: blocks as held plus decompressed metadata copies.", |m| m.arc.sizes.size),
         ("tarn_arc_target_bytes", "ARC target size (c).", |m| m.arc.sizes.c),
         ("tarn_arc_max_bytes", "zfs_arc_max.", |m| m.arc.sizes.c_max),
-        ("tarn_arc_data_bytes", "ARC data size.", |m| m.arc.sizes.data_size),
-        ("tarn_arc_metadata_bytes", "ARC metadata size.", |m| m.arc.sizes.metadata_size),
+        ("tarn_arc_data_bytes", "ARC data size, as held.", |m| m.arc.sizes.data_size),
+        ("tarn_arc_metadata_bytes", "ARC metadata size, as held.", |m| m.arc.sizes.metadata_size),
+        ("tarn_arc_compressed_bytes", "Bytes the ARC holds for its blocks, compressed where stored so (compressed_size).", |m| m.arc.sizes.compressed_size),
+        ("tarn_arc_uncompressed_bytes", "What the ARC's blocks take decompressed (uncompressed_size).", |m| m.arc.sizes.uncompressed_size),
+        ("tarn_arc_overhead_bytes", "Decompressed copies of compressed metadata (overhead_size).", |m| m.arc.sizes.overhead_size),
     ];
     for (name, help, f) in arc_gauges {
         family(&mut out, name, "gauge", help, each(&|m| f(m) as f64));
     }
+    let l2_counters: [(&str, &str, fn(&PoolMetrics) -> u64); 13] = [
+        ("tarn_l2arc_hits_total", "Reads served from cache devices.", |m| m.arc.l2.l2_hits),
+        ("tarn_l2arc_misses_total", "Reads cache devices could not serve (while the pool has some).", |m| m.arc.l2.l2_misses),
+        ("tarn_l2arc_feeds_total", "L2ARC feeds that wrote blocks.", |m| m.arc.l2.l2_feeds),
+        ("tarn_l2arc_writes_total", "Writes to cache devices.", |m| m.arc.l2.l2_writes),
+        ("tarn_l2arc_write_bytes_total", "Bytes written to cache devices.", |m| m.arc.l2.l2_write_bytes),
+        ("tarn_l2arc_read_bytes_total", "Bytes read from cache devices.", |m| m.arc.l2.l2_read_bytes),
+        ("tarn_l2arc_write_skipped_total", "Blocks the feed skipped (not as their pointer says).", |m| m.arc.l2.l2_write_skipped),
+        ("tarn_l2arc_checksum_errors_total", "Cache device reads that failed their checksum.", |m| m.arc.l2.l2_cksum_bad),
+        ("tarn_l2arc_io_errors_total", "Cache device reads that failed.", |m| m.arc.l2.l2_io_errors),
+        ("tarn_l2arc_evicted_total", "Index entries dropped as the write hand came around.", |m| m.arc.l2.l2_evicted),
+        ("tarn_l2arc_rebuild_success_total", "Cache devices whose index was rebuilt at import.", |m| m.arc.l2.l2_rebuild_success),
+        ("tarn_l2arc_rebuild_log_blocks_total", "Log blocks read to rebuild the index at import.", |m| m.arc.l2.l2_rebuild_log_blks),
+        ("tarn_l2arc_rebuild_blocks_total", "Blocks put back in the index at import.", |m| m.arc.l2.l2_rebuild_bufs),
+    ];
+    for (name, help, f) in l2_counters {
+        family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
+    }
+    family(&mut out, "tarn_l2arc_size_bytes", "gauge", "What the blocks on cache devices take decompressed (l2_size).", each(&|m| m.arc.l2.l2_size as f64));
+    family(&mut out, "tarn_l2arc_allocated_bytes", "gauge", "Bytes the blocks occupy on cache devices (l2_asize).", each(&|m| m.arc.l2.l2_asize as f64));
     let vl = |m: &PoolMetrics, v: &VdevMetrics| format!("pool=\"{}\",vdev=\"{}\"", esc(&m.pool), esc(&v.path));
     let per_vdev = |f: &dyn Fn(&VdevMetrics) -> u64| {
         ms.iter().flat_map(|m| m.vdevs.iter().map(move |v| (format!("{{{}}}", vl(m, v)), f(v) as f64))).collect::<Vec<_>>()
@@ -712,8 +798,23 @@ mod promtool {
         let dev = std::sync::Arc::new(tarn_engine::sys::FaultDevice::new(128 << 20, 2));
         let devs = vec![("mem0".to_string(), dev as std::sync::Arc<dyn tarn_engine::sys::BlockDevice>)];
         let pool = tarn_engine::Pool::create_on("tank", devs, vec![], &Default::default()).unwrap();
+        // A cache device fed once, so the L2ARC families carry values.
+        let cache = std::sync::Arc::new(tarn_engine::sys::FaultDevice::new(32 << 20, 3));
+        pool.add_cache_on("cache0", cache).unwrap();
+        let os = pool.root().clone();
+        let tx = os.begin().unwrap();
+        let o = os.create(&tx, tarn_ondisk::ObjectType::PlainData).unwrap();
+        os.write(&tx, o, 0, &vec![9u8; 1 << 20]).unwrap();
+        drop(tx);
         pool.sync().unwrap();
-        let text = super::prometheus(&[tarn_engine::pool::metrics::snapshot(&pool)]);
+        os.read(o, 0, 1 << 20).unwrap();
+        pool.core().l2.feed(&pool.core().cache);
+        let m = tarn_engine::pool::metrics::snapshot(&pool);
+        assert!(m.arc.l2.l2_feeds >= 1 && m.arc.l2.l2_asize > 0, "{:?}", m.arc.l2);
+        let text = super::prometheus(&[m.clone()]);
+        for (metric, want) in [("tarn_l2arc_feeds_total", m.arc.l2.l2_feeds), ("tarn_l2arc_write_bytes_total", m.arc.l2.l2_write_bytes), ("tarn_l2arc_allocated_bytes", m.arc.l2.l2_asize), ("tarn_arc_uncompressed_bytes", m.arc.sizes.uncompressed_size)] {
+            assert!(text.contains(&format!("{}{{pool=\"tank\"}} {}\n", metric, want)), "{} should be {}:\n{}", metric, want, text);
+        }
         let child = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
         let Ok(mut child) = child else {
             eprintln!("promtool not installed: skipping (apt-get install prometheus)");

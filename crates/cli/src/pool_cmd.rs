@@ -131,6 +131,9 @@ pub enum PoolCmd {
     },
     /// I/O statistics per pool and device, once or every INTERVAL seconds
     Iostat(crate::observe_cmd::IostatArgs),
+    /// Force the open transaction group of each named pool (all pools with
+    /// none) to sync, and wait for it, as `zpool sync`
+    Sync { names: Vec<String> },
     /// The recently synced txgs of a pool
     Txgs {
         #[arg(long)]

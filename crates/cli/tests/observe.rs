@@ -4,7 +4,8 @@
 //! `pool iostat --json`, in the dirty bytes of `pool txgs --json`, in the
 //! ARC counters of `arcstat --json` on a read-back, and as the very same
 //! figure on the Prometheus endpoint (which `promtool check metrics`
-//! accepts). Tunables set with `tunable set` are live and visible; cache
+//! accepts), the L2ARC's counters included. Tunables set with `tunable
+//! set` are live and visible, and kept across daemon restarts; cache
 //! devices show in `pool status` and survive a daemon restart; wrong
 //! arguments get one clear line and exit 1.
 //!
@@ -161,6 +162,55 @@ fn promtool_check(text: &str) {
 }
 
 #[test]
+fn l2arc_counters_show_in_arcstat_and_prometheus() {
+    let e = Env::new("l2");
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{}", port);
+    e.ok(&["daemon", "--metrics", &metrics]);
+    e.create("tank");
+    let cache = e.path("cache.img");
+    std::fs::File::create(&cache).unwrap().set_len(64 << 20).unwrap();
+    e.ok(&["pool", "add", "tank", "cache", &cache]);
+    // The feed thread wakes every second and takes blocks from the ARC's
+    // eviction end; the read-back puts the written blocks there.
+    let fed = (0..40).any(|_| {
+        e.ok(&["pool", "write-test", "tank", "--bytes", "4M", "--bs", "128K", "--read-back"]);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        e.json(&["arcstat", "--json", "-f", "l2feeds"])["l2feeds"].as_u64().unwrap() > 0
+    });
+    assert!(fed, "the L2ARC was never fed");
+    // Both views count the same feeds and bytes once the feed is quiet.
+    let mut matched = false;
+    for _ in 0..50 {
+        let a = e.json(&["arcstat", "--json", "-f", "l2feeds,l2rebuilt"]);
+        let (_, body) = scrape(port);
+        let b = e.json(&["arcstat", "--json", "-f", "l2feeds,l2rebuilt"]);
+        if a == b {
+            assert_eq!(prom_value(&body, "tarn_l2arc_feeds_total", "tank"), a["l2feeds"].as_u64().unwrap());
+            assert!(prom_value(&body, "tarn_l2arc_writes_total", "tank") >= 1);
+            assert!(prom_value(&body, "tarn_l2arc_write_bytes_total", "tank") >= 4096);
+            assert_eq!(prom_value(&body, "tarn_l2arc_rebuild_success_total", "tank"), 0, "nothing to rebuild yet");
+            promtool_check(&body);
+            matched = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(matched, "the feed never went quiet long enough to compare");
+    // After a restart the index is rebuilt from the device's log blocks.
+    e.ok(&["daemon", "stop"]);
+    e.ok(&["daemon", "--metrics", &metrics]);
+    e.ok(&["pool", "status", "tank"]);
+    let (_, body) = scrape(port);
+    assert_eq!(prom_value(&body, "tarn_l2arc_rebuild_success_total", "tank"), 1, "{}", body);
+    assert!(prom_value(&body, "tarn_l2arc_rebuild_log_blocks_total", "tank") >= 1);
+    let rebuilt = prom_value(&body, "tarn_l2arc_rebuild_blocks_total", "tank");
+    let a = e.json(&["arcstat", "--json", "-f", "l2rebuilt,l2size,l2asize"]);
+    assert_eq!(a["l2rebuilt"].as_u64(), Some(rebuilt), "{}", a);
+    promtool_check(&body);
+}
+
+#[test]
 fn tunables_set_live_are_seen_everywhere() {
     let e = Env::new("tunables");
     e.create("tank");
@@ -173,6 +223,47 @@ fn tunables_set_live_are_seen_everywhere() {
     e.create("later");
     let x = e.json(&["pool", "explain", "--json", "later", "0.2"]);
     assert_eq!(x["throttle"]["dirty_max"].as_u64(), Some(64 << 20), "a later pool: {}", x);
+}
+
+#[test]
+fn tunables_set_are_kept_across_daemon_restarts() {
+    let e = Env::new("persist");
+    e.create("tank");
+    let dirty_max = |e: &Env| e.json(&["pool", "explain", "--json", "tank", "0.2"])["throttle"]["dirty_max"].as_u64().unwrap();
+    let default = e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim().to_string();
+    e.ok(&["tunable", "set", "zfs_dirty_data_max=64M"]);
+    e.ok(&["tunable", "set", "zfs_txg_timeout=7"]);
+    e.ok(&["daemon", "stop"]);
+    let kept = std::fs::read_to_string(e.path("tarn.tunables")).expect("kept next to the cache file");
+    assert!(kept.lines().any(|l| l == "zfs_dirty_data_max=64M") && kept.lines().any(|l| l == "zfs_txg_timeout=7"), "{}", kept);
+    // Without a daemon, `get` shows what one would start with.
+    assert_eq!(e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim(), (64u64 << 20).to_string());
+    // A new daemon (started by the first command) applies them to the
+    // pools it imports.
+    assert_eq!(dirty_max(&e), 64 << 20, "the pool runs with the kept value");
+    assert_eq!(e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim(), (64u64 << 20).to_string());
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "7");
+    // Reset: the starting value again, live, and forgotten.
+    e.ok(&["tunable", "reset", "zfs_dirty_data_max"]);
+    assert_eq!(e.ok(&["tunable", "get", "zfs_dirty_data_max"]).trim(), default);
+    assert_eq!(dirty_max(&e).to_string(), default, "reset is live");
+    e.ok(&["daemon", "stop"]);
+    assert_eq!(dirty_max(&e).to_string(), default, "and stays reset after a restart");
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "7", "the other setting is still kept");
+    // A daemon's own --tunable wins over a kept value.
+    e.ok(&["daemon", "stop"]);
+    e.ok(&["--tunable", "zfs_txg_timeout=9", "daemon"]);
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "9");
+    // A damaged line is skipped with a note in the log, not fatal.
+    e.ok(&["daemon", "stop"]);
+    std::fs::write(e.path("tarn.tunables"), "zfs_txg_timeout=7\nzfs_bogus=1\nzfs_arc_max=lots\n").unwrap();
+    assert_eq!(e.ok(&["tunable", "get", "zfs_txg_timeout"]).trim(), "7");
+    assert_eq!(e.json(&["pool", "explain", "--json", "tank", "0.2"])["throttle"]["dirty_max"].as_u64().map(|v| v.to_string()), Some(default.clone()));
+    let log = std::fs::read_to_string(e.path("tarn.log")).unwrap_or_default();
+    assert!(log.contains("zfs_bogus=1 not applied") && log.contains("zfs_arc_max=lots not applied"), "{}", log);
+    // Wrong uses get one line.
+    assert!(e.fails(&["tunable", "set", "zfs_txg_timeout="]).contains("tunable reset zfs_txg_timeout"));
+    assert!(e.fails(&["tunable", "reset", "zfs_bogus"]).contains("unknown tunable 'zfs_bogus'"));
 }
 
 #[test]

@@ -169,3 +169,38 @@ fn sigkill_loses_nothing_that_was_fsynced() {
     std::fs::write(mnt.join("after"), b"alive").unwrap();
     assert_eq!(std::fs::read(mnt.join("after")).unwrap(), b"alive");
 }
+
+/// `statvfs` used bytes of the file system at `p`.
+fn used_bytes(p: &Path) -> u64 {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    (s.f_blocks - s.f_bfree) * s.f_frsize
+}
+
+#[test]
+fn pool_sync_runs_deferred_frees_out() {
+    let Some(e) = Env::new("sync") else { return };
+    let mnt = e.path("mnt");
+    let img = e.path("a.img");
+    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "-O", "compression=off", "st", img.to_str().unwrap(), "--size", "1G"]);
+    let big = mnt.join("big");
+    let mut f = std::fs::File::create(&big).unwrap();
+    f.write_all(&content(7, 48 << 20)).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let full = used_bytes(&mnt);
+    assert!(full >= 48 << 20, "48 MiB written, {} used", full);
+    std::fs::remove_file(&big).unwrap();
+    // Frees are deferred two txgs: three forced syncs return the space.
+    for _ in 0..3 {
+        e.ok(&["pool", "sync", "st"]);
+    }
+    let after = used_bytes(&mnt);
+    assert!(full - after >= 47 << 20, "{} used before the delete, {} after three syncs", full, after);
+    e.ok(&["pool", "sync"]);
+    let o = e.run(&["pool", "sync", "nosuch"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no such pool 'nosuch'"));
+}

@@ -7,13 +7,6 @@
 
 use crate::error::{Error, Result};
 
-/// Memory the engine may plan with, for the memory-relative defaults: the
-/// host's, or its memory cgroup's limit when that is smaller (a daemon in a
-/// 1 GiB container must not size its dirty data from the host's 24 GiB).
-pub fn physical_memory_bytes() -> u64 {
-    crate::arc::host_memory().total
-}
-
 /// Physical memory of the host as sysconf reports it.
 pub fn sysconf_memory_bytes() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
@@ -27,7 +20,7 @@ pub fn sysconf_memory_bytes() -> u64 {
 }
 
 macro_rules! tunables {
-    ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $default:expr ; )*) => {
+    (memory = $mem:ident; $( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $default:expr ; )*) => {
         /// Engine tunables. Defaults are OpenZFS's unless a comment says why not.
         #[derive(Clone, Debug)]
         pub struct Tunables {
@@ -35,12 +28,22 @@ macro_rules! tunables {
         }
 
         impl Default for Tunables {
+            /// The defaults for this host: its memory is sampled once (the
+            /// memory-relative defaults share the sample).
             fn default() -> Self {
-                Tunables { $( $name: $default, )* }
+                Self::for_memory(crate::arc::host_memory().total)
             }
         }
 
         impl Tunables {
+            /// The defaults for a host with `memory` bytes the engine may
+            /// plan with: the host's, or its memory cgroup's limit when that
+            /// is smaller (a daemon in a 1 GiB container must not size its
+            /// dirty data from the host's 24 GiB).
+            pub fn for_memory($mem: u64) -> Self {
+                Tunables { $( $name: $default, )* }
+            }
+
             /// All tunables as (name, value, description).
             pub fn list(&self) -> Vec<(&'static str, String, &'static str)> {
                 vec![ $( (stringify!($name), self.$name.to_string(), concat!($($doc),*)) ),* ]
@@ -79,10 +82,11 @@ macro_rules! tunables {
 }
 
 tunables! {
+    memory = memory;
     /// Most dirty data (bytes) the pool buffers; writers stop at this level. Default 10 % of RAM, at most zfs_dirty_data_max_max.
-    zfs_dirty_data_max: u64 = default_dirty_max();
+    zfs_dirty_data_max: u64 = default_dirty_max(memory);
     /// Cap on the default zfs_dirty_data_max: 4 GiB or 25 % of RAM.
-    zfs_dirty_data_max_max: u64 = (4u64 << 30).min(physical_memory_bytes() / 4);
+    zfs_dirty_data_max_max: u64 = dirty_max_max(memory);
     /// Dirty data in the open txg (% of max) that starts a sync early.
     zfs_dirty_data_sync_percent: u32 = 20;
     /// Dirty data (% of max) where the write throttle starts delaying transactions.
@@ -130,11 +134,13 @@ tunables! {
     /// Largest object whose data is stored inline in its dnode, in bytes.
     tarn_inline_max_bytes: u64 = 3072;
     /// Most bytes the ARC holds. Default a quarter of the host's memory (or its cgroup limit).
-    zfs_arc_max: u64 = crate::arc::default_arc_max();
+    zfs_arc_max: u64 = crate::arc::default_arc_max(memory);
     /// The ARC never shrinks below this under memory pressure. Default 1/32 of memory, at least 32 MiB.
-    zfs_arc_min: u64 = crate::arc::default_arc_min();
+    zfs_arc_min: u64 = crate::arc::default_arc_min(memory);
     /// Weight of metadata ghost hits against data ghost hits when the ARC divides itself (500: data counts 1/5).
     zfs_arc_meta_balance: u64 = 500;
+    /// Most of the ARC's target (%) kept as decompressed copies of compressed metadata blocks (OpenZFS: the dbuf metadata cache, dbuf_metadata_cache_shift); 0 decompresses metadata on every hit.
+    tarn_arc_meta_decompressed_percent: u64 = crate::arc::DEFAULT_COPIES_PCT;
     /// Most bytes written to a cache device per L2ARC feed.
     l2arc_write_max: u64 = 32 << 20;
     /// Extra bytes per feed while a cache device has not wrapped yet (warming up).
@@ -162,9 +168,12 @@ tunables! {
     tarn_space_checkpoint_interval: u64 = 64;
 }
 
-fn default_dirty_max() -> u64 {
-    let cap = (4u64 << 30).min(physical_memory_bytes() / 4);
-    (physical_memory_bytes() / 10).min(cap)
+fn dirty_max_max(memory: u64) -> u64 {
+    (4u64 << 30).min(memory / 4)
+}
+
+fn default_dirty_max(memory: u64) -> u64 {
+    (memory / 10).min(dirty_max_max(memory))
 }
 
 trait ParseValue: Sized {
@@ -246,6 +255,9 @@ impl Tunables {
         if self.zfs_arc_max < (4 << 20) {
             return Err(Error::invalid("zfs_arc_max must be at least 4M"));
         }
+        if self.tarn_arc_meta_decompressed_percent > 50 {
+            return Err(Error::invalid("tarn_arc_meta_decompressed_percent is at most 50"));
+        }
         if self.zfs_arc_meta_balance == 0 {
             return Err(Error::invalid("zfs_arc_meta_balance must be at least 1"));
         }
@@ -272,6 +284,23 @@ mod tests {
         assert!(t.set("no_such", "1").is_err());
         assert!(t.set("zfs_txg_timeout", "x").is_err());
         assert!(t.list().iter().any(|(n, _, d)| *n == "zfs_delay_scale" && !d.is_empty()));
+    }
+
+    #[test]
+    fn defaults_sample_the_host_once() {
+        let before = crate::arc::host_samples();
+        let t = Tunables::default();
+        assert_eq!(crate::arc::host_samples() - before, 1, "one look at /proc and the cgroup per call");
+        t.validate().unwrap();
+        // And they are the defaults for the memory sampled.
+        let m = Tunables::for_memory(8 << 30);
+        assert_eq!(m.zfs_arc_max, 2 << 30);
+        assert_eq!(m.zfs_arc_min, 256 << 20);
+        assert_eq!(m.zfs_dirty_data_max_max, 2 << 30);
+        assert_eq!(m.zfs_dirty_data_max, (8u64 << 30) / 10);
+        let small = Tunables::for_memory(1 << 30);
+        assert_eq!((small.zfs_arc_max, small.zfs_arc_min), (256 << 20, 32 << 20));
+        small.validate().unwrap();
     }
 
     #[test]

@@ -79,6 +79,11 @@ fn evicted_blocks_come_from_the_cache_device_and_survive_import() {
     let l2 = &pool.core().l2;
     assert!(l2.entries() >= OBJ_BYTES / BS * 3 / 4, "only {} blocks reached the cache", l2.entries());
     l2.check_invariants().unwrap();
+    // The ARC holds blocks as on disk, so the feed writes them unchanged:
+    // nothing to recompress, nothing skipped, and the compressed half of
+    // the blocks takes less room on the cache device than its logical size.
+    assert_eq!(l2.stats.write_skipped.load(Ordering::Relaxed), 0);
+    assert!(l2.size_bytes() < (l2.entries() * BS) as u64 * 7 / 8, "{} bytes for {} blocks", l2.size_bytes(), l2.entries());
     // Second pass: the ARC is far too small, so the blocks come from the
     // cache device; the main device sees only what the cache lacks.
     let reads0 = main_reads(&main, &pool);

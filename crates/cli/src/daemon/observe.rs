@@ -1,6 +1,7 @@
 //! Observability in the daemon: metrics snapshots for `pool iostat`,
 //! `arcstat`, `pool txgs` and `pool explain` (the client renders them with
-//! `crate::observe`), live tunables (`tunable list|get|set`), the optional
+//! `crate::observe`), live tunables (`tunable list|get|set|reset`, kept
+//! across restarts by `crate::tunables_conf`), the optional
 //! Prometheus endpoint (`daemon --metrics ADDR`) and `pool write-test`, the
 //! hidden load generator the tests and `bench/tuning-loop.sh` drive.
 //!
@@ -49,18 +50,20 @@ fn snapshots(st: &mut State, names: &[String], out: &mut Out) -> Result<Vec<Pool
     names.iter().map(|n| Ok(snapshot(&st.live(n, out)?.pool))).collect()
 }
 
-/// `tunable list|get|set` against the daemon's live values.
+/// `tunable list|get|set|reset` against the daemon's live values.
 #[derive(Debug, clap::Subcommand, Serialize, Deserialize)]
 pub enum TunableCmd {
     /// Every tunable with its current value and meaning
     List,
     /// One tunable's value
     Get { name: String },
-    /// Change a tunable on every pool the daemon holds, and for pools it imports later
+    /// Change a tunable on every pool the daemon holds and for pools it imports later; remembered across daemon restarts
     Set {
         #[arg(value_name = "NAME=VALUE")]
         assignment: String,
     },
+    /// Return a tunable to the daemon's starting value (its --tunable setting or the default) and forget its persisted value
+    Reset { name: String },
 }
 
 /// `tunable list` as a table.
@@ -76,20 +79,44 @@ pub fn tunable(st: &mut State, cmd: TunableCmd, out: &mut Out) -> Result<()> {
         TunableCmd::Set { assignment } => {
             let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("tunable set takes NAME=VALUE, not '{}'", assignment)))?;
             let (k, v) = (k.trim(), v.trim());
-            // Validated against the daemon's values first: a bad value
-            // changes nothing anywhere.
+            if v.is_empty() {
+                st.tunables.get(k)?;
+                return Err(Error::invalid(format!("tunable set {}= has no value; `tarn tunable reset {}` returns it to its starting value", k, k)));
+            }
+            // Validated against the daemon's values and persisted first: a
+            // bad value, or one that cannot be remembered, changes nothing.
             let mut t = st.tunables.clone();
             t.set(k, v)?;
-            for (name, live) in &st.pools {
-                if let Err(e) = live.pool.set_tunable(k, v) {
-                    out.warnings.push(format!("pool '{}': {} not changed: {}", name, k, e.msg));
-                }
-            }
-            log(&format!("tunable {}={}", k, v));
+            let mut kept = crate::tunables_conf::load()?;
+            crate::tunables_conf::upsert(&mut kept, k, v);
+            crate::tunables_conf::save(&kept)?;
+            apply_live(st, k, v, out);
+            log(&format!("tunable {}={} (kept in '{}')", k, v, crate::tunables_conf::path().display()));
+            st.tunables = t;
+        }
+        TunableCmd::Reset { name } => {
+            let k = name.trim();
+            let v = st.base_tunables.get(k)?;
+            let mut t = st.tunables.clone();
+            t.set(k, &v).map_err(|e| e.context(format!("cannot reset {} to {}", k, v)))?;
+            let mut kept = crate::tunables_conf::load()?;
+            kept.retain(|(n, _)| n != k);
+            crate::tunables_conf::save(&kept)?;
+            apply_live(st, k, &v, out);
+            log(&format!("tunable {} reset to {}", k, v));
             st.tunables = t;
         }
     }
     Ok(())
+}
+
+/// Sets a (validated) tunable on every live pool.
+fn apply_live(st: &State, k: &str, v: &str, out: &mut Out) {
+    for (name, live) in &st.pools {
+        if let Err(e) = live.pool.set_tunable(k, v) {
+            out.warnings.push(format!("pool '{}': {} not changed: {}", name, k, e.msg));
+        }
+    }
 }
 
 /// `pool write-test`: a known write load generated inside the daemon.

@@ -64,6 +64,10 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let pool = &st.live(&name, out)?.pool;
             devices.iter().try_for_each(|d| pool.remove_cache(&abs(Path::new(d))).or_else(|_| pool.remove_cache(d)))
         }
+        PoolCmd::Sync { names } => {
+            let names = if names.is_empty() { st.pools.keys().cloned().collect() } else { names };
+            names.iter().try_for_each(|n| st.live(n, out)?.pool.sync().map_err(|e| e.context(format!("cannot sync pool '{}'", n))))
+        }
         // Rendered by the client from metrics snapshots; run by the daemon
         // outside the state lock (`Daemon::handle`).
         PoolCmd::Iostat(_) | PoolCmd::Txgs { .. } | PoolCmd::Explain { .. } | PoolCmd::WriteTest(_) => {

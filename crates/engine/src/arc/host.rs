@@ -58,8 +58,19 @@ pub fn parse_psi_some_avg10(text: &str) -> Option<f64> {
     field.parse().ok()
 }
 
+thread_local! {
+    static SAMPLES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times this thread sampled the host (each sample reads
+/// /proc/meminfo, PSI and the cgroup's files): for tests that bound it.
+pub fn host_samples() -> u64 {
+    SAMPLES.with(|c| c.get())
+}
+
 /// Samples the host now.
 pub fn host_memory() -> HostMemory {
+    SAMPLES.with(|c| c.set(c.get() + 1));
     let info = read("/proc/meminfo").unwrap_or_default();
     let mut total = meminfo_field(&info, "MemTotal:").unwrap_or_else(crate::tunables::sysconf_memory_bytes);
     let mut available = meminfo_field(&info, "MemAvailable:").unwrap_or(total / 2);
@@ -82,17 +93,17 @@ pub fn host_memory() -> HostMemory {
     HostMemory { total, available, psi_some_avg10: psi }
 }
 
-/// The default `zfs_arc_max`: a quarter of the host's memory (or of the
-/// cgroup's limit), so applications keep the rest. OpenZFS takes 5/8 in the
-/// kernel, where it can be reclaimed directly; a daemon cannot.
-pub fn default_arc_max() -> u64 {
-    (host_memory().total / 4).max(64 << 20)
+/// The default `zfs_arc_max` for `memory` bytes (the host's, or the
+/// cgroup's limit): a quarter, so applications keep the rest. OpenZFS takes
+/// 5/8 in the kernel, where it can be reclaimed directly; a daemon cannot.
+pub fn default_arc_max(memory: u64) -> u64 {
+    (memory / 4).max(64 << 20)
 }
 
 /// The default `zfs_arc_min`: 1/32 of memory, at least 32 MiB (OpenZFS's
 /// rule), and at most half the maximum.
-pub fn default_arc_min() -> u64 {
-    (host_memory().total / 32).max(32 << 20).min(default_arc_max() / 2)
+pub fn default_arc_min(memory: u64) -> u64 {
+    (memory / 32).max(32 << 20).min(default_arc_max(memory) / 2)
 }
 
 #[cfg(test)]
@@ -112,6 +123,6 @@ mod tests {
         assert!(h.total > 0);
         assert!(h.available <= h.total);
         assert!(h.reserve() >= 256 << 20 || h.reserve() == h.total / 2);
-        assert!(default_arc_min() <= default_arc_max());
+        assert!(default_arc_min(h.total) <= default_arc_max(h.total));
     }
 }

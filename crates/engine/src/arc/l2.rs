@@ -14,10 +14,10 @@
 //!
 //! Blocks are stored exactly as on the pool's disks — compressed — so a read
 //! verifies against the block pointer's own checksum. The ARC holds blocks
-//! decompressed; the feed recompresses with the pointer's algorithm and keeps
-//! the result only if it reproduces the pointer's checksum (lz4 and zstd at
-//! its default level are deterministic; a block written with another zstd
-//! level is skipped and counted).
+//! in that same form (`Held`), so the feed writes the bytes it finds there,
+//! after checking them against the pointer's checksum once more (a block
+//! that fails is skipped and counted: damaged memory is not spread to the
+//! cache device). A block read back enters the ARC in its stored form too.
 //!
 //! ## Device layout
 //! ```text
@@ -40,7 +40,8 @@
 //! exceed `l2arc_meta_percent` of the ARC's target.
 //!
 //! Invariants (`check_invariants`): every index entry lies inside its
-//! device's ring; `size` equals the sum of the entries' physical sizes.
+//! device's ring; `size`, `logical` and `allocated` equal the sums of the
+//! entries' physical, logical and on-device sizes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,12 +49,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use tarn_ondisk::bp::{BlockPtr, Compression, BP_SIZE};
+use tarn_ondisk::bp::{BlockPtr, BP_SIZE};
 
-use super::{BlockCache, BlockKey};
+use super::{BlockCache, BlockKey, Held};
 use crate::error::{Error, Result};
-use crate::io::block::{self, BlockData};
-use crate::io::{checksum, compress, CompressSetting};
+use crate::io::block::BlockData;
+use crate::io::checksum;
 use crate::sys::buf::AlignedBuf;
 use crate::sys::device::BlockDevice;
 
@@ -89,25 +90,31 @@ pub struct L2Stats {
     pub feeds: AtomicU64,
     pub writes: AtomicU64,
     pub write_bytes: AtomicU64,
-    /// Blocks the feed could not reproduce as on disk (another zstd level).
+    /// Blocks the feed found not as their pointer describes (skipped).
     pub write_skipped: AtomicU64,
     pub read_bytes: AtomicU64,
     pub cksum_bad: AtomicU64,
     pub io_errors: AtomicU64,
     /// Entries dropped because the hand came around to them.
     pub evicted: AtomicU64,
+    /// Blocks put back in the index from log blocks at import.
     pub rebuilt: AtomicU64,
+    /// Log blocks read at import.
     pub log_blocks: AtomicU64,
+    /// Cache devices whose index was rebuilt at import.
+    pub rebuild_success: AtomicU64,
 }
 
 /// Where a cached block lies. The reader brings the block pointer; the
 /// entry keeps only what tells a stale entry apart (size and checksum
-/// prefix) — about 80 bytes with the hash map's share.
+/// prefix), and the logical size for the statistics — about 80 bytes with
+/// the hash map's share.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     dev: u64,
     offset: u64,
     psize: u32,
+    lsize: u32,
     cksum: [u8; 8],
 }
 
@@ -115,7 +122,7 @@ impl Entry {
     fn new(dev: u64, offset: u64, bp: &BlockPtr) -> Entry {
         let mut cksum = [0u8; 8];
         cksum.copy_from_slice(&bp.cksum[..8]);
-        Entry { dev, offset, psize: bp.psize, cksum }
+        Entry { dev, offset, psize: bp.psize, lsize: bp.lsize, cksum }
     }
 
     fn matches(&self, bp: &BlockPtr) -> bool {
@@ -157,10 +164,13 @@ pub struct CacheDevStatus {
 
 pub struct L2Arc {
     pool_guid: u64,
-    sector: usize,
     devs: RwLock<Vec<Arc<CacheDev>>>,
     index: Mutex<HashMap<BlockKey, Entry>>,
+    /// Sums over the index: bytes as stored (psize), logical bytes, and
+    /// bytes the entries occupy on the devices (whole 4 KiB units).
     size: AtomicU64,
+    logical: AtomicU64,
+    allocated: AtomicU64,
     next_dev: AtomicU64,
     params: Mutex<L2Params>,
     stop: Arc<AtomicBool>,
@@ -240,13 +250,14 @@ pub fn read_cache_label(dev: &dyn BlockDevice) -> Option<(u64, u64)> {
 }
 
 impl L2Arc {
-    pub fn new(pool_guid: u64, sector: usize, params: L2Params) -> Self {
+    pub fn new(pool_guid: u64, params: L2Params) -> Self {
         L2Arc {
             pool_guid,
-            sector,
             devs: RwLock::new(Vec::new()),
             index: Mutex::new(HashMap::new()),
             size: AtomicU64::new(0),
+            logical: AtomicU64::new(0),
+            allocated: AtomicU64::new(0),
             next_dev: AtomicU64::new(0),
             params: Mutex::new(params),
             stop: Arc::new(AtomicBool::new(false)),
@@ -266,6 +277,37 @@ impl L2Arc {
     /// Bytes of blocks (as stored) the index covers.
     pub fn size_bytes(&self) -> u64 {
         self.size.load(Ordering::Relaxed)
+    }
+
+    /// What the indexed blocks are decompressed (arcstats' l2_size).
+    pub fn logical_bytes(&self) -> u64 {
+        self.logical.load(Ordering::Relaxed)
+    }
+
+    /// Device bytes the indexed blocks occupy (arcstats' l2_asize).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Counts an entry into (`add`) or out of the index's sums.
+    fn account(&self, e: &Entry, add: bool) {
+        for (sum, v) in [(&self.size, e.psize as u64), (&self.logical, e.lsize as u64), (&self.allocated, round_up(e.psize as u64))] {
+            if add {
+                sum.fetch_add(v, Ordering::Relaxed);
+            } else {
+                sum.fetch_sub(v, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Adds an entry to the locked index (replacing one for the same block).
+    fn index_insert(&self, idx: &mut HashMap<BlockKey, Entry>, key: BlockKey, e: Entry) -> bool {
+        let old = idx.insert(key, e);
+        if let Some(o) = &old {
+            self.account(o, false);
+        }
+        self.account(&e, true);
+        old.is_none()
     }
 
     pub fn entries(&self) -> usize {
@@ -312,15 +354,13 @@ impl L2Arc {
         drop(devs);
         if removed {
             let mut idx = self.index.lock();
-            let mut freed = 0;
             idx.retain(|_, e| {
                 let keep = e.dev != guid;
                 if !keep {
-                    freed += e.psize as u64;
+                    self.account(e, false);
                 }
                 keep
             });
-            self.size.fetch_sub(freed, Ordering::Relaxed);
         }
         removed
     }
@@ -344,6 +384,7 @@ impl L2Arc {
         if !self.params.lock().rebuild {
             return;
         }
+        self.stats.rebuild_success.fetch_add(1, Ordering::Relaxed);
         let mut next = ring.last_log;
         let mut idx = self.index.lock();
         for _ in 0..MAX_LOG_WALK {
@@ -368,19 +409,18 @@ impl L2Arc {
             self.stats.log_blocks.fetch_add(1, Ordering::Relaxed);
             for (bp, doff) in entries {
                 let plen = round_up(bp.psize as u64);
-                if doff >= keep_from && doff + plen <= d.size && bp.validate().is_ok() && !bp.is_hole() && !bp.is_embedded() {
-                    if idx.insert(BlockKey::of(&bp), Entry::new(d.guid, doff, &bp)).is_none() {
-                        self.size.fetch_add(bp.psize as u64, Ordering::Relaxed);
-                        self.stats.rebuilt.fetch_add(1, Ordering::Relaxed);
-                    }
+                let usable = doff >= keep_from && doff + plen <= d.size && bp.validate().is_ok() && !bp.is_hole() && !bp.is_embedded();
+                if usable && self.index_insert(&mut idx, BlockKey::of(&bp), Entry::new(d.guid, doff, &bp)) {
+                    self.stats.rebuilt.fetch_add(1, Ordering::Relaxed);
                 }
             }
             next = prev;
         }
     }
 
-    /// Looks a block up; on a hit returns it verified and decompressed.
-    pub fn read(&self, bp: &BlockPtr) -> Option<BlockData> {
+    /// Looks a block up; on a hit returns it verified — its logical content
+    /// and its stored form, for the ARC.
+    pub fn read(&self, bp: &BlockPtr) -> Option<(Arc<BlockData>, Held)> {
         if !self.has_devices() {
             return None;
         }
@@ -404,7 +444,7 @@ impl L2Arc {
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        match block::decode(bp, raw) {
+        match Held::read(bp, raw) {
             Ok(d) => {
                 self.stats.hits.fetch_add(1, Ordering::Relaxed);
                 self.stats.read_bytes.fetch_add(len, Ordering::Relaxed);
@@ -422,7 +462,7 @@ impl L2Arc {
 
     fn drop_entry(&self, key: &BlockKey) {
         if let Some(e) = self.index.lock().remove(key) {
-            self.size.fetch_sub(e.psize as u64, Ordering::Relaxed);
+            self.account(&e, false);
         }
     }
 
@@ -433,20 +473,11 @@ impl L2Arc {
         }
     }
 
-    /// The block as stored on the pool's disks, rebuilt from its logical
-    /// content, if that reproduces the pointer's checksum.
-    fn physical(&self, bp: &BlockPtr, data: &BlockData) -> Option<Vec<u8>> {
-        let setting = match bp.compress {
-            Compression::Off => CompressSetting::Off,
-            Compression::Lz4 => CompressSetting::Lz4,
-            Compression::Zstd => CompressSetting::Zstd(3),
-        };
-        let phys = if bp.compress == Compression::Off {
-            data[..bp.psize as usize].to_vec()
-        } else {
-            compress::compress(setting, data, self.sector)?
-        };
-        (phys.len() == bp.psize as usize && checksum::verify(bp.checksum, &phys, &bp.cksum)).then_some(phys)
+    /// The block as stored on the pool's disks — the bytes the ARC holds —
+    /// if they match the pointer's checksum.
+    fn physical(bp: &BlockPtr, held: &Held) -> Option<Vec<u8>> {
+        let phys = held.physical(bp)?;
+        checksum::verify(bp.checksum, phys, &bp.cksum).then(|| phys.to_vec())
     }
 
     /// One feed: picks blocks from the ARC's eviction end and writes them
@@ -478,7 +509,7 @@ impl L2Arc {
                 if idx.contains_key(&BlockKey::of(&bp)) {
                     continue;
                 }
-                let Some(phys) = self.physical(&bp, &data) else {
+                let Some(phys) = Self::physical(&bp, &data) else {
                     self.stats.write_skipped.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
@@ -528,9 +559,7 @@ impl L2Arc {
         self.write_header(dev)?;
         let mut idx = self.index.lock();
         for (bp, off) in entries {
-            if idx.insert(BlockKey::of(&bp), Entry::new(dev.guid, off, &bp)).is_none() {
-                self.size.fetch_add(bp.psize as u64, Ordering::Relaxed);
-            }
+            self.index_insert(&mut idx, BlockKey::of(&bp), Entry::new(dev.guid, off, &bp));
         }
         drop(idx);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
@@ -541,18 +570,16 @@ impl L2Arc {
     /// Drops index entries of `dev` that overlap [from, to).
     fn evict_range(&self, dev: u64, from: u64, to: u64) {
         let mut idx = self.index.lock();
-        let mut freed = 0;
         let mut n = 0;
         idx.retain(|_, e| {
             let end = e.offset + round_up(e.psize as u64);
             let keep = e.dev != dev || end <= from || e.offset >= to;
             if !keep {
-                freed += e.psize as u64;
+                self.account(e, false);
                 n += 1;
             }
             keep
         });
-        self.size.fetch_sub(freed, Ordering::Relaxed);
         self.stats.evicted.fetch_add(n, Ordering::Relaxed);
     }
 
@@ -579,16 +606,19 @@ impl L2Arc {
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let devs: HashMap<u64, u64> = self.devs.read().iter().map(|d| (d.guid, d.size)).collect();
         let idx = self.index.lock();
-        let mut sum = 0;
+        let (mut sum, mut logical, mut allocated) = (0, 0, 0);
         for (k, e) in idx.iter() {
             let Some(size) = devs.get(&e.dev) else { return Err(format!("{:?} on a device that is gone", k)) };
             if e.offset < HEADER_BYTES || e.offset + round_up(e.psize as u64) > *size {
                 return Err(format!("{:?} at {} lies outside the ring", k, e.offset));
             }
             sum += e.psize as u64;
+            logical += e.lsize as u64;
+            allocated += round_up(e.psize as u64);
         }
-        if sum != self.size_bytes() {
-            return Err(format!("index holds {} bytes, size says {}", sum, self.size_bytes()));
+        let counted = (self.size_bytes(), self.logical_bytes(), self.allocated_bytes());
+        if (sum, logical, allocated) != counted {
+            return Err(format!("index holds {} bytes ({} logical, {} on devices), counted {:?}", sum, logical, allocated, counted));
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
-//! The ARC: the adaptive replacement cache of verified, decompressed blocks,
-//! in the design of OpenZFS 2.2+ (arc.c).
+//! The ARC: the adaptive replacement cache of verified blocks, held as they
+//! lie on disk (compressed where they were written compressed), in the
+//! design of OpenZFS 2.2+ (arc.c).
 //!
 //! A block is found by (pool, vdev, offset, birth txg) of its first copy: a
 //! block's address and birth name its content for as long as it is
@@ -48,17 +49,32 @@
 //!
 //! ## Concurrency
 //! The cache is split into `SHARDS` independent shards by key hash, each an
-//! ARC of its own with 1/SHARDS of every target; the fractions and the
-//! counters are shared. A lookup takes one shard's lock.
+//! ARC of its own with 1/SHARDS of every target (of `c` less the
+//! decompressed copies); the fractions, the counters and the decompressed
+//! copies are shared. A lookup takes one shard's lock, and for compressed
+//! metadata the copies' lock under it (never the other way round);
+//! decompression happens after both are released.
+//!
+//! ## Compressed blocks
+//! A block is held in its on-disk form (`held::Held`): a block written
+//! compressed stays compressed in memory and is decompressed on every hit
+//! into a buffer the reader owns, so the ARC holds as many blocks as the
+//! pool's compression ratio allows. Sizes count the bytes held: a list's
+//! size, the data and metadata sizes and `c` itself are in compressed bytes
+//! (arcstats' `compressed_size`), and `uncompressed_size` is what the same
+//! blocks take decompressed. Compressed *metadata* also gets a bounded set
+//! of decompressed copies (`held::Decompressed`), since it is looked up on
+//! every read; their bytes are the `overhead_size`, part of the ARC's size
+//! and of what `c` bounds. The L2ARC writes the held bytes unchanged.
 //!
 //! Invariants (checked by `check_invariants`, run in tests):
-//! - each list's byte count equals the sum of its headers' sizes;
+//! - each list's byte count equals the sum of its headers' sizes, and each
+//!   shard's logical byte count the sum of its live headers' logical sizes;
 //! - a ghost header holds no data and a live one does;
-//! - every header in the map is on exactly the list its state names.
-//!
-//! Blocks are held decompressed. (OpenZFS keeps them compressed and a
-//! smaller dbuf cache of decompressed copies; tarn's FUSE page cache plays
-//! the second role for file data.)
+//! - every header in the map is on exactly the list its state names;
+//! - a held block's size is its header's size, and a compressed one has its
+//!   block pointer (needed to decompress it);
+//! - every decompressed copy belongs to a live compressed metadata block.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -70,13 +86,23 @@ use parking_lot::Mutex;
 use tarn_ondisk::bp::BlockPtr;
 
 use crate::io::block::BlockData;
+use held::Decompressed;
 
+mod held;
 mod host;
 pub mod l2;
-pub use host::{default_arc_max, default_arc_min, host_memory, HostMemory};
+pub use held::Held;
+pub use host::{default_arc_max, default_arc_min, host_memory, host_samples, HostMemory};
 pub use l2::{L2Arc, L2Params};
 
 const SHARDS: usize = 16;
+/// Default share of `c` for decompressed metadata copies, in percent: a
+/// random read looks its block pointer up in an indirect block, and with
+/// fewer copies than the hot indirect blocks each such read decompresses
+/// 128 KiB (docs/benchmarks.md, "Compressed ARC": 3 % ran the ARC-sizing
+/// experiment at a third of the reads/s of 25 %). A ceiling, not a
+/// reservation: copies exist only for metadata in use.
+pub const DEFAULT_COPIES_PCT: u64 = 25;
 /// Fractions are fixed point with this many bits.
 const FRAC_ONE: u64 = 1 << 32;
 
@@ -121,9 +147,13 @@ struct Hdr {
     state: State,
     meta: bool,
     prefetch: bool,
+    /// Bytes held (for a ghost: held before it was evicted).
     size: u64,
-    data: Option<Arc<BlockData>>,
-    /// The block's pointer, for the L2ARC feed (None for blocks cached by key only).
+    /// The block's logical size.
+    lsize: u64,
+    data: Option<Held>,
+    /// The block's pointer: to decompress it and for the L2ARC feed (None
+    /// only for blocks cached uncompressed by key alone).
     bp: Option<BlockPtr>,
     /// The L2ARC may take it (the dataset's `secondarycache` allows).
     l2: bool,
@@ -137,9 +167,12 @@ struct List {
     bytes: u64,
 }
 
+#[derive(Default)]
 struct Shard {
     map: HashMap<BlockKey, Hdr>,
     lists: [List; 8],
+    /// Logical bytes of the live blocks (arcstats' uncompressed_size).
+    logical_bytes: u64,
     tick: u64,
 }
 
@@ -149,6 +182,9 @@ impl Shard {
         let l = &mut self.lists[list_of(h.state, h.meta)];
         l.order.remove(&h.tick);
         l.bytes -= h.size;
+        if !h.state.is_ghost() {
+            self.logical_bytes -= h.lsize;
+        }
         Some(h)
     }
 
@@ -158,6 +194,9 @@ impl Shard {
         let l = &mut self.lists[list_of(h.state, h.meta)];
         l.order.insert(h.tick, k);
         l.bytes += h.size;
+        if !h.state.is_ghost() {
+            self.logical_bytes += h.lsize;
+        }
         self.map.insert(k, h);
     }
 
@@ -166,12 +205,15 @@ impl Shard {
     }
 
     /// Moves the least recent block of `list` to its ghost list (or drops a
-    /// ghost). Returns the bytes freed.
-    fn evict_one(&mut self, list: usize) -> u64 {
+    /// ghost), and its decompressed copy with it. Returns the bytes freed.
+    fn evict_one(&mut self, list: usize, copies: &Decompressed) -> u64 {
         let Some((_, k)) = self.lists[list].order.first_key_value().map(|(t, k)| (*t, *k)) else { return 0 };
         let Some(mut h) = self.unlink(&k) else { return 0 };
         if h.state.is_ghost() {
             return 0;
+        }
+        if h.data.as_ref().is_some_and(Held::is_compressed) && h.meta {
+            copies.remove(&k);
         }
         h.data = None;
         h.state = if h.state == State::Mru { State::MruGhost } else { State::MfuGhost };
@@ -202,7 +244,9 @@ pub struct ArcStats {
     pub memory_throttle_count: AtomicU64,
 }
 
-/// A snapshot of sizes and targets, for `arcstat` and tests.
+/// A snapshot of sizes and targets, for `arcstat` and tests. Sizes of
+/// blocks are the bytes held (compressed where the block is); `size` is
+/// `compressed_size` plus `overhead_size`.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ArcSizes {
     pub size: u64,
@@ -224,6 +268,15 @@ pub struct ArcSizes {
     pub mru_meta_pct: f64,
     pub mru_data_pct: f64,
     pub blocks: u64,
+    /// Bytes held for the live blocks, as on disk (arcstats' compressed_size).
+    #[serde(default)]
+    pub compressed_size: u64,
+    /// What the same blocks take decompressed (uncompressed_size).
+    #[serde(default)]
+    pub uncompressed_size: u64,
+    /// Decompressed copies of compressed metadata (overhead_size).
+    #[serde(default)]
+    pub overhead_size: u64,
 }
 
 /// Ghost-hit bytes since the last adaptation, per list (ghost lists only).
@@ -249,13 +302,17 @@ pub struct BlockCache {
     min_mfu_ms: AtomicU64,
     ghost_hits: GhostHits,
     adapt_lock: Mutex<()>,
+    /// Decompressed copies of compressed metadata, and their share of `c`
+    /// in percent (`tarn_arc_meta_decompressed_percent`).
+    copies: Decompressed,
+    copies_pct: AtomicU64,
     pub stats: ArcStats,
 }
 
 impl BlockCache {
     /// A cache with target and maximum `max` bytes and minimum `min`.
     pub fn new(max: u64, min: u64) -> Self {
-        let shards = (0..SHARDS).map(|_| Mutex::new(Shard { map: HashMap::new(), lists: Default::default(), tick: 0 })).collect();
+        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
         let min = min.min(max);
         BlockCache {
             shards,
@@ -269,6 +326,8 @@ impl BlockCache {
             min_mfu_ms: AtomicU64::new(62),
             ghost_hits: GhostHits::default(),
             adapt_lock: Mutex::new(()),
+            copies: Decompressed::default(),
+            copies_pct: AtomicU64::new(DEFAULT_COPIES_PCT),
             stats: ArcStats::default(),
         }
     }
@@ -284,12 +343,35 @@ impl BlockCache {
         self.evict_all_shards();
     }
 
+    /// Applies the ARC's tunables (at open, and when one changes live).
+    pub fn apply_tunables(&self, t: &crate::tunables::Tunables) {
+        self.set_meta_balance(t.zfs_arc_meta_balance);
+        self.set_meta_decompressed_percent(t.tarn_arc_meta_decompressed_percent);
+        self.set_limits(t.zfs_arc_max, t.zfs_arc_min);
+    }
+
     pub fn set_meta_balance(&self, balance: u64) {
         self.meta_balance.store(balance.max(1), Ordering::Relaxed);
     }
 
     pub fn set_min_mfu_ms(&self, ms: u64) {
         self.min_mfu_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Sets the share of `c` (percent) decompressed metadata copies may take.
+    pub fn set_meta_decompressed_percent(&self, pct: u64) {
+        self.copies_pct.store(pct.min(100), Ordering::Relaxed);
+        self.copies.trim(self.copies_max());
+    }
+
+    fn copies_max(&self) -> u64 {
+        self.c.load(Ordering::Relaxed) / 100 * self.copies_pct.load(Ordering::Relaxed)
+    }
+
+    /// The target of each shard's held bytes: `c` less the decompressed
+    /// copies, split evenly.
+    fn shard_target(&self) -> u64 {
+        self.c.load(Ordering::Relaxed).saturating_sub(self.copies.bytes()) / SHARDS as u64
     }
 
     fn shard_of(&self, k: &BlockKey) -> &Mutex<Shard> {
@@ -314,6 +396,8 @@ impl BlockCache {
     }
 
     /// A demand lookup: counts a hit or miss and updates the block's state.
+    /// A compressed block is decompressed into a new buffer (outside the
+    /// shard's lock), unless it is metadata with a decompressed copy kept.
     pub fn get(&self, k: &BlockKey, meta: bool) -> Option<Arc<BlockData>> {
         let now = Instant::now();
         let min_mfu = self.min_mfu_ms.load(Ordering::Relaxed) as u128;
@@ -327,7 +411,7 @@ impl BlockCache {
             }
         };
         let mut h = s.unlink(k).expect("header present");
-        let data = h.data.clone();
+        let (held, bp, copyable) = (h.data.clone().expect("a live header holds data"), h.bp, h.meta);
         if prefetch {
             // The first demand read of a prefetched block: counted as a
             // prefetch hit, and the block stays most-recently-used.
@@ -338,43 +422,76 @@ impl BlockCache {
         h.last_access = now;
         let on_mfu = state == State::Mfu;
         s.link(*k, h);
+        let copyable = copyable && held.is_compressed();
+        let copy = if copyable { self.copies.get(k) } else { None };
         drop(s);
+        let data = match copy {
+            Some(d) => d,
+            None => match held.logical(bp.as_ref()) {
+                Ok(d) => {
+                    if copyable {
+                        self.keep_copy(k, &d);
+                    }
+                    d
+                }
+                Err(_) => {
+                    // Verified when it entered, so only damaged memory gets
+                    // here: drop the block and let the caller read it again.
+                    self.remove(k);
+                    self.count(meta, false, false);
+                    return None;
+                }
+            },
+        };
         self.count(meta, prefetch, true);
         if on_mfu { &self.stats.mfu_hits } else { &self.stats.mru_hits }.fetch_add(1, Ordering::Relaxed);
-        data
+        Some(data)
     }
 
-    /// Adds a block just read (or written). A ghost of it revives into MFU
-    /// (a demand read) and steers the targets toward its list.
+    /// Keeps `d` as the decompressed copy of `k`, if `k` is still a live
+    /// compressed metadata block.
+    fn keep_copy(&self, k: &BlockKey, d: &Arc<BlockData>) {
+        let s = self.shard_of(k).lock();
+        if s.map.get(k).is_some_and(|h| h.meta && h.data.as_ref().is_some_and(Held::is_compressed)) {
+            self.copies.put(*k, d.clone(), self.copies_max());
+        }
+    }
+
+    /// Adds a block by key alone, held as is (tests and callers without a
+    /// block pointer). A ghost of it revives into MFU (a demand read) and
+    /// steers the targets toward its list.
     pub fn insert(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
-        self.insert_as(k, v, meta, false, None, true)
+        let lsize = v.len() as u64;
+        self.insert_as(k, Held::AsIs(v), lsize, meta, false, None, true, None)
     }
 
-    /// Adds a block read ahead: it enters MRU marked as prefetch.
+    /// As `insert`, for a block read ahead: it enters MRU marked as prefetch.
     pub fn insert_prefetch(&self, k: BlockKey, v: Arc<BlockData>, meta: bool) {
         self.count(meta, true, false);
-        self.insert_as(k, v, meta, true, None, true)
+        let lsize = v.len() as u64;
+        self.insert_as(k, Held::AsIs(v), lsize, meta, true, None, true, None)
     }
 
-    /// Adds a block with its pointer (so the L2ARC can feed it).
-    pub fn insert_bp(&self, k: BlockKey, v: Arc<BlockData>, bp: &BlockPtr, prefetch: bool) {
-        self.insert_bp_l2(k, v, bp, prefetch, true)
-    }
-
-    /// As `insert_bp`; `l2` says whether the L2ARC may take the block.
-    pub fn insert_bp_l2(&self, k: BlockKey, v: Arc<BlockData>, bp: &BlockPtr, prefetch: bool, l2: bool) {
+    /// Adds the block `bp` names, held as `held` (see `Held::read` and
+    /// `Held::written`). `logical`, its content when the caller has it,
+    /// becomes the decompressed copy of compressed metadata; `prefetch`
+    /// marks a block read ahead; `l2` says whether the L2ARC may take it
+    /// (the dataset's `secondarycache`).
+    pub fn insert_block(&self, bp: &BlockPtr, held: Held, logical: Option<&Arc<BlockData>>, prefetch: bool, l2: bool) {
         let meta = bp.otype.is_metadata() || bp.level > 0;
         if prefetch {
             self.count(meta, true, false);
         }
-        self.insert_as(k, v, meta, prefetch, Some(*bp), l2)
+        self.insert_as(BlockKey::of(bp), held, bp.lsize as u64, meta, prefetch, Some(*bp), l2, logical)
     }
 
-    fn insert_as(&self, k: BlockKey, v: Arc<BlockData>, meta: bool, prefetch: bool, bp: Option<BlockPtr>, l2: bool) {
-        let size = v.len() as u64;
+    #[allow(clippy::too_many_arguments)]
+    fn insert_as(&self, k: BlockKey, held: Held, lsize: u64, meta: bool, prefetch: bool, bp: Option<BlockPtr>, l2: bool, logical: Option<&Arc<BlockData>>) {
+        let size = held.bytes();
         if size > self.c.load(Ordering::Relaxed) / SHARDS as u64 {
             return;
         }
+        let copy = logical.filter(|_| meta && held.is_compressed());
         let mut s = self.shard_of(&k).lock();
         let mut state = State::Mru;
         if let Some(old) = s.unlink(&k) {
@@ -392,10 +509,21 @@ impl BlockCache {
                         state = State::Mfu;
                     }
                 }
-                live => state = live,
+                live => {
+                    state = live;
+                    if copy.is_none() && old.meta && old.data.as_ref().is_some_and(Held::is_compressed) {
+                        // Its copy would outlive the form it was made from.
+                        self.copies.remove(&k);
+                    }
+                }
             }
         }
-        s.link(k, Hdr { state, meta, prefetch, size, data: Some(v), bp, l2, tick: 0, last_access: Instant::now() });
+        s.link(k, Hdr { state, meta, prefetch, size, lsize, data: Some(held), bp, l2, tick: 0, last_access: Instant::now() });
+        if let Some(d) = copy {
+            // Under the shard's lock: the block cannot be evicted before its
+            // copy is registered (eviction drops copies under that lock).
+            self.copies.put(k, d.clone(), self.copies_max());
+        }
         drop(s);
         self.adapt();
         self.evict_shard(self.shard_of(&k));
@@ -405,7 +533,7 @@ impl BlockCache {
     /// the L2ARC's order: MFU metadata, MRU metadata, MFU data, MRU data
     /// (each shard contributing its share). Only blocks with a pointer;
     /// prefetched ones skipped if `noprefetch`.
-    pub fn eviction_candidates(&self, max_bytes: u64, noprefetch: bool) -> Vec<(BlockPtr, Arc<BlockData>)> {
+    pub fn eviction_candidates(&self, max_bytes: u64, noprefetch: bool) -> Vec<(BlockPtr, Held)> {
         let per_shard = (max_bytes / SHARDS as u64).max(1);
         let mut out = Vec::new();
         for shard in &self.shards {
@@ -437,16 +565,19 @@ impl BlockCache {
 
     /// Forgets a block (its space was freed and may be reused).
     pub fn remove(&self, k: &BlockKey) {
-        self.shard_of(k).lock().unlink(k);
+        let mut s = self.shard_of(k).lock();
+        s.unlink(k);
+        self.copies.remove(k);
     }
 
+    /// Bytes held: the blocks as held plus the decompressed copies.
     pub fn size_bytes(&self) -> u64 {
-        self.shards.iter().map(|s| s.lock().live_bytes()).sum()
+        self.shards.iter().map(|s| s.lock().live_bytes()).sum::<u64>() + self.copies.bytes()
     }
 
     /// Per-shard targets of the four live lists, from the fractions.
     fn targets(&self) -> [u64; 4] {
-        let c = self.c.load(Ordering::Relaxed) / SHARDS as u64;
+        let c = self.shard_target();
         let part = |v: u64, f: &AtomicU64| ((v as u128 * f.load(Ordering::Relaxed) as u128) >> 32) as u64;
         let meta = part(c, &self.meta_frac);
         let data = c - meta;
@@ -457,7 +588,7 @@ impl BlockCache {
     }
 
     fn evict_shard(&self, shard: &Mutex<Shard>) {
-        let c = self.c.load(Ordering::Relaxed) / SHARDS as u64;
+        let c = self.shard_target();
         let t = self.targets();
         let mut s = shard.lock();
         let mut freed = 0;
@@ -466,12 +597,12 @@ impl BlockCache {
             // each down to its target; then anything, same order.
             for list in EVICTION_ORDER {
                 while s.live_bytes() > c && s.lists[list].bytes > t[list] {
-                    freed += s.evict_one(list);
+                    freed += s.evict_one(list, &self.copies);
                 }
             }
             for list in EVICTION_ORDER {
                 while s.live_bytes() > c && s.lists[list].bytes > 0 {
-                    freed += s.evict_one(list);
+                    freed += s.evict_one(list, &self.copies);
                 }
             }
         }
@@ -479,7 +610,7 @@ impl BlockCache {
         for (g0, g1) in [(list_of(State::MruGhost, false), list_of(State::MruGhost, true)), (list_of(State::MfuGhost, false), list_of(State::MfuGhost, true))] {
             while s.lists[g0].bytes + s.lists[g1].bytes > c / 2 {
                 let victim = if s.lists[g0].bytes >= s.lists[g1].bytes { g0 } else { g1 };
-                s.evict_one(victim);
+                s.evict_one(victim, &self.copies);
             }
         }
         drop(s);
@@ -489,6 +620,7 @@ impl BlockCache {
     }
 
     fn evict_all_shards(&self) {
+        self.copies.trim(self.copies_max());
         for s in &self.shards {
             self.evict_shard(s);
         }
@@ -588,12 +720,15 @@ impl BlockCache {
             z.mru_ghost_size += b(State::MruGhost, false) + b(State::MruGhost, true);
             z.mfu_ghost_size += b(State::MfuGhost, false) + b(State::MfuGhost, true);
             z.blocks += s.lists[..4].iter().map(|l| l.order.len() as u64).sum::<u64>();
+            z.uncompressed_size += s.logical_bytes;
         }
         z.mru_size = z.mru_data + z.mru_metadata;
         z.mfu_size = z.mfu_data + z.mfu_metadata;
         z.data_size = z.mru_data + z.mfu_data;
         z.metadata_size = z.mru_metadata + z.mfu_metadata;
-        z.size = z.data_size + z.metadata_size;
+        z.compressed_size = z.data_size + z.metadata_size;
+        z.overhead_size = self.copies.bytes();
+        z.size = z.compressed_size + z.overhead_size;
         z
     }
 
@@ -603,12 +738,19 @@ impl BlockCache {
             let s = s.lock();
             let mut sums = [0u64; 8];
             let mut counts = [0usize; 8];
+            let mut logical = 0;
             for (k, h) in &s.map {
                 let l = list_of(h.state, h.meta);
                 sums[l] += h.size;
                 counts[l] += 1;
                 if h.state.is_ghost() == h.data.is_some() {
                     return Err(format!("shard {}: {:?} in state {:?} has data: {}", i, k, h.state, h.data.is_some()));
+                }
+                if let Some(d) = &h.data {
+                    logical += h.lsize;
+                    if d.bytes() != h.size || (d.is_compressed() && h.bp.is_none()) {
+                        return Err(format!("shard {}: {:?} holds {} bytes, its header says {} (pointer known: {})", i, k, d.bytes(), h.size, h.bp.is_some()));
+                    }
                 }
                 if s.lists[l].order.get(&h.tick) != Some(k) {
                     return Err(format!("shard {}: {:?} is not on its list {:?}", i, k, h.state));
@@ -618,6 +760,18 @@ impl BlockCache {
                 if sums[l] != s.lists[l].bytes || counts[l] != s.lists[l].order.len() {
                     return Err(format!("shard {}: list {} holds {} bytes in {} entries, headers say {} in {}", i, l, s.lists[l].bytes, s.lists[l].order.len(), sums[l], counts[l]));
                 }
+            }
+            if logical != s.logical_bytes {
+                return Err(format!("shard {}: live blocks are {} bytes logical, counted {}", i, logical, s.logical_bytes));
+            }
+        }
+        self.copies.check()?;
+        for k in self.copies.keys() {
+            // Shard first, then the copies: the order every path takes.
+            let s = self.shard_of(&k).lock();
+            let owner = s.map.get(&k).is_some_and(|h| h.meta && h.data.as_ref().is_some_and(Held::is_compressed));
+            if self.copies.contains(&k) && !owner {
+                return Err(format!("{:?} has a decompressed copy but is no live compressed metadata block", k));
             }
         }
         Ok(())
@@ -755,6 +909,96 @@ mod tests {
         let roomy = HostMemory { total: 8 << 30, available: 6 << 30, psi_some_avg10: 0.0 };
         let before = c.sizes().c;
         assert_eq!(c.adapt_to_host(&roomy), before + (64 << 20) / 32);
+        c.check_invariants().unwrap();
+    }
+
+    /// A block prepared for writing as the pool would (lz4, 4 KiB sectors):
+    /// its pointer (with a made-up address) and physical bytes.
+    fn written(i: u64, otype: tarn_ondisk::ObjectType, level: u8, compressible: bool) -> (BlockPtr, Arc<BlockData>, Held) {
+        use crate::io::{block, CompressSetting, WriteProps};
+        let mut x = 0x9E37_79B9_7F4A_7C15 ^ i;
+        let mut random = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        };
+        let data: Vec<u8> = (0..131072u64).map(|j| if compressible { (j / 512 % 7) as u8 + (i % 200) as u8 + 1 } else { random() }).collect();
+        let buf = Arc::new(crate::sys::buf::AlignedBuf::from_slice(&data));
+        let props = WriteProps { compress: CompressSetting::Lz4, checksum: tarn_ondisk::ChecksumType::Fletcher4, copies: 1 };
+        let prep = block::prepare(&buf, data.len(), otype, level, 7, props, 4096);
+        let mut bp = prep.bp;
+        bp.dva[0] = tarn_ondisk::bp::Dva { vdev: 0, asize: 1 << 20, offset: i << 20 };
+        let logical = Arc::new(BlockData::new(crate::sys::buf::AlignedBuf::from_slice(&data), data.len()));
+        let held = Held::written(&bp, prep.phys.as_ref().expect("not a hole"), logical.clone());
+        (bp, logical, held)
+    }
+
+    #[test]
+    fn compressed_blocks_are_held_compressed_and_decompressed_on_hits() {
+        let c = BlockCache::new(1 << 30, 0);
+        let (bp, logical, held) = written(1, tarn_ondisk::ObjectType::PlainData, 0, true);
+        assert!(held.is_compressed());
+        let psize = bp.psize as u64;
+        assert!(psize < 131072 / 4, "the pattern compresses ({} bytes)", psize);
+        c.insert_block(&bp, held, Some(&logical), false, true);
+        let z = c.sizes();
+        assert_eq!((z.data_size, z.compressed_size, z.uncompressed_size, z.overhead_size), (psize, psize, 131072, 0));
+        assert_eq!(z.size, psize, "the ARC counts the compressed bytes it holds");
+        let got = c.get(&BlockKey::of(&bp), false).expect("a hit");
+        assert_eq!(&got[..], &logical[..]);
+        assert!(!Arc::ptr_eq(&got, &logical), "data is decompressed into a buffer of the reader's");
+        assert_eq!(c.sizes().overhead_size, 0, "data keeps no decompressed copy");
+        // Incompressible data is held as is and shared.
+        let (bp2, logical2, held2) = written(2, tarn_ondisk::ObjectType::PlainData, 0, false);
+        assert!(!held2.is_compressed());
+        c.insert_block(&bp2, held2, Some(&logical2), false, true);
+        assert!(Arc::ptr_eq(&c.get(&BlockKey::of(&bp2), false).unwrap(), &logical2));
+        assert_eq!(c.sizes().uncompressed_size, 2 * 131072);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn compressed_metadata_keeps_a_bounded_decompressed_copy() {
+        let c = BlockCache::new(64 << 20, 0);
+        c.set_meta_decompressed_percent(1); // 655 KiB: five 128 KiB copies
+        let blocks: Vec<_> = (0..8).map(|i| written(10 + i, tarn_ondisk::ObjectType::PlainData, 1, true)).collect();
+        for (bp, logical, held) in &blocks {
+            c.insert_block(bp, held.clone(), Some(logical), false, true);
+        }
+        let z = c.sizes();
+        assert_eq!(z.overhead_size, 5 * 131072, "copies within 1% of c, the newest kept");
+        assert_eq!(z.size, z.compressed_size + z.overhead_size);
+        let (bp, logical, _) = &blocks[7];
+        let a = c.get(&BlockKey::of(bp), true).unwrap();
+        assert!(Arc::ptr_eq(&a, logical), "a hit on hot metadata shares its copy");
+        let (bp0, logical0, _) = &blocks[0];
+        let b = c.get(&BlockKey::of(bp0), true).unwrap();
+        assert_eq!(&b[..], &logical0[..]);
+        assert!(Arc::ptr_eq(&c.get(&BlockKey::of(bp0), true).unwrap(), &b), "decompressed once, then kept");
+        c.remove(&BlockKey::of(bp0));
+        c.check_invariants().unwrap();
+        c.set_meta_decompressed_percent(0);
+        assert_eq!(c.sizes().overhead_size, 0);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn evicted_metadata_takes_its_copy_along() {
+        // 1 MiB: half for copies (three), 40 KiB of compressed blocks (of
+        // about 600 bytes) per shard.
+        let c = BlockCache::new(1 << 20, 0);
+        c.set_meta_decompressed_percent(50);
+        for i in 0..2000 {
+            let (bp, logical, held) = written(100 + i, tarn_ondisk::ObjectType::DnodeArray, 0, true);
+            c.insert_block(&bp, held, Some(&logical), false, true);
+            if i % 50 == 0 {
+                c.check_invariants().unwrap();
+            }
+            assert!(c.size_bytes() <= 1 << 20, "size {} within c", c.size_bytes());
+        }
+        assert!(c.stats.evicted_bytes.load(Ordering::Relaxed) > 0, "{:?}", c.sizes());
+        assert!(c.sizes().overhead_size > 0);
         c.check_invariants().unwrap();
     }
 

@@ -121,6 +121,16 @@ impl std::ops::Deref for BlockData {
 /// Verifies `raw` (physical bytes read for `bp`) and returns the logical
 /// block. An uncompressed block is returned in the buffer it was read into.
 pub fn decode(bp: &BlockPtr, raw: AlignedBuf) -> Result<BlockData> {
+    verify(bp, &raw)?;
+    let psize = bp.psize as usize;
+    if stored_as_is(bp) {
+        return Ok(BlockData::new(raw, psize));
+    }
+    decompress(bp, &raw[..psize])
+}
+
+/// Checks that `raw` holds the physical bytes `bp` names (its checksum).
+pub fn verify(bp: &BlockPtr, raw: &[u8]) -> Result<()> {
     let psize = bp.psize as usize;
     if raw.len() < psize {
         return Err(Error::corrupt(format!("short block: {} of {} bytes", raw.len(), psize)));
@@ -133,13 +143,16 @@ pub fn decode(bp: &BlockPtr, raw: AlignedBuf) -> Result<BlockData> {
             bp.birth
         )));
     }
-    if bp.compress == Compression::Off && bp.lsize as usize == psize {
-        return Ok(BlockData::new(raw, psize));
-    }
-    decompress(bp, &raw[..psize])
+    Ok(())
 }
 
-fn decompress(bp: &BlockPtr, payload: &[u8]) -> Result<BlockData> {
+/// True when the block's physical bytes are its logical content.
+pub fn stored_as_is(bp: &BlockPtr) -> bool {
+    bp.compress == Compression::Off && bp.lsize == bp.psize
+}
+
+/// The logical content of a block from its (verified) physical payload.
+pub fn decompress(bp: &BlockPtr, payload: &[u8]) -> Result<BlockData> {
     let len = bp.lsize as usize;
     let mut out = AlignedBuf::recycled(len.div_ceil(512) * 512);
     compress::decompress(bp.compress, payload, &mut out[..len])?;

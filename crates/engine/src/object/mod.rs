@@ -31,7 +31,7 @@ mod objset;
 pub(crate) mod state;
 pub(crate) mod sync;
 
-pub use objset::{CachePolicy, ObjectInfo, Objset, ObjsetOwner, ObjsetProps, Tx, MAX_OBJECT_BYTES};
+pub use objset::{CachePolicy, ObjectInfo, Objset, ObjsetOwner, ObjsetProps, ReadCaching, Tx, MAX_OBJECT_BYTES};
 
 use parking_lot::Mutex;
 

@@ -119,6 +119,28 @@ impl CachePolicy {
     }
 }
 
+/// Where a read of an object set's blocks may leave them: its
+/// `primarycache` (the ARC) and `secondarycache` (the L2ARC). Every read of
+/// the set's blocks — data, indirect blocks, dnode blocks, directories —
+/// goes through one, so `primarycache=none` keeps all of them out of the
+/// ARC and `metadata` keeps only the metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadCaching {
+    pub primary: CachePolicy,
+    pub secondary: CachePolicy,
+}
+
+impl ReadCaching {
+    /// Everything may be cached: the pool's own metadata, tools.
+    pub const ALL: ReadCaching = ReadCaching { primary: CachePolicy::All, secondary: CachePolicy::All };
+
+    /// (the ARC keeps `bp`'s block, the L2ARC may take it).
+    pub fn of(self, bp: &BlockPtr) -> (bool, bool) {
+        let meta = bp.otype.is_metadata() || bp.level > 0;
+        (self.primary.allows(meta), self.secondary.allows(meta))
+    }
+}
+
 /// What `inspect` and callers learn about an object.
 #[derive(Clone, Debug)]
 pub struct ObjectInfo {
@@ -265,6 +287,12 @@ impl Objset {
         *self.props.read()
     }
 
+    /// The cache policies reads of this set follow, as of now.
+    pub fn caching(&self) -> ReadCaching {
+        let p = self.props();
+        ReadCaching { primary: p.primarycache, secondary: p.secondarycache }
+    }
+
     pub fn set_props(&self, p: ObjsetProps) {
         *self.props.write() = p;
     }
@@ -365,8 +393,9 @@ impl Objset {
         let blkid = obj / SLOTS_PER_BLOCK as u64;
         let off = (obj % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
         let mut buf = vec![0u8; DNODE_BLOCK_SIZE];
-        let src = self.meta.st.lock().resolve(&self.core, blkid).map_err(self.about(obj))?;
-        ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read())).map_err(self.about(obj))?;
+        let rc = self.caching();
+        let src = self.meta.st.lock().resolve_in(&self.core, blkid, rc).map_err(self.about(obj))?;
+        ObjState::fetch_in(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read()), rc).map_err(self.about(obj))?;
         let dn = Dnode::decode(&buf[off..]).map_err(|e| Error::from(e).context(self.what(obj)))?;
         let dn = dn.ok_or_else(|| Error::not_found(format!("{} does not exist", self.what(obj))))?;
         let slots = dn.slots().max(DEFAULT_SLOTS.min(SLOTS_PER_BLOCK - off / SLOT_SIZE));
@@ -471,9 +500,10 @@ impl Objset {
         if target <= st.blksz {
             return Ok(());
         }
-        let src = st.resolve(&self.core, 0).map_err(self.about(obj))?;
+        let rc = self.caching();
+        let src = st.resolve_in(&self.core, 0, rc).map_err(self.about(obj))?;
         let mut buf = AlignedBuf::zeroed(target as usize);
-        ObjState::fetch(&self.core, &src, &mut buf[..st.blksz as usize], &|| self.what(obj))?;
+        ObjState::fetch_in(&self.core, &src, &mut buf[..st.blksz as usize], &|| self.what(obj), rc)?;
         let prev = st.rec(txg).blocks.insert(0, Arc::new(buf)).map_or(0, |b| b.len() as u64);
         *added += target as u64 - prev;
         st.blksz = target;
@@ -487,8 +517,9 @@ impl Objset {
             // Every byte is written below: by the caller (full) or by fetch.
             let mut buf = AlignedBuf::recycled(bs);
             if !full {
-                let src = st.resolve(&self.core, blkid).map_err(self.about(obj))?;
-                ObjState::fetch(&self.core, &src, &mut buf, &|| self.what(obj))?;
+                let rc = self.caching();
+                let src = st.resolve_in(&self.core, blkid, rc).map_err(self.about(obj))?;
+                ObjState::fetch_in(&self.core, &src, &mut buf, &|| self.what(obj), rc)?;
             }
             st.rec(txg).blocks.insert(blkid, Arc::new(buf));
             *added += bs as u64;
@@ -620,17 +651,18 @@ impl Objset {
             return Ok(Vec::new());
         }
         let bs = st.blksz as u64;
+        // primarycache/secondarycache: blocks of this set enter the ARC
+        // (and may go on to the L2ARC) only where the policy allows —
+        // indirect blocks as metadata, the object's blocks as what its type
+        // says; an object whose blocks the ARC does not keep is not read
+        // ahead either (read-ahead lands in the ARC).
+        let rc = self.caching();
         let mut srcs = Vec::new();
         for blkid in offset / bs..=(end - 1) / bs {
-            srcs.push((blkid, st.resolve(&self.core, blkid).map_err(self.about(obj))?));
+            srcs.push((blkid, st.resolve_in(&self.core, blkid, rc).map_err(self.about(obj))?));
         }
-        // primarycache/secondarycache: data blocks of this set enter the
-        // ARC (and may go on to the L2ARC) only where the policy allows; a
-        // set whose data the ARC does not keep is not read ahead either
-        // (read-ahead lands in the ARC).
-        let props = self.props();
-        let (keep, l2) = (props.primarycache.allows(false), props.secondarycache.allows(false));
-        let ahead = if keep { self.read_ahead(&mut st, offset, end)? } else { Vec::new() };
+        let keep = rc.primary.allows(st.dn.otype.is_metadata());
+        let ahead = if keep { self.read_ahead(&mut st, offset, end, rc)? } else { Vec::new() };
         drop(st);
         // Blocks after the first are read in parallel with it; read-ahead
         // goes to the async-read class.
@@ -652,7 +684,7 @@ impl Objset {
                 continue;
             }
             let what = || format!("block {} of {}", blkid, self.what(obj));
-            ObjState::copy_range_cached(&self.core, &src, a as usize, &mut out[dst..dst + (b - a) as usize], &what, keep, l2)?;
+            ObjState::copy_range_cached(&self.core, &src, a as usize, &mut out[dst..dst + (b - a) as usize], &what, rc)?;
         }
         Ok(out)
     }
@@ -664,7 +696,7 @@ impl Objset {
     /// `zfetch_max_distance`. A read no stream expects starts a new stream
     /// (replacing the least recently used one) that reads ahead from its
     /// next access on. Returns the blocks to read ahead.
-    fn read_ahead(&self, st: &mut ObjState, offset: u64, end: u64) -> Result<Vec<BlockPtr>> {
+    fn read_ahead(&self, st: &mut ObjState, offset: u64, end: u64, rc: ReadCaching) -> Result<Vec<BlockPtr>> {
         let (max, off) = {
             let t = self.core.tunables.read();
             (t.zfetch_max_distance, t.zfs_prefetch_disable != 0)
@@ -687,7 +719,7 @@ impl Objset {
             }
             let i = st.streams.len() - 1;
             st.streams[i].dist = 0;
-            return self.advance_stream(st, i, offset, end, max);
+            return self.advance_stream(st, i, offset, end, max, rc);
         };
         stats.stream_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Most recently used last.
@@ -697,10 +729,10 @@ impl Objset {
         if st.streams[i].dist == u64::MAX {
             st.streams[i].dist = 0;
         }
-        self.advance_stream(st, i, offset, end, max)
+        self.advance_stream(st, i, offset, end, max, rc)
     }
 
-    fn advance_stream(&self, st: &mut ObjState, i: usize, offset: u64, end: u64, max: u64) -> Result<Vec<BlockPtr>> {
+    fn advance_stream(&self, st: &mut ObjState, i: usize, offset: u64, end: u64, max: u64, rc: ReadCaching) -> Result<Vec<BlockPtr>> {
         let bs = st.blksz as u64;
         let len = end - offset;
         let s = &mut st.streams[i];
@@ -718,7 +750,7 @@ impl Objset {
         let mut out = Vec::new();
         // Bounded: at most zfetch_max_distance / block size blocks.
         for blkid in from..target {
-            if let Source::Bp(bp) = st.resolve(&self.core, blkid)? {
+            if let Source::Bp(bp) = st.resolve_in(&self.core, blkid, rc)? {
                 out.push(bp);
             }
         }
@@ -895,12 +927,13 @@ impl Objset {
             return Ok(None);
         }
         let inline_max = self.core.tunables.read().tarn_inline_max_bytes;
-        let ctx = SyncCtx { core: &self.core, txg, group, props: self.props().write, inline_max, owner: self.owner() };
+        let caching = self.caching();
+        let ctx = SyncCtx { core: &self.core, txg, group, props: self.props().write, caching, inline_max, owner: self.owner() };
         let updates = sync_objects(&ctx, &objs)?;
         let mut used: i64 = updates.iter().map(|u| u.used_delta).sum();
         used += self.patch_dnodes(txg, &updates)?;
         let meta_props = WriteProps { copies: self.props().write.copies, ..WriteProps::METADATA };
-        let meta_ctx = SyncCtx { core: &self.core, txg, group, props: meta_props, inline_max: 0, owner: self.owner() };
+        let meta_ctx = SyncCtx { core: &self.core, txg, group, props: meta_props, caching, inline_max: 0, owner: self.owner() };
         let meta_updates = sync_objects(&meta_ctx, std::slice::from_ref(&self.meta))?;
         used += meta_updates.iter().map(|u| u.used_delta).sum::<i64>();
         let bp = self.write_root(txg, group, used)?;
@@ -913,14 +946,15 @@ impl Objset {
 
     /// Copies synced dnodes into the dnode array (syncing context).
     fn patch_dnodes(&self, txg: u64, updates: &[DnodeUpdate]) -> Result<i64> {
+        let rc = self.caching();
         let mut meta = self.meta.st.lock();
         for u in updates {
             let blkid = u.id / SLOTS_PER_BLOCK as u64;
             let off = (u.id % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
             if !meta.rec(txg).blocks.contains_key(&blkid) {
-                let src = meta.resolve(&self.core, blkid)?;
+                let src = meta.resolve_in(&self.core, blkid, rc)?;
                 let mut buf = AlignedBuf::zeroed(DNODE_BLOCK_SIZE);
-                ObjState::fetch(&self.core, &src, &mut buf, &|| format!("dnode block {}", blkid))?;
+                ObjState::fetch_in(&self.core, &src, &mut buf, &|| format!("dnode block {}", blkid), rc)?;
                 meta.rec(txg).blocks.insert(blkid, Arc::new(buf));
             }
             let r = meta.rec(txg);

@@ -16,7 +16,7 @@
 //! - indirect blocks held by the object are keyed (level, index) and level
 //!   >= 1; they are there only while the sync path changes them (loaded by
 //!   `ensure_path`, dropped when their txg's writes have landed). Readers
-//!   find clean indirect blocks in the ARC (`tree_bp`).
+//!   find clean indirect blocks in the ARC (`tree_bp_in`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use std::sync::Arc;
 use tarn_ondisk::bp::{BlockPtr, BP_SIZE};
 use tarn_ondisk::dnode::{Dnode, BPS_PER_INDIRECT, INDIRECT_BLOCK_SIZE};
 
+use super::ReadCaching;
 use crate::error::{Error, Result};
 use crate::io::IoClass;
 use crate::pool::core::PoolCore;
@@ -166,6 +167,12 @@ impl ObjState {
 
     /// The current content of block `blkid`.
     pub fn resolve(&mut self, core: &PoolCore, blkid: u64) -> Result<Source> {
+        self.resolve_in(core, blkid, ReadCaching::ALL)
+    }
+
+    /// As `resolve`, leaving the indirect blocks it reads in the caches
+    /// only as `rc` allows.
+    pub fn resolve_in(&mut self, core: &PoolCore, blkid: u64, rc: ReadCaching) -> Result<Source> {
         for r in self.recs_newest_first() {
             if let Some(b) = r.blocks.get(&blkid) {
                 return Ok(Source::Dirty(b.clone()));
@@ -177,7 +184,7 @@ impl ObjState {
         if let Some(d) = &self.dn.inline {
             return Ok(if blkid == 0 { Source::Inline(d.clone()) } else { Source::Zero });
         }
-        Ok(match self.tree_bp(core, blkid)? {
+        Ok(match self.tree_bp_in(core, blkid, rc)? {
             Some(bp) if !bp.is_hole() => Source::Bp(bp),
             _ => Source::Zero,
         })
@@ -191,8 +198,10 @@ impl ObjState {
         1u64.checked_shl(IND_SHIFT * (self.dn.nlevels as u32 - 1)).unwrap_or(u64::MAX)
     }
 
-    /// The synced tree's pointer for `blkid` (None: beyond the tree).
-    pub fn tree_bp(&mut self, core: &PoolCore, blkid: u64) -> Result<Option<BlockPtr>> {
+    /// The synced tree's pointer for `blkid` (None: beyond the tree); the
+    /// indirect blocks read on the way stay in the caches only as `rc`
+    /// allows (`ReadCaching::ALL` for the pool's own objects).
+    pub fn tree_bp_in(&mut self, core: &PoolCore, blkid: u64, rc: ReadCaching) -> Result<Option<BlockPtr>> {
         let Some(top) = self.dn.blkptr else { return Ok(None) };
         if blkid >= self.span() {
             return Ok(None);
@@ -217,7 +226,8 @@ impl ObjState {
             if bp.is_hole() {
                 return Ok(Some(BlockPtr::default()));
             }
-            let data = core.read_block(&bp, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, idx))?;
+            let (keep, l2) = rc.of(&bp);
+            let data = core.read_block_cached(&bp, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, idx), keep, l2)?;
             if data.len() != INDIRECT_BLOCK_SIZE {
                 return Err(Error::corrupt(format!("indirect block L{} #{} of {} bytes", l, idx, data.len())));
             }
@@ -228,6 +238,11 @@ impl ObjState {
 
     /// Loads the indirect blocks on the path to `blkid`, top down.
     pub fn ensure_path(&mut self, core: &PoolCore, blkid: u64) -> Result<()> {
+        self.ensure_path_in(core, blkid, ReadCaching::ALL)
+    }
+
+    /// As `ensure_path`, under the object set's cache policies.
+    pub fn ensure_path_in(&mut self, core: &PoolCore, blkid: u64, rc: ReadCaching) -> Result<()> {
         let nl = self.dn.nlevels;
         for l in (1..nl).rev() {
             let key = (l, blkid >> (IND_SHIFT * l as u32));
@@ -244,9 +259,8 @@ impl ObjState {
             let block = if parent.is_hole() {
                 IndBlock::holes()
             } else {
-                let data = core.read_block(&parent, IoClass::SyncRead, &|| {
-                    format!("indirect block L{} #{}", l, key.1)
-                })?;
+                let (keep, l2) = rc.of(&parent);
+                let data = core.read_block_cached(&parent, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, key.1), keep, l2)?;
                 IndBlock::decode(&data)?
             };
             self.ind.insert(key, block);
@@ -259,15 +273,20 @@ impl ObjState {
         Self::copy_range(core, src, 0, out, what)
     }
 
+    /// As `fetch`, under an object set's cache policies.
+    pub fn fetch_in(core: &PoolCore, src: &Source, out: &mut [u8], what: &dyn Fn() -> String, rc: ReadCaching) -> Result<()> {
+        Self::copy_range_cached(core, src, 0, out, what, rc)
+    }
+
     /// Copies the block's bytes from `start` into `out`, zero-filling what
     /// lies beyond its data — one copy from wherever the block is.
     pub fn copy_range(core: &PoolCore, src: &Source, start: usize, out: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
-        Self::copy_range_cached(core, src, start, out, what, true, true)
+        Self::copy_range_cached(core, src, start, out, what, ReadCaching::ALL)
     }
 
     /// As `copy_range`, under a dataset's cache policies (see
     /// `PoolCore::read_block_cached`).
-    pub fn copy_range_cached(core: &PoolCore, src: &Source, start: usize, out: &mut [u8], what: &dyn Fn() -> String, keep: bool, l2: bool) -> Result<()> {
+    pub fn copy_range_cached(core: &PoolCore, src: &Source, start: usize, out: &mut [u8], what: &dyn Fn() -> String, rc: ReadCaching) -> Result<()> {
         let copy = |out: &mut [u8], d: &[u8]| {
             let d = d.get(start..).unwrap_or(&[]);
             let n = out.len().min(d.len());
@@ -279,6 +298,7 @@ impl ObjState {
             Source::Dirty(b) => copy(out, b),
             Source::Inline(d) => copy(out, d),
             Source::Bp(bp) => {
+                let (keep, l2) = rc.of(bp);
                 let d = core.read_block_cached(bp, IoClass::SyncRead, what, keep, l2)?;
                 copy(out, &d)
             }

@@ -32,6 +32,9 @@ pub(crate) struct SyncCtx<'a> {
     pub txg: u64,
     pub group: &'a Arc<WriteGroup>,
     pub props: WriteProps,
+    /// The object set's cache policies: what the blocks this sync reads
+    /// and the indirect blocks it writes may leave in the ARC and L2ARC.
+    pub caching: super::ReadCaching,
     pub inline_max: u64,
     /// The object set's owner, told of every block written and freed.
     pub owner: Option<&'a dyn super::ObjsetOwner>,
@@ -237,9 +240,10 @@ fn synced_head(ctx: &SyncCtx, st: &mut ObjState, id: u64) -> Result<Vec<u8>> {
     if let Some(d) = &st.dn.inline {
         return Ok(d.clone());
     }
-    match st.tree_bp(ctx.core, 0)? {
+    match st.tree_bp_in(ctx.core, 0, ctx.caching)? {
         Some(bp) if !bp.is_hole() => {
-            let d = ctx.core.read_block(&bp, IoClass::SyncRead, &|| format!("block 0 of object {}", id))?;
+            let (keep, l2) = ctx.caching.of(&bp);
+            let d = ctx.core.read_block_cached(&bp, IoClass::SyncRead, &|| format!("block 0 of object {}", id), keep, l2)?;
             Ok(d.to_vec())
         }
         _ => Ok(Vec::new()),
@@ -281,7 +285,7 @@ fn install(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire:
     let old = if st.dn.nlevels == 1 {
         st.dn.blkptr.replace(new).unwrap_or_default()
     } else {
-        st.ensure_path(ctx.core, blkid)?;
+        st.ensure_path_in(ctx.core, blkid, ctx.caching)?;
         let ind = st.ind.get_mut(&(1, blkid >> IND_SHIFT)).ok_or_else(|| Error::corrupt("L1 missing"))?;
         ind.dirty = true;
         std::mem::replace(&mut ind.bps[(blkid & (BPS_PER_INDIRECT - 1)) as usize], new)
@@ -322,7 +326,7 @@ fn free_tree(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
         // like free_range's.
         let mut stack = if st.dn.nlevels > 1 && !top.is_hole() { vec![(st.dn.nlevels - 1, 0u64)] } else { vec![] };
         while let Some((l, idx)) = stack.pop() {
-            st.ensure_path(ctx.core, idx << (IND_SHIFT * l as u32))?;
+            st.ensure_path_in(ctx.core, idx << (IND_SHIFT * l as u32), ctx.caching)?;
             let ind = st.ind.get(&(l, idx)).ok_or_else(|| Error::corrupt("indirect block missing"))?;
             for (c, bp) in ind.bps.iter().enumerate().filter(|(_, bp)| !bp.is_hole()) {
                 ctx.free(bp)?;
@@ -363,7 +367,7 @@ fn free_range(ctx: &SyncCtx, st: &mut ObjState, start: u64, end: u64) -> Result<
     // bounded by MAX_LEVELS × BPS_PER_INDIRECT.
     let mut stack = vec![(st.dn.nlevels - 1, 0u64)];
     while let Some((l, idx)) = stack.pop() {
-        st.ensure_path(ctx.core, idx << (IND_SHIFT * l as u32))?;
+        st.ensure_path_in(ctx.core, idx << (IND_SHIFT * l as u32), ctx.caching)?;
         let child_span = 1u64 << (IND_SHIFT * (l as u32 - 1));
         let ind = st.ind.get_mut(&(l, idx)).ok_or_else(|| Error::corrupt("indirect block missing"))?;
         for c in 0..BPS_PER_INDIRECT {
@@ -405,9 +409,10 @@ fn write_indirects(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
                 prep.bp.fill = fill;
             }
             // Cached as written: readers look indirect blocks up in the ARC
-            // once the object lets go of them (see `ObjState::tree_bp`).
-            let cached = Arc::new(BlockData::new(AlignedBuf::from_slice(&buf), buf.len()));
-            let new = ctx.write_block_cached(prep, ctx.props.copies.max(1), 0, Some(cached))?;
+            // once the object lets go of them (see `ObjState::tree_bp`) —
+            // unless the set's primarycache keeps metadata out.
+            let cached = ctx.caching.primary.allows(true).then(|| Arc::new(BlockData::new(AlignedBuf::from_slice(&buf), buf.len())));
+            let new = ctx.write_block_cached(prep, ctx.props.copies.max(1), 0, cached)?;
             used += new.asize_total() as i64;
             let old = if l == st.dn.nlevels - 1 {
                 st.dn.blkptr.replace(new).unwrap_or_default()

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, Dva, MAX_DVAS};
 
-use crate::arc::{BlockCache, BlockKey, L2Arc};
+use crate::arc::{BlockCache, BlockKey, Held, L2Arc};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Leaf, Prepared, WriteGroup};
@@ -113,20 +113,18 @@ impl PoolCore {
             }
             // A failed read-ahead is retried as a demand read (other copies).
         }
-        if let Some(d) = self.l2.read(bp) {
-            let d = Arc::new(d);
+        if let Some((d, held)) = self.l2.read(bp) {
             if keep {
-                self.cache.insert_bp_l2(key, d.clone(), bp, false, l2);
+                self.cache.insert_block(bp, held, Some(&d), false, l2);
             }
             return Ok(d);
         }
         let mut last_err = None;
         for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
             match self.read_copy(bp, dva, class) {
-                Ok(d) => {
-                    let d = Arc::new(d);
+                Ok((d, held)) => {
                     if keep {
-                        self.cache.insert_bp_l2(key, d.clone(), bp, false, l2);
+                        self.cache.insert_block(bp, held, Some(&d), false, l2);
                     }
                     return Ok(d);
                 }
@@ -137,7 +135,8 @@ impl PoolCore {
         Err(e.context(format!("pool '{}': {}", self.name, what())))
     }
 
-    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<BlockData> {
+    /// Reads one copy: the block's content and its stored form (`Held`).
+    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<(Arc<BlockData>, Held)> {
         let v = self.vdevs.get(dva.vdev as usize).ok_or_else(|| {
             Error::corrupt(format!("block on vdev {} which the pool does not have", dva.vdev))
         })?;
@@ -151,7 +150,7 @@ impl PoolCore {
             .leaf
             .read(class, dva.offset, len)
             .map_err(|e| Error::io(format!("read of {} bytes at {:#x} on {}", len, dva.offset, v.path), e))?;
-        block::decode(bp, raw).inspect_err(|e| {
+        Held::read(bp, raw).inspect_err(|e| {
             if e.kind == ErrorKind::Corrupt {
                 v.leaf.note_checksum_error();
             }
@@ -191,12 +190,13 @@ impl PoolCore {
             len,
             Box::new(move |res| {
                 let r = match res {
-                    Ok(raw) => block::decode(&bp, raw).map(Arc::new).map_err(|e| e.to_string()),
+                    Ok(raw) => Held::read(&bp, raw).map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 };
-                if let Ok(d) = &r {
-                    core.cache.insert_bp(key, d.clone(), &bp, true);
-                }
+                let r = r.map(|(d, held)| {
+                    core.cache.insert_block(&bp, held, Some(&d), true, true);
+                    d
+                });
                 core.inflight.lock().remove(&key);
                 *inflight.res.lock() = Some(r);
                 inflight.cv.notify_all();
@@ -229,7 +229,7 @@ impl PoolCore {
             leaf.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 });
         }
         if let Some(d) = cache_as {
-            self.cache.insert_bp(BlockKey::of(&bp), d, &bp, false);
+            self.cache.insert_block(&bp, Held::written(&bp, &phys, d.clone()), Some(&d), false, true);
         }
         Ok(bp)
     }

@@ -57,16 +57,43 @@ pub struct ArcMetrics {
     pub mfu_ghost_hits: u64,
     pub evicted_bytes: u64,
     pub memory_throttle_count: u64,
-    /// L2ARC (cache devices): reads served from them and reads they missed
-    /// (counted only while the pool has cache devices), bytes indexed.
-    #[serde(default)]
-    pub l2_hits: u64,
-    #[serde(default)]
-    pub l2_misses: u64,
-    #[serde(default)]
-    pub l2_size: u64,
+    /// L2ARC (cache devices), as arcstats names it.
+    #[serde(flatten)]
+    pub l2: L2Metrics,
     #[serde(flatten)]
     pub sizes: ArcSizes,
+}
+
+/// The L2ARC's counters (arcstats' l2_* names).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct L2Metrics {
+    /// Reads served from cache devices, and reads they missed (counted only
+    /// while the pool has cache devices).
+    pub l2_hits: u64,
+    pub l2_misses: u64,
+    /// The indexed blocks: decompressed size, and bytes they occupy on the
+    /// cache devices (stored compressed, in whole 4 KiB units).
+    pub l2_size: u64,
+    pub l2_asize: u64,
+    /// Feeds that wrote something, device writes (one per feed), bytes
+    /// written (blocks and log blocks) and bytes read back on hits.
+    pub l2_feeds: u64,
+    pub l2_writes: u64,
+    pub l2_write_bytes: u64,
+    pub l2_read_bytes: u64,
+    /// Blocks the feed skipped because they were not as their pointer says.
+    pub l2_write_skipped: u64,
+    /// Reads that failed their checksum or the device (a miss each).
+    pub l2_cksum_bad: u64,
+    pub l2_io_errors: u64,
+    /// Entries dropped because the write hand came around to them.
+    pub l2_evicted: u64,
+    /// At import: devices whose index was rebuilt, log blocks read, and
+    /// blocks put back in the index.
+    pub l2_rebuild_success: u64,
+    pub l2_rebuild_log_blks: u64,
+    pub l2_rebuild_bufs: u64,
 }
 
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -109,6 +136,27 @@ pub struct PoolMetrics {
 
 fn load(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
+}
+
+fn l2_metrics(l2: &crate::arc::L2Arc) -> L2Metrics {
+    let s = &l2.stats;
+    L2Metrics {
+        l2_hits: load(&s.hits),
+        l2_misses: load(&s.misses),
+        l2_size: l2.logical_bytes(),
+        l2_asize: l2.allocated_bytes(),
+        l2_feeds: load(&s.feeds),
+        l2_writes: load(&s.writes),
+        l2_write_bytes: load(&s.write_bytes),
+        l2_read_bytes: load(&s.read_bytes),
+        l2_write_skipped: load(&s.write_skipped),
+        l2_cksum_bad: load(&s.cksum_bad),
+        l2_io_errors: load(&s.io_errors),
+        l2_evicted: load(&s.evicted),
+        l2_rebuild_success: load(&s.rebuild_success),
+        l2_rebuild_log_blks: load(&s.log_blocks),
+        l2_rebuild_bufs: load(&s.rebuilt),
+    }
 }
 
 /// Takes a snapshot of `pool`'s counters.
@@ -165,9 +213,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
         mfu_ghost_hits: load(&a.mfu_ghost_hits),
         evicted_bytes: load(&a.evicted_bytes),
         memory_throttle_count: load(&a.memory_throttle_count),
-        l2_hits: load(&core.l2.stats.hits),
-        l2_misses: load(&core.l2.stats.misses),
-        l2_size: core.l2.size_bytes(),
+        l2: l2_metrics(&core.l2),
         sizes: core.cache.sizes(),
     };
     let p = core.txg.params();

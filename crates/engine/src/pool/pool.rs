@@ -542,8 +542,7 @@ impl Pool {
         for v in &self.sh.core.vdevs {
             v.leaf.set_limits(queue_limits(&t));
         }
-        self.sh.core.cache.set_limits(t.zfs_arc_max, t.zfs_arc_min);
-        self.sh.core.cache.set_meta_balance(t.zfs_arc_meta_balance);
+        self.sh.core.cache.apply_tunables(&t);
         self.sh.core.l2.set_params(super::cache_dev::l2_params(&t));
         Ok(())
     }
@@ -850,11 +849,11 @@ impl ShellShared {
             tunables: RwLock::new(tunables.clone()),
             cache: {
                 let c = Arc::new(BlockCache::new(tunables.zfs_arc_max, tunables.zfs_arc_min));
-                c.set_meta_balance(tunables.zfs_arc_meta_balance);
+                c.apply_tunables(tunables);
                 c.start_host_sampler(std::time::Duration::from_secs(1));
                 c
             },
-            l2: Arc::new(crate::arc::L2Arc::new(config.pool_guid, sector, super::cache_dev::l2_params(tunables))),
+            l2: Arc::new(crate::arc::L2Arc::new(config.pool_guid, super::cache_dev::l2_params(tunables))),
             sector,
             readonly,
             size_bytes: Default::default(),

@@ -51,6 +51,14 @@ pub(crate) struct Entry {
     pub name: Vec<u8>,
 }
 
+/// An entry as it lies in an encoded leaf.
+struct RawEntry<'a> {
+    key: u64,
+    ino: u64,
+    kind: FileKind,
+    name: &'a [u8],
+}
+
 pub(crate) fn name_hash(name: &[u8]) -> u64 {
     let h = blake3::hash(name);
     u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes")) >> (64 - HASH_BITS)
@@ -91,8 +99,21 @@ impl Leaf {
     }
 
     fn decode(b: &[u8]) -> Result<Leaf> {
+        let mut entries = Vec::new();
+        let (depth, prefix) = Leaf::scan(b, |e| {
+            entries.push(Entry { key: e.key, ino: e.ino, kind: e.kind, name: e.name.to_vec() });
+            false
+        })?;
+        Ok(Leaf { depth, prefix, entries })
+    }
+
+    /// Walks the encoded leaf `b`, checking it as `decode` does, and calls
+    /// `visit` on each entry in key order until it returns true. Returns the
+    /// leaf's depth and prefix. Lookups use it directly: they need one entry
+    /// and no copy of the other hundred names in the block.
+    fn scan(b: &[u8], mut visit: impl FnMut(&RawEntry) -> bool) -> Result<(u8, u64)> {
         if b.is_empty() {
-            return Ok(Leaf::default());
+            return Ok((0, 0));
         }
         if b.len() < LEAF_HEADER || u32::from_le_bytes(b[0..4].try_into().expect("4")) != LEAF_MAGIC {
             return Err(Error::corrupt("directory leaf without its magic"));
@@ -103,8 +124,8 @@ impl Leaf {
         if depth as u32 > HASH_BITS || prefix >> depth != 0 {
             return Err(Error::corrupt(format!("directory leaf of depth {} and prefix {:#x}", depth, prefix)));
         }
-        let mut entries = Vec::with_capacity(count);
         let mut o = LEAF_HEADER;
+        let mut last: Option<u64> = None;
         for _ in 0..count {
             let h = b.get(o..o + ENTRY_HEADER).ok_or_else(|| Error::corrupt("directory entry past its leaf"))?;
             let key = u64::from_le_bytes(h[0..8].try_into().expect("8"));
@@ -112,13 +133,33 @@ impl Leaf {
             let kind = kind_from_u8(h[16])?;
             let nlen = h[17] as usize;
             let name = b.get(o + ENTRY_HEADER..o + ENTRY_HEADER + nlen).ok_or_else(|| Error::corrupt("directory entry name past its leaf"))?;
-            if nlen == 0 || entries.last().is_some_and(|p: &Entry| p.key >= key) {
+            if nlen == 0 || last.is_some_and(|p| p >= key) {
                 return Err(Error::corrupt("directory leaf entries out of order"));
             }
-            entries.push(Entry { key, ino, kind, name: name.to_vec() });
+            last = Some(key);
+            if visit(&RawEntry { key, ino, kind, name }) {
+                break;
+            }
             o += ENTRY_HEADER + nlen;
         }
-        Ok(Leaf { depth, prefix, entries })
+        Ok((depth, prefix))
+    }
+
+    /// The entry `name` (of hash `hash`) in the encoded leaf `b`, without
+    /// decoding the rest; the second value is the leaf's (depth, prefix).
+    fn find_raw(b: &[u8], name: &[u8], hash: u64) -> Result<(Option<Entry>, (u8, u64))> {
+        let mut found = None;
+        let dp = Leaf::scan(b, |e| {
+            if e.key >> CD_BITS > hash {
+                return true;
+            }
+            if e.key >> CD_BITS == hash && e.name == name {
+                found = Some(Entry { key: e.key, ino: e.ino, kind: e.kind, name: e.name.to_vec() });
+                return true;
+            }
+            false
+        })?;
+        Ok((found, dp))
     }
 
     fn find(&self, name: &[u8], hash: u64) -> Option<usize> {
@@ -343,24 +384,35 @@ fn table_ptr(os: &Objset, dir: u64, h: &Header, idx: u64) -> Result<u64> {
 fn hashed_leaf(os: &Objset, dir: u64, h: &Header, idx: u64) -> Result<(u64, Leaf)> {
     let blk = table_ptr(os, dir, h, idx)?;
     let leaf = Leaf::decode(&os.read(dir, blk * DIR_BLOCK as u64, DIR_BLOCK)?)?;
-    let covers = leaf.depth <= h.depth && {
-        let s = h.depth - leaf.depth;
-        leaf.prefix << s <= idx && idx < (leaf.prefix + 1) << s
+    check_covers(h, blk, idx, leaf.depth, leaf.prefix)?;
+    Ok((blk, leaf))
+}
+
+/// A leaf at `blk` of `depth` and `prefix` must cover table slot `idx`.
+fn check_covers(h: &Header, blk: u64, idx: u64, depth: u8, prefix: u64) -> Result<()> {
+    let covers = depth <= h.depth && {
+        let s = h.depth - depth;
+        prefix << s <= idx && idx < (prefix + 1) << s
     };
     if !covers {
-        return Err(Error::corrupt(format!("directory leaf of depth {} at block {} under table slot {}", leaf.depth, blk, idx)));
+        return Err(Error::corrupt(format!("directory leaf of depth {} at block {} under table slot {}", depth, blk, idx)));
     }
-    Ok((blk, leaf))
+    Ok(())
 }
 
 /// Finds the entry `name`.
 pub(crate) fn lookup(os: &Objset, dir: u64, name: &[u8]) -> Result<Option<Entry>> {
     let hash = name_hash(name);
-    let leaf = match header(os, dir)? {
-        None => micro_leaf(os, dir)?,
-        Some(h) => hashed_leaf(os, dir, &h, hash >> (HASH_BITS - h.depth as u32))?.1,
-    };
-    Ok(leaf.find(name, hash).map(|i| leaf.entries[i].clone()))
+    match header(os, dir)? {
+        None => Ok(Leaf::find_raw(&os.read(dir, 0, DIR_BLOCK)?, name, hash)?.0),
+        Some(h) => {
+            let idx = hash >> (HASH_BITS - h.depth as u32);
+            let blk = table_ptr(os, dir, &h, idx)?;
+            let (found, (depth, prefix)) = Leaf::find_raw(&os.read(dir, blk * DIR_BLOCK as u64, DIR_BLOCK)?, name, hash)?;
+            check_covers(&h, blk, idx, depth, prefix)?;
+            Ok(found)
+        }
+    }
 }
 
 /// Up to `max` entries with keys above `after` (all with None), in key order.
