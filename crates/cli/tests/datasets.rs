@@ -6,8 +6,8 @@
 //!
 //! The daemons run with the `TARN_TEST_MEMFS=1` hook (debug builds): the
 //! dataset layer is the real one, the files seen through mounts live in a
-//! MemFs per dataset (the POSIX layer is on another branch). Each test
-//! skips with a message if /dev/fuse is unavailable.
+//! MemFs per dataset (`spliced_mounts.rs` has the same through the POSIX
+//! layer). Each test skips with a message if /dev/fuse is unavailable.
 
 mod common;
 
@@ -156,14 +156,33 @@ fn mounts_follow_the_datasets() {
     // A dataset with a mountpoint of its own is mounted when created.
     e.ok(&["create", "-o", &format!("mountpoint={}", own), "tank/own"]);
     assert!(is_mounted(&own));
-    // Others are mounted on demand, at their inherited mountpoint.
+    // Others are served inside their parent's mount, at their inherited
+    // mountpoint, without a mount of their own.
     e.ok(&["create", "tank/lazy"]);
     let lazy = format!("{}/lazy", mnt);
     assert!(!is_mounted(&lazy));
-    e.ok(&["mount", "tank/lazy"]);
-    assert!(is_mounted(&lazy));
-    assert!(e.ok(&["mount"]).contains(&lazy));
+    assert!(Path::new(&lazy).is_dir(), "a created dataset appears in its parent's mount at once");
     std::fs::write(format!("{}/f", lazy), b"lazy data").unwrap();
+    assert_eq!(e.ok(&["get", "-H", "-o", "value", "mounted", "tank/lazy"]), "yes\n");
+    assert!(e.ok(&["mount"]).contains(&lazy), "open inside its parent's mount: listed");
+    assert!(e.fails(&["mount", "tank/lazy"]).contains("filesystem already mounted"));
+    // It is its own file system: no hard link or rename out of it; its
+    // mountpoint cannot be removed.
+    let x = std::fs::rename(format!("{}/f", lazy), format!("{}/f", mnt)).unwrap_err();
+    assert_eq!(x.raw_os_error(), Some(libc::EXDEV), "{}", x);
+    let x = std::fs::hard_link(format!("{}/f", lazy), format!("{}/g", mnt)).unwrap_err();
+    assert_eq!(x.raw_os_error(), Some(libc::EXDEV), "{}", x);
+    assert_eq!(std::fs::remove_dir(&lazy).unwrap_err().raw_os_error(), Some(libc::EBUSY));
+    // unmount stops serving it until mount.
+    e.ok(&["unmount", "tank/lazy"]);
+    assert!(!Path::new(&lazy).exists());
+    assert_eq!(e.ok(&["get", "-H", "-o", "value", "mounted", "tank/lazy"]), "no\n");
+    e.ok(&["mount", "tank/lazy"]);
+    assert_eq!(std::fs::read(format!("{}/f", lazy)).unwrap(), b"lazy data");
+    e.ok(&["unmount", &lazy]);
+    assert!(!Path::new(&lazy).exists(), "unmounted by its directory");
+    e.ok(&["mount", "tank/lazy"]);
+    assert_eq!(std::fs::read(format!("{}/f", lazy)).unwrap(), b"lazy data");
     // set mountpoint= moves the mount; canmount=off unmounts; none unmounts.
     let moved = e.path("moved");
     e.ok(&["set", &format!("mountpoint={}", moved), "tank/own"]);
@@ -176,16 +195,26 @@ fn mounts_follow_the_datasets() {
     e.ok(&["set", "mountpoint=none", "tank/own"]);
     assert!(!is_mounted(&moved));
     assert!(e.fails(&["mount", "tank/own"]).contains("mountpoint=none"));
-    // rename moves a mounted dataset to its new inherited mountpoint.
+    // ... and inheriting the mountpoint again serves it inside its parent.
+    e.ok(&["inherit", "mountpoint", "tank/own"]);
+    assert!(Path::new(&format!("{}/own", mnt)).is_dir() && !is_mounted(&format!("{}/own", mnt)));
+    // A child served inside moves to a mount of its own with a local mountpoint.
+    let away = e.path("away");
+    e.ok(&["set", &format!("mountpoint={}", away), "tank/lazy"]);
+    assert!(is_mounted(&away) && !Path::new(&lazy).exists());
+    assert_eq!(std::fs::read(format!("{}/f", away)).unwrap(), b"lazy data");
+    e.ok(&["inherit", "mountpoint", "tank/lazy"]);
+    assert!(!is_mounted(&away));
+    assert_eq!(std::fs::read(format!("{}/f", lazy)).unwrap(), b"lazy data");
+    // rename moves a served dataset to its new place.
     e.ok(&["rename", "tank/lazy", "tank/lazier"]);
     let lazier = format!("{}/lazier", mnt);
-    assert!(!is_mounted(&lazy) && is_mounted(&lazier));
+    assert!(!Path::new(&lazy).exists());
     assert_eq!(std::fs::read(format!("{}/f", lazier)).unwrap(), b"lazy data");
     // rollback of a mounted dataset keeps it mounted (the kernel's caches are dropped).
     e.ok(&["snapshot", "tank/lazier@s"]);
     e.ok(&["rollback", "tank/lazier@s"]);
-    assert!(is_mounted(&lazier));
-    assert!(e.dir.join("tarn.log").exists());
+    assert!(Path::new(&lazier).is_dir());
     assert!(e.log().contains("rolled back 'tank/lazier'"), "{}", e.log());
     // Snapshots mount read-only.
     let snapdir = e.path("snap");
@@ -200,10 +229,14 @@ fn mounts_follow_the_datasets() {
     e.ok(&["destroy", "tank/lazier@s"]);
     let err = e.fails(&["destroy", "tank/lazier"]);
     assert!(err.contains("cannot destroy 'tank/lazier': dataset is busy"), "{}", err);
-    assert!(is_mounted(&lazier));
+    assert!(e.fails(&["unmount", "tank/lazier"]).contains("busy"));
+    assert_eq!(std::fs::read(format!("{}/f", lazier)).unwrap(), b"lazy data", "still served after the refusals");
     e.ok(&["destroy", "-f", "tank/lazier"]);
+    let mut buf = [0u8; 4];
+    let r = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap_err();
+    assert_eq!(r.raw_os_error(), Some(libc::EIO), "an open file of a forcibly destroyed dataset fails: {}", r);
     drop(f);
-    assert!(!is_mounted(&lazier));
+    assert!(!Path::new(&lazier).exists());
     assert!(e.fails(&["mount", "tank/lazier"]).contains("no such dataset"));
     assert!(e.fails(&["mount", "tank/nosuch"]).contains("no such dataset"));
 }
@@ -233,4 +266,33 @@ fn datasets_properties_and_explicit_mounts_persist_across_restarts() {
     e.ok(&["pool", "export", "tank"]);
     assert!(!is_mounted(&snapdir) && !is_mounted(&own));
     assert_eq!(e.ok(&["mount"]).lines().count(), 1, "only the header is left");
+}
+
+#[test]
+fn a_mount_inside_a_served_dataset_is_left_alone() {
+    // Telling the kernel to forget an entry detaches any mount on it: a
+    // dataset mounted on a directory inside one served in its parent's
+    // mount must survive that one's rollback and refreshes, and make its
+    // destroy busy, as a submount makes umount busy.
+    let Some(e) = Env::new("ds-submount") else { return };
+    let mnt = e.create("tank");
+    e.ok(&["create", "tank/a"]);
+    let inner = format!("{}/a/inner", mnt);
+    e.ok(&["create", "-o", &format!("mountpoint={}", inner), "tank/inner"]);
+    assert!(is_mounted(&inner));
+    std::fs::write(format!("{}/f", inner), b"inner data").unwrap();
+    e.ok(&["snapshot", "tank/a@s"]);
+    assert!(is_mounted(&inner), "a snapshot of tank/a left the mount inside it");
+    e.ok(&["rollback", "tank/a@s"]);
+    assert!(is_mounted(&inner), "the rollback of tank/a left the mount inside it");
+    e.ok(&["create", "tank/a2"]);
+    e.ok(&["snapshot", "tank/a@t"]);
+    assert!(is_mounted(&inner));
+    let err = e.fails(&["destroy", "-r", "tank/a"]);
+    assert!(err.contains("dataset is busy"), "{}", err);
+    assert!(is_mounted(&inner));
+    assert_eq!(std::fs::read(format!("{}/f", inner)).unwrap(), b"inner data");
+    e.ok(&["unmount", "tank/inner"]);
+    e.ok(&["destroy", "-r", "tank/a"]);
+    assert!(!Path::new(&format!("{}/a", mnt)).exists());
 }

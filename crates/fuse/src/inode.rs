@@ -1,99 +1,127 @@
 //! The mount's inode space, and what the kernel has cached of it.
 //!
-//! One FUSE mount serves several file systems: the dataset itself (index 0)
-//! and, later, each snapshot spliced in under `.zfs/snapshot/NAME`. A FUSE
-//! inode number carries the file system's index in its top 16 bits and the
-//! file system's own inode number (an object number) in the low 48:
+//! One FUSE mount serves several file systems (see `table`): the mounted
+//! dataset (slot 0), child datasets served inside it, and snapshots under
+//! `.zfs/snapshot/NAME`. A FUSE inode number (a *node id*) carries the
+//! file system's slot in its top 24 bits and a *local* number in the low 40:
 //!
 //! ```text
-//!  63        48 47                                        0
-//! +------------+-------------------------------------------+
-//! | fs index   | inode number inside that file system      |
-//! +------------+-------------------------------------------+
+//!  63             40 39                                     0
+//! +-----------------+----------------------------------------+
+//! | slot            | local number inside that file system   |
+//! +-----------------+----------------------------------------+
 //! ```
 //!
-//! The kernel insists that the root is inode 1 (`FUSE_ROOT_ID`). File system
-//! 0's root is therefore swapped with its inode 1: root ↔ 1, 1 ↔ root (a
-//! bijection, so a file system whose inode 1 is an ordinary file still works).
-//! Other file systems keep their numbers; their roots are reached by lookup.
+//! A local number is the file system's own inode number, except that every
+//! file system's root is swapped with its inode 1 (root ↔ 1, 1 ↔ root: a
+//! bijection, so a file system whose inode 1 is an ordinary file still
+//! works). So slot 0's root is node id 1, as the kernel insists
+//! (`FUSE_ROOT_ID`), and any slot's root is `slot << 40 | 1` — known before
+//! the file system is opened, which is what lets a directory list child
+//! datasets and snapshots without opening them. The two highest local
+//! numbers are the mount's own directories in each dataset: `.zfs` and
+//! `.zfs/snapshot`; the upper half below them is for aliases (inodes
+//! renumbered by a rollback, see `table`), so a file system's own inode
+//! numbers go up to 2^39 − 1. Slots are never reused within a mount, so a node id
+//! names one file-system inode for the mount's whole life, and the live
+//! dataset's inodes never collide with its snapshots' (same object numbers,
+//! different slots).
 //!
-//! Invariants:
-//! - `to_fuse` and `from_fuse` are inverse on every (index < 2^16, ino <
-//!   2^48, ino != 0) pair; `to_fuse` never returns 0.
-//! - An operation naming inodes of two file systems (rename, link,
+//! Invariants (checked by the unit tests below):
+//! - `local_of` and `ino_of` are inverse for one root on every inode in
+//!   `1..=INO_MAX`, and never produce an alias or control number;
+//!   `nodeid` never returns 0;
+//! - an operation naming inodes of two slots (rename, link,
 //!   copy_file_range) fails with `EXDEV`, as across mounts.
 //!
-//! [`Known`] remembers, per inode the kernel holds (lookup count > 0), its
-//! lookup count and the last name it was found under, so that
-//! `MountHandle::invalidate_all` can drop every cached entry and attribute
-//! after a change the kernel did not see (a rollback).
+//! [`Known`] remembers, per node id the kernel holds (lookup count > 0), its
+//! lookup count, the last name it was found under, its generation and its
+//! open handles: invalidation after a change the kernel did not see (a
+//! rollback, a detached dataset) needs the names; telling which inodes
+//! survived a rollback needs the generations; carrying open files over to
+//! the reopened file system needs the handle counts.
 
 use std::collections::HashMap;
 
 use parking_lot::Mutex;
 use tarn_engine::posix::Ino;
 
-/// Bits of a FUSE inode number that carry the file-system inode.
-pub const INO_BITS: u32 = 48;
-const INO_MASK: u64 = (1 << INO_BITS) - 1;
-/// Most file systems one mount can splice together.
+/// Bits of a node id that carry the local number.
+pub const INO_BITS: u32 = 40;
+const LOCAL_MASK: u64 = (1 << INO_BITS) - 1;
+/// Most file systems (slots) one mount can splice together over its life.
 pub const MAX_FILESYSTEMS: usize = 1 << (64 - INO_BITS);
+/// Local number of a dataset's `.zfs` directory (in every dataset slot).
+pub const LOCAL_ZFS: u64 = LOCAL_MASK;
+/// Local number of a dataset's `.zfs/snapshot` directory.
+pub const LOCAL_SNAPDIR: u64 = LOCAL_MASK - 1;
+/// The largest inode number a served file system may use.
+pub const INO_MAX: u64 = (1 << (INO_BITS - 1)) - 1;
+/// Local numbers from here to `ALIAS_MAX` are handed out by the mount to
+/// inodes that need a new node id after a rollback (see `table`).
+pub const ALIAS_BASE: u64 = INO_MAX + 1;
+pub const ALIAS_MAX: u64 = LOCAL_SNAPDIR - 1;
+/// Local number of every file system's root.
+pub const LOCAL_ROOT: u64 = 1;
 
-/// The mapping between (file-system index, inode) and FUSE inode numbers.
-#[derive(Clone, Copy, Debug)]
-pub struct InodeMap {
-    /// File system 0's root inode, which appears as FUSE inode 1.
-    root0: Ino,
+/// The node id of `local` in `slot`.
+pub fn nodeid(slot: u32, local: u64) -> u64 {
+    assert!((slot as usize) < MAX_FILESYSTEMS, "slot {slot} out of range");
+    assert!(local != 0 && local <= LOCAL_MASK, "local number {local} out of range");
+    ((slot as u64) << INO_BITS) | local
 }
 
-impl InodeMap {
-    pub fn new(root0: Ino) -> InodeMap {
-        assert!(root0 != 0, "inode 0 is not a valid root");
-        assert!(root0 <= INO_MASK, "root inode {root0} does not fit in {INO_BITS} bits");
-        InodeMap { root0 }
-    }
+/// The slot and local number of a node id.
+pub fn split(nodeid: u64) -> (u32, u64) {
+    ((nodeid >> INO_BITS) as u32, nodeid & LOCAL_MASK)
+}
 
-    /// The FUSE inode of `ino` in file system `fs`; `None` if `ino` does not
-    /// fit in 48 bits (the caller replies `EOVERFLOW`).
-    pub fn to_fuse(&self, fs: usize, ino: Ino) -> Option<u64> {
-        assert!(fs < MAX_FILESYSTEMS);
-        if ino > INO_MASK || ino == 0 {
-            return None;
-        }
-        let local = if fs == 0 { self.swap(ino) } else { ino };
-        Some(((fs as u64) << INO_BITS) | local)
-    }
+/// Whether a local number is one of the mount's own directories.
+pub fn is_ctl(local: u64) -> bool {
+    local == LOCAL_ZFS || local == LOCAL_SNAPDIR
+}
 
-    /// The file-system index and inode of a FUSE inode.
-    pub fn from_fuse(&self, fuse: u64) -> (usize, Ino) {
-        let fs = (fuse >> INO_BITS) as usize;
-        let local = fuse & INO_MASK;
-        (fs, if fs == 0 { self.swap(local) } else { local })
+/// The local number of inode `ino` of a file system whose root is `root`;
+/// `None` if it does not fit (the caller replies `EOVERFLOW`).
+pub fn local_of(root: Ino, ino: Ino) -> Option<u64> {
+    if ino == 0 || ino > INO_MAX {
+        return None;
     }
+    Some(swap(root, ino))
+}
 
-    fn swap(&self, ino: Ino) -> Ino {
-        if ino == self.root0 {
-            1
-        } else if ino == 1 {
-            self.root0
-        } else {
-            ino
-        }
+/// The file system's inode of a local number (`local` not a control one).
+pub fn ino_of(root: Ino, local: u64) -> Ino {
+    swap(root, local)
+}
+
+fn swap(root: Ino, x: u64) -> u64 {
+    if x == root {
+        LOCAL_ROOT
+    } else if x == LOCAL_ROOT {
+        root
+    } else {
+        x
     }
 }
 
-/// One inode the kernel holds references to.
-#[derive(Clone, Debug)]
-struct KnownInode {
-    nlookup: u64,
-    /// FUSE inode of the directory and the name it was last looked up under.
-    parent: u64,
-    name: Vec<u8>,
+/// One node id the kernel holds references to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnownInode {
+    pub nodeid: u64,
+    pub nlookup: u64,
+    /// Node id of the directory and the name it was last looked up under.
+    pub parent: u64,
+    pub name: Vec<u8>,
+    /// The generation the kernel was given for it.
+    pub gen: u64,
+    /// Open file handles (OPEN and CREATE minus RELEASE).
+    pub opens: u32,
 }
 
 const SHARDS: usize = 16;
 
-/// Inodes the kernel has looked up and not yet forgotten. Sharded so that
+/// Node ids the kernel has looked up and not yet forgotten. Sharded so that
 /// worker threads replying to lookups in parallel rarely share a lock.
 pub struct Known {
     shards: Vec<Mutex<HashMap<u64, KnownInode>>>,
@@ -106,42 +134,63 @@ impl Default for Known {
 }
 
 impl Known {
-    fn shard(&self, ino: u64) -> &Mutex<HashMap<u64, KnownInode>> {
-        &self.shards[(ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS]
+    fn shard(&self, nodeid: u64) -> &Mutex<HashMap<u64, KnownInode>> {
+        &self.shards[(nodeid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS]
     }
 
-    /// The kernel took one more reference to `ino`, found as `parent/name`.
-    pub fn looked_up(&self, ino: u64, parent: u64, name: &[u8]) {
-        let mut s = self.shard(ino).lock();
-        let e = s.entry(ino).or_insert_with(|| KnownInode { nlookup: 0, parent, name: Vec::new() });
+    /// The kernel took one more reference to `nodeid`, found as `parent/name`.
+    pub fn looked_up(&self, nodeid: u64, parent: u64, name: &[u8], gen: u64) {
+        let mut s = self.shard(nodeid).lock();
+        let e = s.entry(nodeid).or_insert_with(|| KnownInode { nodeid, nlookup: 0, parent, name: Vec::new(), gen, opens: 0 });
         e.nlookup += 1;
+        e.gen = gen;
         if e.name != name || e.parent != parent {
             e.parent = parent;
             e.name = name.to_vec();
         }
     }
 
-    /// The kernel dropped `n` references (FORGET).
-    pub fn forget(&self, ino: u64, n: u64) {
-        let mut s = self.shard(ino).lock();
-        if let Some(e) = s.get_mut(&ino) {
-            e.nlookup = e.nlookup.saturating_sub(n);
-            if e.nlookup == 0 {
-                s.remove(&ino);
-            }
+    /// The kernel dropped `n` references (FORGET); true if it holds none now.
+    pub fn forget(&self, nodeid: u64, n: u64) -> bool {
+        let mut s = self.shard(nodeid).lock();
+        let Some(e) = s.get_mut(&nodeid) else { return true };
+        e.nlookup = e.nlookup.saturating_sub(n);
+        if e.nlookup == 0 {
+            s.remove(&nodeid);
+            return true;
+        }
+        false
+    }
+
+    /// A file handle was opened on `nodeid`.
+    pub fn opened(&self, nodeid: u64) {
+        if let Some(e) = self.shard(nodeid).lock().get_mut(&nodeid) {
+            e.opens += 1;
         }
     }
 
-    /// Every held inode with the name it was last found under.
-    pub fn snapshot(&self) -> Vec<(u64, u64, Vec<u8>)> {
+    /// A file handle on `nodeid` was released.
+    pub fn released(&self, nodeid: u64) {
+        if let Some(e) = self.shard(nodeid).lock().get_mut(&nodeid) {
+            e.opens = e.opens.saturating_sub(1);
+        }
+    }
+
+    /// Every held node id for which `keep` holds.
+    pub fn filtered(&self, keep: impl Fn(u64) -> bool) -> Vec<KnownInode> {
         let mut out = Vec::new();
         for s in &self.shards {
-            out.extend(s.lock().iter().map(|(ino, k)| (*ino, k.parent, k.name.clone())));
+            out.extend(s.lock().values().filter(|k| keep(k.nodeid)).cloned());
         }
         out
     }
 
-    /// Inodes currently held by the kernel.
+    /// Held node ids for which `keep` holds, counted without copying.
+    pub fn count(&self, keep: impl Fn(u64) -> bool) -> usize {
+        self.shards.iter().map(|s| s.lock().keys().filter(|n| keep(**n)).count()).sum()
+    }
+
+    /// Node ids currently held by the kernel.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
@@ -152,30 +201,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mapping_is_a_bijection_with_root_at_one() {
-        let m = InodeMap::new(34);
-        assert_eq!(m.to_fuse(0, 34), Some(1));
-        assert_eq!(m.to_fuse(0, 1), Some(34));
-        assert_eq!(m.from_fuse(1), (0, 34));
-        assert_eq!(m.from_fuse(34), (0, 1));
-        for (fs, ino) in [(0, 2), (0, 35), (1, 34), (1, 1), (7, INO_MASK), (MAX_FILESYSTEMS - 1, 5)] {
-            let f = m.to_fuse(fs, ino).expect("fits");
-            assert_ne!(f, 0);
-            assert_eq!(m.from_fuse(f), (fs, ino));
+    fn local_numbers_are_a_bijection_with_root_at_one() {
+        for root in [34, 1, 2, INO_MAX] {
+            assert_eq!(local_of(root, root), Some(LOCAL_ROOT));
+            for ino in [1, 2, 3, 34, 35, INO_MAX - 1, INO_MAX] {
+                let l = local_of(root, ino).expect("fits");
+                assert!(!is_ctl(l) && l < ALIAS_BASE, "inode {ino} maps onto a control or alias number");
+                assert_eq!(ino_of(root, l), ino);
+            }
+            assert_eq!(local_of(root, 0), None);
+            assert_eq!(local_of(root, INO_MAX + 1), None);
         }
-        assert_eq!(m.to_fuse(0, INO_MASK + 1), None);
-        assert_eq!(m.to_fuse(3, 0), None);
+        for (slot, local) in [(0, 1), (0, 35), (1, 1), (7, LOCAL_ZFS), ((MAX_FILESYSTEMS - 1) as u32, LOCAL_SNAPDIR)] {
+            let n = nodeid(slot, local);
+            assert_ne!(n, 0);
+            assert_eq!(split(n), (slot, local));
+        }
+        assert_eq!(nodeid(0, LOCAL_ROOT), 1, "the mount's root is FUSE_ROOT_ID");
     }
 
     #[test]
-    fn known_counts_lookups() {
+    fn known_counts_lookups_and_handles() {
         let k = Known::default();
-        k.looked_up(5, 1, b"a");
-        k.looked_up(5, 1, b"b");
-        assert_eq!(k.snapshot(), vec![(5, 1, b"b".to_vec())]);
-        k.forget(5, 1);
-        assert_eq!(k.len(), 1);
-        k.forget(5, 1);
+        k.looked_up(5, 1, b"a", 7);
+        k.looked_up(5, 1, b"b", 7);
+        k.opened(5);
+        let got = k.filtered(|_| true);
+        assert_eq!(got, vec![KnownInode { nodeid: 5, nlookup: 2, parent: 1, name: b"b".to_vec(), gen: 7, opens: 1 }]);
+        k.released(5);
+        assert!(!k.forget(5, 1));
+        assert_eq!(k.count(|n| n == 5), 1);
+        assert!(k.forget(5, 1));
         assert_eq!(k.len(), 0);
     }
 }

@@ -27,10 +27,20 @@
 //! - Attributes and entries are cached by the kernel for `attr_ttl` /
 //!   `entry_ttl` (1 s). Every change made through this mount is seen by the
 //!   kernel as it happens; only changes behind its back need invalidation:
-//!   [`MountHandle::invalidate_all`] (after a rollback replaced the whole
-//!   file system) drops every cached entry, attribute and page of every
-//!   inode the kernel holds. The glue counts the kernel's references per
-//!   inode (lookups minus forgets) for exactly this purpose.
+//!   [`MountHandle::replace`] (a rollback replaced a file system),
+//!   [`MountHandle::detach`] (a child dataset or snapshot went),
+//!   [`MountHandle::refresh`] (one appeared or was renamed) and
+//!   [`MountHandle::invalidate_all`] drop what the kernel caches of the
+//!   inodes concerned. The glue counts the kernel's references per inode
+//!   (lookups minus forgets) for exactly this purpose.
+//!
+//! # Several file systems in one mount
+//!
+//! [`mount_spliced`] serves, besides the mounted dataset, the child
+//! datasets inside it and the snapshots under `.zfs/snapshot`, each opened
+//! on first access through a [`Splice`] (see `table` for the slots and
+//! their locking, `listing` for the composed directories, `handle` for what
+//! the daemon does to a running mount).
 //! - Write-back cache (`FUSE_WRITEBACK_CACHE`, on by default). Small and
 //!   unaligned writes are gathered in the page cache and reach the file
 //!   system as large WRITEs (4 KiB writes arrive as 1 MiB WRITEs: 500
@@ -68,8 +78,12 @@
 //! lives on a tarn mount would make such a call wait on tarn itself.
 
 mod inode;
+mod listing;
 pub mod memfs;
+mod handle;
 mod ops;
+mod splice;
+mod table;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -83,8 +97,10 @@ use parking_lot::Mutex;
 use tarn_engine::posix::FileSystem;
 use tarn_engine::{Error, ErrorKind, Result};
 
-pub use inode::{InodeMap, INO_BITS, MAX_FILESYSTEMS};
+pub use inode::{INO_BITS, INO_MAX, MAX_FILESYSTEMS};
 pub use memfs::MemFs;
+pub use splice::{Opened, Splice};
+pub use table::Kind;
 
 /// How a file system is mounted. `Default` is what the daemon uses.
 #[derive(Clone, Debug)]
@@ -138,14 +154,38 @@ pub fn unavailable() -> Option<String> {
 /// successful `unmount` the handle is inert.
 pub struct MountHandle {
     dir: PathBuf,
-    table: Arc<ops::FsTable>,
+    table: Arc<table::FsTable>,
     known: Arc<inode::Known>,
     notifier: Notifier,
     session: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
 }
 
+/// A file system a mount serves (slot 0, or one it spliced in).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// Dataset or snapshot name (slot 0: the mount's `fsname`).
+    pub name: String,
+    pub kind: Kind,
+    /// Where its root is.
+    pub path: PathBuf,
+    /// Opened (accessed since it was registered).
+    pub open: bool,
+}
+
 /// Mounts `fs` on `dir` and starts serving it.
 pub fn mount(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions) -> Result<MountHandle> {
+    mount_inner(fs, dir, opts, None)
+}
+
+/// Mounts `fs`, the dataset named `opts.fsname`, on `dir` with `splice`
+/// serving, inside it, its `.zfs/snapshot` directory and the child
+/// datasets mounted in it (see `table`). A read-only mount (a snapshot) has
+/// neither.
+pub fn mount_spliced(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice: Arc<dyn Splice>) -> Result<MountHandle> {
+    mount_inner(fs, dir, opts, Some(splice))
+}
+
+fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice: Option<Arc<dyn Splice>>) -> Result<MountHandle> {
     if let Some(why) = unavailable() {
         return Err(Error::new(ErrorKind::Invalid, format!("cannot mount on '{}': {}", dir.display(), why)));
     }
@@ -158,9 +198,10 @@ pub fn mount(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions) -> Result
     if !(4096..=16 << 20).contains(&opts.max_write) {
         return Err(Error::invalid(format!("max_write must be 4K … 16M, not {}", opts.max_write)));
     }
-    let table = Arc::new(ops::FsTable::new(fs));
+    let kind = if opts.read_only { Kind::Snapshot } else { Kind::Dataset };
+    let table = Arc::new(table::FsTable::new(fs, &opts.fsname, kind, splice));
     let known = Arc::new(inode::Known::default());
-    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone() };
+    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone(), dirs: Default::default() };
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("tarn".into()), MountOption::DefaultPermissions];
     if opts.read_only {
@@ -231,20 +272,11 @@ impl MountHandle {
     }
 
     /// Drops every name, attribute and cached page the kernel holds for
-    /// this mount: for a change the kernel did not see, such as a rollback
-    /// that replaced the whole file system. Dirty pages are written back to
-    /// the file system first (the kernel launders them), so quiesce writers
-    /// before replacing the file system under a mount. Returns how many
-    /// inodes were invalidated.
+    /// this mount: for a change the kernel did not see. Dirty pages are
+    /// written back to the file system first (the kernel launders them).
+    /// Returns how many inodes were invalidated.
     pub fn invalidate_all(&self) -> usize {
-        let held = self.known.snapshot();
-        for (ino, parent, name) in &held {
-            // ENOENT means the kernel already dropped the entry: fine.
-            let _ = self.notifier.inval_entry(fuser::INodeNo(*parent), std::ffi::OsStr::from_bytes(name));
-            let _ = self.notifier.inval_inode(fuser::INodeNo(*ino), 0, 0);
-        }
-        let _ = self.notifier.inval_inode(fuser::INodeNo::ROOT, 0, 0);
-        held.len() + 1
+        self.invalidate_where(|_| true) + 1
     }
 
     /// Unmounts cleanly: the kernel writes back its dirty pages, the session
@@ -289,7 +321,11 @@ impl MountHandle {
         if let Ok(Err(e)) = thread.join() {
             eprintln!("tarn: FUSE session on '{}' ended with an error: {}", self.dir.display(), e);
         }
-        self.table.main().sync_all().map_err(|e| Error::new(ErrorKind::Io, format!("syncing '{}' after unmount: {}", self.dir.display(), e)))
+        let synced = self.table.sync_all().map_err(|e| Error::new(ErrorKind::Io, format!("syncing '{}' after unmount: {}", self.dir.display(), e)));
+        if let Some(sp) = &self.table.splice {
+            self.table.live().iter().filter(|s| s.index != 0).for_each(|s| sp.closed(&s.name));
+        }
+        synced
     }
 }
 

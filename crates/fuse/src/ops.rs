@@ -1,7 +1,9 @@
-//! The request handlers: each decodes one FUSE request, maps its inode
-//! numbers (see `inode`), calls the POSIX layer and replies. Nothing here
-//! keeps file-system state beyond the inode map and the kernel's lookup
-//! counts; every decision about files is the [`FileSystem`]'s.
+//! The request handlers: each decodes one FUSE request, finds the slot
+//! (file system) and inode its node ids name (see `inode`, `table`), calls
+//! the file system and replies. Nothing here keeps file-system state beyond
+//! the slots and the kernel's lookup counts; every decision about files is
+//! the [`FileSystem`]'s, except what the mount composes itself (`listing`):
+//! `.zfs`, its `snapshot` directory, and child datasets in a dataset's root.
 //!
 //! Handlers run on the session's worker threads, several at once (fuser
 //! gives each worker its own cloned `/dev/fuse` descriptor), so a slow read
@@ -9,6 +11,13 @@
 //! POSIX layer is passed to the kernel unchanged. Every call into the file
 //! system is guarded: a panic there fails that one request with `EIO`
 //! rather than killing the worker and leaving the caller waiting forever.
+//!
+//! The mount's rules on top of the file systems': a change in a read-only
+//! slot (a snapshot, `readonly=on`) or a control directory fails with
+//! `EROFS` before reaching the file system; an operation naming two slots
+//! fails with `EXDEV`; removing or renaming a name in a dataset's root that
+//! the mount serves something else under (a child dataset, `.zfs`) fails
+//! with `EBUSY`, as for a mountpoint.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -21,62 +30,19 @@ use fuser::{
     LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, WriteFlags,
 };
-use parking_lot::RwLock;
-use tarn_engine::posix::{Attr, Caller, Errno, FallocFlags, FileKind, FileSystem, Ino, PResult, RenameFlags, SetAttr, TimeOrNow, Timespec, XattrSet};
+use tarn_engine::posix::{Attr, Caller, Errno, FallocFlags, FileKind, Ino, PResult, RenameFlags, SetAttr, TimeOrNow, Timespec, XattrSet};
 
-use crate::inode::{InodeMap, Known};
+use crate::inode::{self, is_ctl, Known, LOCAL_ROOT, LOCAL_SNAPDIR, LOCAL_ZFS};
+use crate::listing::{composed, DirHandles, Listed, SNAPSHOT_DIR, ZFS_DIR};
+use crate::table::{Entered, FsTable, Slot};
 use crate::MountOptions;
-
-/// Entries asked of the file system per READDIR (a 4 KiB reply holds about
-/// 100 short names) and per READDIRPLUS (about 25 with attributes). Asking
-/// for more only wastes the file system's work: what does not fit is asked
-/// again from the last cookie that did.
-const READDIR_BATCH: usize = 128;
-const READDIRPLUS_BATCH: usize = 32;
-
-/// The file systems one mount serves, by index (see `inode`). Index 0 is the
-/// mounted dataset; later indices are spliced-in snapshots.
-pub struct FsTable {
-    pub map: InodeMap,
-    fss: RwLock<Vec<Arc<dyn FileSystem>>>,
-}
-
-impl FsTable {
-    pub fn new(fs: Arc<dyn FileSystem>) -> FsTable {
-        FsTable { map: InodeMap::new(fs.root()), fss: RwLock::new(vec![fs]) }
-    }
-
-    /// The file system a FUSE inode belongs to, its index and its own inode.
-    fn resolve(&self, fuse: u64) -> PResult<(Arc<dyn FileSystem>, usize, Ino)> {
-        let (idx, ino) = self.map.from_fuse(fuse);
-        let fss = self.fss.read();
-        let fs = fss.get(idx).ok_or_else(|| Errno::new(libc::ESTALE, format!("inode {fuse:#x}: no file system {idx} in this mount")))?;
-        Ok((fs.clone(), idx, ino))
-    }
-
-    pub fn main(&self) -> Arc<dyn FileSystem> {
-        self.fss.read()[0].clone()
-    }
-
-    /// Adds a file system to the mount's inode space (a snapshot under
-    /// `.zfs/snapshot`); returns its index. Its inodes are reachable once a
-    /// directory of file system 0 names its root.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn attach(&self, fs: Arc<dyn FileSystem>) -> PResult<usize> {
-        let mut fss = self.fss.write();
-        if fss.len() >= crate::MAX_FILESYSTEMS {
-            return Err(Errno::new(libc::ENOSPC, format!("a mount holds at most {} file systems", crate::MAX_FILESYSTEMS)));
-        }
-        fss.push(fs);
-        Ok(fss.len() - 1)
-    }
-}
 
 /// The `fuser::Filesystem` of one mount.
 pub struct Glue {
     pub table: Arc<FsTable>,
     pub known: Arc<Known>,
     pub opts: MountOptions,
+    pub dirs: DirHandles,
 }
 
 fn errno(e: Errno) -> FErrno {
@@ -141,8 +107,40 @@ fn fallocate_flags(mode: i32) -> PResult<FallocFlags> {
     })
 }
 
+
+/// Runs one call into the file system. A panic there (a bug) becomes `EIO`
+/// for this request: the caller gets an error instead of waiting forever
+/// for a reply, and the worker thread lives on to serve the next request.
+fn guarded<T>(f: impl FnOnce() -> PResult<T>) -> PResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+        Err(Errno::new(libc::EIO, format!("the file system panicked: {why}")))
+    })
+}
+
+/// The xattr size protocol: size 0 asks for the length; a buffer that is
+/// too small gets `ERANGE`.
+fn xattr_reply(v: &[u8], size: u32, reply: ReplyXattr) {
+    if size == 0 {
+        reply.size(v.len() as u32);
+    } else if v.len() > size as usize {
+        reply.error(FErrno::from_i32(libc::ERANGE));
+    } else {
+        reply.data(v);
+    }
+}
+
 fn exdev() -> Errno {
     Errno::new(libc::EXDEV, "the two inodes are in different file systems of this mount")
+}
+
+fn erofs(slot: &Slot) -> Errno {
+    Errno::new(libc::EROFS, format!("'{}': the .zfs directories are read-only", slot.name))
+}
+
+/// Whether an open with `flags` may change the file.
+fn opens_for_writing(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
 impl Glue {
@@ -150,9 +148,20 @@ impl Glue {
         self.opts.attr_ttl
     }
 
-    fn fattr(&self, fuse_ino: u64, a: &Attr) -> FileAttr {
+    fn open_flags(&self) -> FopenFlags {
+        // The page cache of a file stays valid across opens: only this mount
+        // changes the file, and changes behind its back (a rollback) are
+        // invalidated explicitly.
+        if self.opts.writeback_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    fn fattr(&self, nodeid: u64, a: &Attr) -> FileAttr {
         FileAttr {
-            ino: INodeNo(fuse_ino),
+            ino: INodeNo(nodeid),
             size: a.size,
             blocks: a.blocks,
             atime: system_time(a.atime),
@@ -170,64 +179,183 @@ impl Glue {
         }
     }
 
-    fn fuse_ino(&self, idx: usize, ino: Ino) -> PResult<u64> {
-        self.table.map.to_fuse(idx, ino).ok_or_else(|| Errno::new(libc::EOVERFLOW, format!("inode {ino} does not fit this mount's inode space")))
+    /// Runs `f` on the file system and inode of `nodeid` (guarded). `write`:
+    /// the call changes something, refused with `EROFS` in a read-only slot
+    /// and in the control directories (where nothing else applies either).
+    fn on<T>(&self, nodeid: u64, write: bool, f: impl FnOnce(&Entered, Ino) -> PResult<T>) -> PResult<T> {
+        guarded(|| {
+            let (slot, local) = self.table.resolve(nodeid)?;
+            if is_ctl(local) {
+                return Err(if write { erofs(&slot) } else { Errno::new(libc::EISDIR, format!("'{}': a .zfs directory", slot.name)) });
+            }
+            let e = self.table.enter(&slot)?;
+            if write {
+                e.writable()?;
+            }
+            let ino = e.ino(local)?;
+            f(&e, ino)
+        })
+    }
+
+    /// As `on`, for a call naming two inodes: both must be in one slot.
+    fn on2<T>(&self, a: u64, b: u64, write: bool, f: impl FnOnce(&Entered, Ino, Ino) -> PResult<T>) -> PResult<T> {
+        guarded(|| {
+            let (slot, la) = self.table.resolve(a)?;
+            let (other, lb) = self.table.resolve(b)?;
+            if slot.index != other.index {
+                return Err(exdev());
+            }
+            if is_ctl(la) || is_ctl(lb) {
+                return Err(erofs(&slot));
+            }
+            let e = self.table.enter(&slot)?;
+            if write {
+                e.writable()?;
+            }
+            let (ia, ib) = (e.ino(la)?, e.ino(lb)?);
+            f(&e, ia, ib)
+        })
+    }
+
+    /// `EBUSY` for removing or renaming `name` in directory `local` of
+    /// `slot` if the mount serves something else there.
+    fn not_served(&self, slot: &Slot, local: u64, name: &[u8]) -> PResult<()> {
+        if local != LOCAL_ROOT || !composed(self, slot, local) {
+            return Ok(());
+        }
+        let splice = self.table.splice.as_ref().expect("composed implies a splice");
+        let full = format!("{}/{}", slot.name, String::from_utf8_lossy(name));
+        if name == ZFS_DIR || self.table.find(&full).is_some() || splice.child(&slot.name, name)?.is_some() {
+            return Err(Errno::new(libc::EBUSY, format!("'{}' is a mountpoint in '{}'", String::from_utf8_lossy(name), slot.name)));
+        }
+        Ok(())
+    }
+
+    /// The node id and attributes (as shown) of inode `a` of an entered slot.
+    fn shown(&self, e: &Entered, mut a: Attr) -> PResult<(u64, Attr)> {
+        let nodeid = e.nodeid(a.ino)?;
+        if inode::split(nodeid).1 == LOCAL_ROOT {
+            a.gen = 0;
+        }
+        a.ino = nodeid;
+        Ok((nodeid, a))
     }
 
     /// Replies with a new entry: the kernel now holds one more reference.
-    fn entry(&self, idx: usize, parent: u64, name: &[u8], a: PResult<Attr>, reply: ReplyEntry) {
-        match a.and_then(|a| Ok((self.fuse_ino(idx, a.ino)?, a))) {
-            Ok((fino, a)) => {
-                self.known.looked_up(fino, parent, name);
-                reply.entry_with_ttls(&self.attr_ttl(), &self.opts.entry_ttl, &self.fattr(fino, &a), Generation(a.gen));
+    fn reply_entry(&self, parent: u64, name: &[u8], got: PResult<(u64, Attr)>, reply: ReplyEntry) {
+        match got {
+            Ok((nodeid, a)) => {
+                self.known.looked_up(nodeid, parent, name, a.gen);
+                reply.entry_with_ttls(&self.attr_ttl(), &self.opts.entry_ttl, &self.fattr(nodeid, &a), Generation(a.gen));
             }
             Err(e) => reply.error(errno(e)),
         }
     }
 
-    fn open_flags(&self) -> FopenFlags {
-        // The page cache of a file stays valid across opens: only this mount
-        // changes the file, and changes behind its back (a rollback) are
-        // invalidated explicitly.
-        if self.opts.writeback_cache {
-            FopenFlags::FOPEN_KEEP_CACHE
-        } else {
-            FopenFlags::empty()
+    /// A creating call in directory `parent` (write access), its result shown.
+    fn creating(&self, parent: u64, f: impl FnOnce(&Entered, Ino) -> PResult<Attr>) -> PResult<(u64, Attr)> {
+        self.on(parent, true, |e, p| {
+            let a = f(e, p)?;
+            self.shown(e, a)
+        })
+    }
+
+    /// LOOKUP: the mount's own names first (they shadow the file system's).
+    fn find(&self, parent: u64, name: &[u8]) -> PResult<(u64, Attr)> {
+        let (slot, local) = self.table.resolve(parent)?;
+        let splice = self.table.splice.as_ref();
+        match local {
+            LOCAL_ZFS if name == SNAPSHOT_DIR => return Ok((inode::nodeid(slot.index, LOCAL_SNAPDIR), self.ctl_attr(&slot, LOCAL_SNAPDIR)?)),
+            LOCAL_ZFS => return Err(Errno::new(libc::ENOENT, format!("'{}/.zfs' holds only 'snapshot'", slot.name))),
+            LOCAL_SNAPDIR => {
+                let splice = splice.ok_or_else(|| Errno::new(libc::ENOENT, "no snapshots here"))?;
+                let full = format!("{}@{}", slot.name, String::from_utf8_lossy(name));
+                if self.table.find(&full).is_none() && !splice.has_snapshot(&slot.name, name)? {
+                    return Err(Errno::new(libc::ENOENT, format!("no snapshot '{}'", full)));
+                }
+                return self.slot_root(&slot, local, name, &full);
+            }
+            LOCAL_ROOT if composed(self, &slot, local) => {
+                if name == ZFS_DIR {
+                    return Ok((inode::nodeid(slot.index, LOCAL_ZFS), self.ctl_attr(&slot, LOCAL_ZFS)?));
+                }
+                // A child served here already keeps being served (a
+                // rollback holding it back from new mounts waits in its
+                // slot instead); else the splice says whether one is.
+                let known = format!("{}/{}", slot.name, String::from_utf8_lossy(name));
+                let full = match self.table.find(&known) {
+                    Some(_) => Some(known),
+                    None => splice.expect("composed implies a splice").child(&slot.name, name)?,
+                };
+                if let Some(full) = full {
+                    return self.slot_root(&slot, local, name, &full);
+                }
+            }
+            _ => {}
+        }
+        let e = self.table.enter(&slot)?;
+        let a = e.fs().lookup(e.ino(local)?, name)?;
+        self.shown(&e, a)
+    }
+
+    /// The root of the slot serving `full` (opening it).
+    fn slot_root(&self, slot: &Slot, local: u64, name: &[u8], full: &str) -> PResult<(u64, Attr)> {
+        let child = self.slot_for(slot, local, name, full)?;
+        let a = self.root_attr(&child, true)?.expect("opened");
+        Ok((child.root_nodeid(), a))
+    }
+
+    fn getattr_of(&self, nodeid: u64) -> PResult<Attr> {
+        let (slot, local) = self.table.resolve(nodeid)?;
+        if is_ctl(local) {
+            return self.ctl_attr(&slot, local);
+        }
+        let e = self.table.enter(&slot)?;
+        let a = e.fs().getattr(e.ino(local)?)?;
+        Ok(self.shown(&e, a)?.1)
+    }
+
+    fn open_dir(&self, nodeid: u64) -> PResult<u64> {
+        let (slot, local) = self.table.resolve(nodeid)?;
+        if !composed(self, &slot, local) {
+            return Ok(0);
+        }
+        let x = self.extras(&slot, local)?;
+        Ok(self.dirs.insert(x))
+    }
+
+    /// Fills a READDIR or READDIRPLUS reply from as many batches as fit.
+    fn fill(&self, nodeid: u64, fh: u64, offset: u64, plus: bool, mut add: impl FnMut(Listed) -> bool) -> PResult<()> {
+        let mut cookie = offset;
+        loop {
+            let (batch, next) = self.list_batch(nodeid, fh, cookie, plus)?;
+            for l in batch {
+                if add(l) {
+                    return Ok(());
+                }
+            }
+            match next {
+                Some(c) if c != cookie => cookie = c,
+                _ => return Ok(()),
+            }
         }
     }
 
-    fn readdir_plus(&self, ino: u64, offset: u64, reply: &mut ReplyDirectoryPlus) -> PResult<()> {
-        let (fs, idx, local) = self.table.resolve(ino)?;
-        for (e, a) in fs.readdirplus(local, offset, READDIRPLUS_BATCH)? {
-            let fino = self.fuse_ino(idx, e.ino)?;
-            let dots = e.name == b"." || e.name == b"..";
-            if reply.add(INodeNo(fino), e.cookie, OsStr::from_bytes(&e.name), &self.attr_ttl(), &self.fattr(fino, &a), Generation(a.gen)) {
-                break;
-            }
-            // The kernel takes a reference for every entry but "." and "..".
-            if !dots {
-                self.known.looked_up(fino, ino, &e.name);
-            }
+    fn statfs_of(&self, nodeid: u64) -> PResult<tarn_engine::posix::StatFs> {
+        let (slot, _) = self.table.resolve(nodeid)?;
+        let e = self.table.enter(&slot)?;
+        let s = e.fs().statfs()?;
+        match (&self.table.splice, slot.kind) {
+            (Some(sp), crate::table::Kind::Dataset) => Ok(sp.statfs(&slot.name, s)),
+            _ => Ok(s),
         }
-        Ok(())
     }
 }
 
-/// Runs one call into the file system. A panic there (a bug) becomes `EIO`
-/// for this request: the caller gets an error instead of waiting forever
-/// for a reply, and the worker thread lives on to serve the next request.
-fn guarded<T>(f: impl FnOnce() -> PResult<T>) -> PResult<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let why = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
-        Err(Errno::new(libc::EIO, format!("the file system panicked: {why}")))
-    })
-}
-
-/// Evaluates a file-system call (guarded), or replies with its error and
-/// returns from the handler.
+/// Evaluates a call, or replies with its error and returns from the handler.
 macro_rules! try_reply {
     ($reply:expr, $e:expr) => {
-        match guarded(|| $e) {
+        match $e {
             Ok(v) => v,
             Err(e) => return $reply.error(errno(e)),
         }
@@ -257,17 +385,19 @@ impl Filesystem for Glue {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        self.entry(idx, parent.0, name.as_bytes(), guarded(|| fs.lookup(p, name.as_bytes())), reply);
+        self.reply_entry(parent.0, name.as_bytes(), guarded(|| self.find(parent.0, name.as_bytes())), reply);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.known.forget(ino.0, nlookup);
+        if self.known.forget(ino.0, nlookup) {
+            if let Ok((slot, local)) = self.table.resolve(ino.0) {
+                slot.forgotten(local);
+            }
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        let a = try_reply!(reply, fs.getattr(local));
+        let a = try_reply!(reply, guarded(|| self.getattr_of(ino.0)));
         reply.attr(&self.attr_ttl(), &self.fattr(ino.0, &a));
     }
 
@@ -289,91 +419,106 @@ impl Filesystem for Glue {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
         // With the write-back cache the kernel owns mtime and ctime and
         // sends them here when it flushes a file.
         let set = SetAttr { mode, uid, gid, size, atime: atime.map(time_or_now), mtime: mtime.map(time_or_now), ctime: ctime.map(timespec) };
-        let a = try_reply!(reply, fs.setattr(&caller(req), local, &set));
+        let (_, a) = try_reply!(reply, self.on(ino.0, true, |e, i| self.shown(e, e.fs().setattr(&caller(req), i, &set)?)));
         reply.attr(&self.attr_ttl(), &self.fattr(ino.0, &a));
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        let t = try_reply!(reply, fs.readlink(local));
+        let t = try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().readlink(i)));
         reply.data(&t);
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, rdev: u32, reply: ReplyEntry) {
-        let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        self.entry(idx, parent.0, name.as_bytes(), guarded(|| fs.mknod(&caller(req), p, name.as_bytes(), mode, rdev)), reply);
+        let got = self.creating(parent.0, |e, p| e.fs().mknod(&caller(req), p, name.as_bytes(), mode, rdev));
+        self.reply_entry(parent.0, name.as_bytes(), got, reply);
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
-        let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        self.entry(idx, parent.0, name.as_bytes(), guarded(|| fs.mkdir(&caller(req), p, name.as_bytes(), mode)), reply);
+        let got = self.creating(parent.0, |e, p| e.fs().mkdir(&caller(req), p, name.as_bytes(), mode));
+        self.reply_entry(parent.0, name.as_bytes(), got, reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (fs, _, p) = try_reply!(reply, self.table.resolve(parent.0));
-        try_reply!(reply, fs.unlink(&caller(req), p, name.as_bytes()));
+        try_reply!(
+            reply,
+            self.on(parent.0, true, |e, p| {
+                self.not_served(e.slot, inode::split(parent.0).1, name.as_bytes())?;
+                e.fs().unlink(&caller(req), p, name.as_bytes())
+            })
+        );
         reply.ok();
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (fs, _, p) = try_reply!(reply, self.table.resolve(parent.0));
-        try_reply!(reply, fs.rmdir(&caller(req), p, name.as_bytes()));
+        try_reply!(
+            reply,
+            self.on(parent.0, true, |e, p| {
+                self.not_served(e.slot, inode::split(parent.0).1, name.as_bytes())?;
+                e.fs().rmdir(&caller(req), p, name.as_bytes())
+            })
+        );
         reply.ok();
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        let a = guarded(|| fs.symlink(&caller(req), p, link_name.as_bytes(), target.as_os_str().as_bytes()));
-        self.entry(idx, parent.0, link_name.as_bytes(), a, reply);
+        let got = self.creating(parent.0, |e, p| e.fs().symlink(&caller(req), p, link_name.as_bytes(), target.as_os_str().as_bytes()));
+        self.reply_entry(parent.0, link_name.as_bytes(), got, reply);
     }
 
     fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: fuser::RenameFlags, reply: ReplyEmpty) {
-        let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
-        let (_, nidx, np) = try_reply!(reply, self.table.resolve(newparent.0));
-        if idx != nidx {
-            return reply.error(errno(exdev()));
-        }
         let bits = flags.bits();
         if bits & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
             return reply.error(FErrno::from_i32(libc::EINVAL));
         }
         let f = RenameFlags { noreplace: bits & libc::RENAME_NOREPLACE != 0, exchange: bits & libc::RENAME_EXCHANGE != 0 };
-        try_reply!(reply, fs.rename(&caller(req), p, name.as_bytes(), np, newname.as_bytes(), f));
+        try_reply!(
+            reply,
+            self.on2(parent.0, newparent.0, true, |e, p, np| {
+                self.not_served(e.slot, inode::split(parent.0).1, name.as_bytes())?;
+                self.not_served(e.slot, inode::split(newparent.0).1, newname.as_bytes())?;
+                e.fs().rename(&caller(req), p, name.as_bytes(), np, newname.as_bytes(), f)
+            })
+        );
         reply.ok();
     }
 
     fn link(&self, req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        let (fs, idx, local) = try_reply!(reply, self.table.resolve(ino.0));
-        let (_, nidx, np) = try_reply!(reply, self.table.resolve(newparent.0));
-        if idx != nidx {
-            return reply.error(errno(exdev()));
-        }
-        self.entry(idx, newparent.0, newname.as_bytes(), guarded(|| fs.link(&caller(req), local, np, newname.as_bytes())), reply);
+        let got = self.on2(ino.0, newparent.0, true, |e, i, np| self.shown(e, e.fs().link(&caller(req), i, np, newname.as_bytes())?));
+        self.reply_entry(newparent.0, newname.as_bytes(), got, reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        try_reply!(reply, fs.open(local));
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        try_reply!(
+            reply,
+            self.on(ino.0, opens_for_writing(flags.0), |e, i| {
+                e.fs().open(i)?;
+                self.known.opened(ino.0);
+                Ok(())
+            })
+        );
         reply.opened(FileHandle(0), self.open_flags());
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
-        let (fs, idx, p) = try_reply!(reply, self.table.resolve(parent.0));
         let mode = (mode & !libc::S_IFMT) | libc::S_IFREG;
-        let a = try_reply!(reply, fs.mknod(&caller(req), p, name.as_bytes(), mode, 0));
-        let fino = try_reply!(reply, self.fuse_ino(idx, a.ino));
-        try_reply!(reply, fs.open(a.ino));
-        self.known.looked_up(fino, parent.0, name.as_bytes());
-        reply.created(&self.attr_ttl(), &self.fattr(fino, &a), Generation(a.gen), FileHandle(0), self.open_flags());
+        let (nodeid, a) = try_reply!(
+            reply,
+            self.creating(parent.0, |e, p| {
+                let a = e.fs().mknod(&caller(req), p, name.as_bytes(), mode, 0)?;
+                e.fs().open(a.ino)?;
+                Ok(a)
+            })
+        );
+        self.known.looked_up(nodeid, parent.0, name.as_bytes(), a.gen);
+        self.known.opened(nodeid);
+        reply.created(&self.attr_ttl(), &self.fattr(nodeid, &a), Generation(a.gen), FileHandle(0), self.open_flags());
     }
 
     fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lo: Option<LockOwner>, reply: ReplyData) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        let d = try_reply!(reply, fs.read(local, offset, size));
+        let d = try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().read(i, offset, size)));
         reply.data(&d);
     }
 
@@ -389,8 +534,7 @@ impl Filesystem for Glue {
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        let n = try_reply!(reply, fs.write(&caller(req), local, offset, data));
+        let n = try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().write(&caller(req), i, offset, data)));
         reply.written(n);
     }
 
@@ -404,69 +548,94 @@ impl Filesystem for Glue {
     }
 
     fn release(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, _lo: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        try_reply!(reply, fs.release(local));
+        self.known.released(ino.0);
+        try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().release(i)));
         reply.ok();
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        try_reply!(reply, fs.fsync(local, datasync));
+        try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().fsync(i, datasync)));
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let fh = try_reply!(reply, guarded(|| self.open_dir(ino.0)));
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.dirs.remove(fh.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        try_reply!(reply, fs.fsync(local, datasync));
-        reply.ok();
-    }
-
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let (fs, idx, local) = try_reply!(reply, self.table.resolve(ino.0));
-        for e in try_reply!(reply, fs.readdir(local, offset, READDIR_BATCH)) {
-            let fino = try_reply!(reply, self.fuse_ino(idx, e.ino));
-            if reply.add(INodeNo(fino), e.cookie, file_type(e.kind), OsStr::from_bytes(&e.name)) {
-                break;
-            }
+        if is_ctl(inode::split(ino.0).1) {
+            return reply.ok();
         }
+        try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().fsync(i, datasync)));
         reply.ok();
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        match guarded(|| self.readdir_plus(ino.0, offset, &mut reply)) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        try_reply!(reply, guarded(|| self.fill(ino.0, fh.0, offset, false, |l| reply.add(INodeNo(l.nodeid), l.cookie, file_type(l.kind), OsStr::from_bytes(&l.name)))));
+        reply.ok();
+    }
+
+    fn readdirplus(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let res = guarded(|| {
+            self.fill(ino.0, fh.0, offset, true, |l| {
+                // An unopened child's root: made-up attributes, valid for 0 s.
+                let (a, ttl) = match l.attr {
+                    Some(a) => (a, self.attr_ttl()),
+                    None => (crate::listing::made_up_dir(l.nodeid), Duration::ZERO),
+                };
+                if reply.add(INodeNo(l.nodeid), l.cookie, OsStr::from_bytes(&l.name), &ttl, &self.fattr(l.nodeid, &a), Generation(a.gen)) {
+                    return true;
+                }
+                // The kernel takes a reference for every entry but "." and "..".
+                if l.name != b"." && l.name != b".." {
+                    self.known.looked_up(l.nodeid, ino.0, &l.name, a.gen);
+                }
+                false
+            })
+        });
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let (fs, _, _) = try_reply!(reply, self.table.resolve(ino.0));
-        let s = try_reply!(reply, fs.statfs());
+        let s = try_reply!(reply, guarded(|| self.statfs_of(ino.0)));
         reply.statfs(s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize);
     }
 
     fn setxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
         let how = match flags {
             0 => XattrSet::Any,
             libc::XATTR_CREATE => XattrSet::Create,
             libc::XATTR_REPLACE => XattrSet::Replace,
             _ => return reply.error(FErrno::from_i32(libc::EINVAL)),
         };
-        try_reply!(reply, fs.setxattr(&caller(req), local, name.as_bytes(), value, how));
+        try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().setxattr(&caller(req), i, name.as_bytes(), value, how)));
         reply.ok();
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        let v = try_reply!(reply, fs.getxattr(local, name.as_bytes()));
+        if is_ctl(inode::split(ino.0).1) {
+            return reply.error(FErrno::from_i32(libc::ENODATA));
+        }
+        let v = try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().getxattr(i, name.as_bytes())));
         xattr_reply(&v, size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
+        if is_ctl(inode::split(ino.0).1) {
+            return xattr_reply(&[], size, reply);
+        }
+        let names = try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().listxattr(i)));
         let mut list = Vec::new();
-        for n in try_reply!(reply, fs.listxattr(local)) {
+        for n in names {
             list.extend_from_slice(&n);
             list.push(0);
         }
@@ -474,15 +643,13 @@ impl Filesystem for Glue {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
-        try_reply!(reply, fs.removexattr(&caller(req), local, name.as_bytes()));
+        try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().removexattr(&caller(req), i, name.as_bytes())));
         reply.ok();
     }
 
     fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        let (fs, _, local) = try_reply!(reply, self.table.resolve(ino.0));
         let flags = try_reply!(reply, fallocate_flags(mode));
-        try_reply!(reply, fs.fallocate(local, offset, length, flags));
+        try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().fallocate(i, offset, length, flags)));
         reply.ok();
     }
 
@@ -502,51 +669,20 @@ impl Filesystem for Glue {
         if flags.bits() != 0 {
             return reply.error(FErrno::from_i32(libc::EINVAL));
         }
-        let (fs, idx, a) = try_reply!(reply, self.table.resolve(ino_in.0));
-        let (_, oidx, b) = try_reply!(reply, self.table.resolve(ino_out.0));
-        if idx != oidx {
-            return reply.error(errno(exdev()));
-        }
         // The reply carries a 32-bit count: copy at most 1 GiB per request
         // (copy_file_range(2) may return short; callers loop). The file
         // system shares whole records (block cloning) and copies the rest;
         // the kernel has written back both ranges' dirty pages before this
         // request and drops the destination's cached pages after it.
         let len = len.min(1 << 30);
-        let n = try_reply!(reply, fs.copy_file_range(a, offset_in, b, offset_out, len));
+        let n = try_reply!(reply, self.on2(ino_in.0, ino_out.0, true, |e, a, b| e.fs().copy_file_range(a, offset_in, b, offset_out, len)));
         reply.written(n as u32);
-    }
-}
-
-/// The xattr size protocol: size 0 asks for the length; a buffer that is
-/// too small gets `ERANGE`.
-fn xattr_reply(v: &[u8], size: u32, reply: ReplyXattr) {
-    if size == 0 {
-        reply.size(v.len() as u32);
-    } else if v.len() > size as usize {
-        reply.error(FErrno::from_i32(libc::ERANGE));
-    } else {
-        reply.data(v);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemFs;
-
-    #[test]
-    fn inodes_resolve_to_their_file_system() {
-        let (a, b): (Arc<dyn FileSystem>, Arc<dyn FileSystem>) = (Arc::new(MemFs::new()), Arc::new(MemFs::new()));
-        let t = FsTable::new(a.clone());
-        assert_eq!(t.attach(b.clone()).expect("room"), 1);
-        let (fs, idx, ino) = t.resolve(1).expect("the root");
-        assert!(Arc::ptr_eq(&fs, &a) && idx == 0 && ino == a.root());
-        let snap_root = t.map.to_fuse(1, b.root()).expect("fits");
-        let (fs, idx, ino) = t.resolve(snap_root).expect("attached");
-        assert!(Arc::ptr_eq(&fs, &b) && idx == 1 && ino == b.root());
-        assert!(matches!(t.resolve(t.map.to_fuse(2, 5).expect("fits")), Err(e) if e.errno == libc::ESTALE));
-    }
 
     #[test]
     fn times_round_trip() {

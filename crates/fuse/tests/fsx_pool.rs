@@ -4,7 +4,8 @@
 //! writes, copy_file_range between two files — half of them of whole
 //! records at record offsets from a synced source, which the pool serves
 //! by block cloning — fsyncs and reopens, and snapshots taken and rolled
-//! back in between. Every read is checked
+//! back in between, under the mount with files open
+//! (`MountHandle::replace`). Every read is checked
 //! against an in-memory model, byte for byte; a rollback restores the
 //! model as of its snapshot.
 //!
@@ -19,7 +20,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tarn_engine::posix::{PosixFs, PosixOptions};
+use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::{CreateOptions, Pool};
 use common::{open, Rng};
@@ -65,7 +66,7 @@ fn run(seed: u64, ops: usize) {
     let root_props = if seed % 2 == 1 { vec![("compression".to_string(), "off".to_string())] } else { vec![] };
     let opts = CreateOptions { root_props, ..Default::default() };
     let pool = Pool::create_on("fsx", vec![("mem0".into(), dev)], vec![], &opts).unwrap();
-    let mut h = mount_root(&pool, &dir);
+    let h = mount_root(&pool, &dir);
     for n in FILES {
         File::create(dir.join(n)).unwrap();
     }
@@ -210,17 +211,25 @@ fn run(seed: u64, ops: usize) {
                 n_snap += 1;
             }
             _ if !snaps.is_empty() => {
-                // Roll back to a random snapshot: unmount, roll back (and
-                // destroy later snapshots), mount a fresh POSIX layer.
+                // Roll back to a random snapshot under the mount, files
+                // open (OpenZFS's suspend/resume): the mount holds its
+                // requests back while the dataset is rolled back (and the
+                // later snapshots destroyed) and a fresh POSIX layer opened
+                // on it. Handles opened before keep working if their file
+                // is unchanged (else EIO); fresh ones see the snapshot.
                 let i = rng.below(snaps.len() as u64) as usize;
-                drop(std::mem::take(&mut files));
-                h.unmount().expect("unmount before rollback");
                 let (name, saved) = snaps[i].clone();
-                pool.datasets().rollback_destroying_later(&name).unwrap();
+                let old = std::mem::take(&mut files);
+                let (ds, root) = (pool.datasets().clone(), pool.root().clone());
+                let reopen = || -> tarn_engine::Result<Option<Arc<dyn FileSystem>>> {
+                    ds.rollback_destroying_later(&name)?;
+                    Ok(Some(PosixFs::open(root, PosixOptions::default())?))
+                };
+                h.replace("fsx-pool", reopen).expect("rollback under the mount").expect("served by this mount");
                 snaps.truncate(i + 1);
                 models = saved;
-                h = mount_root(&pool, &dir);
                 files = FILES.iter().map(|n| open(&dir.join(n))).collect();
+                drop(old);
                 n_rollback += 1;
             }
             _ => {}

@@ -2,6 +2,8 @@
 //! directory and driven with std::fs and libc, as any program would.
 //! Each test skips (with a printed reason) where /dev/fuse is unavailable.
 
+mod common;
+
 use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -25,12 +27,7 @@ struct Mounted {
 impl Mounted {
     /// `MemFs` (after `setup`) mounted in a fresh directory, or `None` to skip.
     fn new(name: &str, setup: impl FnOnce(&MemFs)) -> Option<Mounted> {
-        if let Some(why) = tarn_fuse::unavailable() {
-            eprintln!("skipping {name}: {why}");
-            return None;
-        }
-        let dir = std::env::temp_dir().join(format!("tarn-fuse-{}-{}", name, std::process::id()));
-        let _ = fs::create_dir_all(&dir);
+        let dir = common::mount_dir("tarn-fuse", name)?;
         let fs = Arc::new(MemFs::new());
         setup(&fs);
         let handle = mount(fs.clone(), &dir, &MountOptions { fsname: format!("memfs-{name}"), ..Default::default() }).expect("mount MemFs");

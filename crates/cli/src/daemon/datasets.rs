@@ -15,19 +15,32 @@
 //! not exist` — one line naming the dataset.
 //!
 //! Mounts follow the dataset (see `mounts`, "Which datasets are mounted"):
-//! a dataset created or cloned with a mountpoint of its own is mounted; a
-//! destroy unmounts first (busy fails unless `-f`); `set`/`inherit` of
-//! `mountpoint` or `canmount` remounts or unmounts; rename moves the
-//! mounts; rollback refreshes the kernel's view of a mounted dataset
-//! ([`mounts::after_rollback`]).
+//! a dataset created or cloned with a mountpoint of its own is mounted, one
+//! with an inherited mountpoint appears inside its parent's mount (the
+//! kernel is told to look again: [`mounts::refresh`]), and so does a new
+//! snapshot under `.zfs/snapshot`; a destroy unmounts first, also what is
+//! served inside other mounts (busy fails with "dataset is busy" unless
+//! `-f`); `set`/`inherit` of `mountpoint` or `canmount` remounts or
+//! unmounts, of `readonly` applies at once; rename moves the mounts.
+//! Destroy, rename and rollback hold the dataset (`served::Served::hold`)
+//! so that no mount opens it again while they run.
+//!
+//! Rollback of a mounted file system keeps it mounted, as OpenZFS does
+//! with `zfs_suspend_fs`/`zfs_resume_fs`: the mount serving it
+//! ([`tarn_fuse::MountHandle::replace`]) writes back and drops the kernel's
+//! caches, holds every request back, the dataset layer rolls the object
+//! set back, a new POSIX file system is opened on it, files that still
+//! exist keep working through open handles, and the rest fail with `EIO`.
 
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
 use tarn_engine::dataset::{Datasets, Op, Types};
 use tarn_engine::{Error, ErrorKind, Result};
 
 use super::state::{Out, State};
-use super::{dslist, mounts};
+use super::{dslist, log, mounts};
 use crate::pool_cmd::split_assignments;
 
 #[derive(Debug, Subcommand, Serialize, Deserialize)]
@@ -120,6 +133,13 @@ pub fn datasets_of<'a>(st: &'a mut State, name: &str, out: &mut Out) -> Result<&
     }
 }
 
+/// As `datasets_of`, shared (for work done without the state lock held
+/// by the borrow, such as a rollback inside a mount).
+pub fn dsl_of(st: &mut State, name: &str, out: &mut Out) -> Result<Arc<Datasets>> {
+    datasets_of(st, name, out)?;
+    Ok(st.pools.get(pool_of(name)).expect("live: datasets_of made it so").pool.datasets().clone())
+}
+
 /// `cannot VERB 'NAME': why` with the engine's wording made zfs-like.
 fn cannot(verb: &str, name: &str, e: Error) -> Error {
     let why = if e.msg.contains("does not exist") && e.kind == ErrorKind::NotFound {
@@ -181,6 +201,7 @@ fn create(st: &mut State, parents: bool, props: Vec<String>, names: Vec<String>,
     for n in &names {
         mounts::auto_mount(st, n, out);
     }
+    mounts::refresh(st, &names);
     Ok(())
 }
 
@@ -201,6 +222,9 @@ fn inherit(st: &mut State, recursive: bool, prop: &str, dataset: &str, out: &mut
 
 /// Mount consequences of a property change on `dataset` (and below it).
 fn after_prop_change(st: &mut State, prop: &str, dataset: &str, out: &mut Out) -> Result<()> {
+    if prop == "readonly" {
+        mounts::readonly_changed(st, dataset);
+    }
     if prop != "mountpoint" && prop != "canmount" {
         return Ok(());
     }
@@ -212,6 +236,7 @@ fn after_prop_change(st: &mut State, prop: &str, dataset: &str, out: &mut Out) -
         mounts::remount_default(st, m, out);
     }
     mounts::auto_mount(st, dataset, out);
+    mounts::refresh(st, &[dataset]);
     Ok(())
 }
 
@@ -232,21 +257,47 @@ fn snapshot(st: &mut State, recursive: bool, snapshots: Vec<String>, out: &mut O
             ops.push((name.clone(), Op::Snapshot { name }));
         }
     }
-    run_ops(ds, "create snapshot", ops)
+    let names: Vec<String> = ops.iter().map(|(n, _)| n.clone()).collect();
+    run_ops(ds, "create snapshot", ops)?;
+    mounts::refresh(st, &names);
+    Ok(())
 }
 
 fn rollback(st: &mut State, recursive: bool, snapshot: &str, out: &mut Out) -> Result<()> {
-    let ds = datasets_of(st, snapshot, out)?;
+    let dsl = dsl_of(st, snapshot, out)?;
     let Some((fs, _)) = snapshot.split_once('@') else {
         return Err(Error::invalid(format!("cannot rollback '{}': not a snapshot name (DATASET@SNAP)", snapshot)));
     };
-    let res = if recursive { ds.rollback_destroying_later(snapshot) } else { ds.rollback(snapshot) };
-    res.map_err(|e| match e.msg.find(" is not the latest snapshot") {
-        Some(_) => Error::new(e.kind, format!("cannot rollback to '{}': more recent snapshots exist (use -r to destroy them)", snapshot)),
-        None => cannot("rollback to", snapshot, e),
-    })?;
-    if let Some(h) = st.mounts.get(fs) {
-        mounts::after_rollback(fs, h);
+    // `-r` destroys the later snapshots: what serves them goes first.
+    let mut holds = Vec::new();
+    if recursive && dsl.exists(snapshot) {
+        let all = dsl.names(fs, false, Types::SNAPSHOTS).map_err(|e| cannot("rollback to", snapshot, e))?;
+        for later in all.iter().skip_while(|n| n.as_str() != snapshot).skip(1) {
+            holds.push(st.served.hold(later));
+            mounts::unmount_below(st, later, false).map_err(|e| Error::new(e.kind, format!("cannot rollback to '{}': '{}' is busy ({})", snapshot, later, e.msg)))?;
+        }
+    }
+    holds.push(st.served.hold(fs));
+    let run = || -> Result<()> {
+        let res = if recursive { dsl.rollback_destroying_later(snapshot) } else { dsl.rollback(snapshot) };
+        res.map_err(|e| match e.msg.find(" is not the latest snapshot") {
+            Some(_) => Error::new(e.kind, format!("cannot rollback to '{}': more recent snapshots exist (use -r to destroy them)", snapshot)),
+            None => cannot("rollback to", snapshot, e),
+        })
+    };
+    let Some(h) = mounts::serving(st, fs) else { return run() };
+    let served = st.served.clone();
+    let reopen = || {
+        run()?;
+        // The test hook's MemFs has no pool state to reload.
+        if served.is_memfs() {
+            return Ok(None);
+        }
+        served.filesystem(&dsl, fs).map(Some)
+    };
+    let kept = h.replace(fs, reopen)?;
+    if let Some((survived, stale)) = kept {
+        log(&format!("rolled back '{}' mounted on '{}': {} inodes the kernel holds kept, {} now stale", fs, h.dir().display(), survived, stale));
     }
     Ok(())
 }
@@ -259,6 +310,7 @@ fn clone(st: &mut State, props: Vec<String>, origin: &str, name: &str, out: &mut
     }
     run_ops(ds, "create", vec![(name.to_string(), Op::Clone { origin: origin.to_string(), name: name.to_string(), props })])?;
     mounts::auto_mount(st, name, out);
+    mounts::refresh(st, &[name]);
     Ok(())
 }
 
@@ -270,6 +322,7 @@ fn destroy(st: &mut State, recursive: bool, force: bool, target: &str, out: &mut
     if target == pool_of(target) {
         return Err(Error::invalid(format!("cannot destroy '{}': the pool's root dataset goes with the pool ('tarn pool destroy')", target)));
     }
+    let _hold = st.served.hold(target);
     let unmounted = match mounts::unmount_below(st, target, force) {
         Ok(u) => u,
         Err(e) if e.kind == ErrorKind::Busy => return Err(Error::new(ErrorKind::Busy, format!("cannot destroy '{}': dataset is busy ({}; -f forces)", target, e.msg))),
@@ -283,7 +336,7 @@ fn destroy(st: &mut State, recursive: bool, force: bool, target: &str, out: &mut
         }
         return Err(cannot("destroy", target, e));
     }
-    st.forget_filesystems(target);
+    st.served.forget_filesystems(target);
     Ok(())
 }
 
@@ -295,15 +348,19 @@ fn rename(st: &mut State, from: &str, to: &str, out: &mut Out) -> Result<()> {
     if !ds.exists(from) {
         return Err(Error::not_found(format!("cannot rename '{}': dataset does not exist", from)));
     }
+    let hold = st.served.hold(from);
     let unmounted = mounts::unmount_below(st, from, false).map_err(|e| Error::new(e.kind, format!("cannot rename '{}': dataset is busy ({})", from, e.msg)))?;
     let ds = datasets_of(st, from, out)?;
     let res = ds.rename(from, to).map_err(|e| cannot("rename", from, e));
+    if res.is_ok() {
+        st.served.rename_filesystems(from, to);
+    }
+    drop(hold);
     let new_name = |m: &str| if res.is_ok() { format!("{}{}", to, &m[from.len()..]) } else { m.to_string() };
     for m in &unmounted {
-        let n = new_name(m);
-        st.rename_filesystem(m, &n);
-        mounts::remount_default(st, &n, out);
+        mounts::remount_default(st, &new_name(m), out);
     }
+    mounts::refresh(st, &[new_name(from)]);
     res
 }
 

@@ -6,6 +6,11 @@
 //! re-sorts stably by one property. Sizes are human-readable (`fmt::size`)
 //! unless `-p`; `-H` prints tab-separated rows without a header.
 //!
+//! `mounted` is the daemon's, not the dataset layer's: `yes` when the
+//! dataset can be reached now — on a mount of its own, inside its parent's
+//! mount (opened there or not yet), or, for a snapshot, open under
+//! `.zfs/snapshot` or mounted with `tarn mount SNAP DIR` (`mounts::Reach`).
+//!
 //! Cost: `list -o name` asks the dataset layer for names only (no property
 //! is computed), so listing 40,000 datasets reads their records once; any
 //! other column computes every property of every dataset listed. `get` of
@@ -13,10 +18,11 @@
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use tarn_engine::dataset::{DatasetInfo, DatasetKind, Types};
+use tarn_engine::dataset::{DatasetInfo, DatasetKind, PropValue, Source, Types};
 use tarn_engine::{tunables::parse_size, Error, Result};
 
-use super::datasets::datasets_of;
+use super::datasets::{datasets_of, dsl_of};
+use super::mounts::Reach;
 use super::state::{Out, State};
 use crate::cache::Cache;
 use crate::fmt;
@@ -172,6 +178,12 @@ pub fn list(st: &mut State, a: ListArgs, out: &mut Out) -> Result<()> {
             infos.extend(got);
         }
     }
+    if a.json || fields.iter().any(|f| f == "mounted") || a.sort.as_deref() == Some("mounted") {
+        let reach = Reach::new(st);
+        for i in &mut infos {
+            i.props.push(("mounted".to_string(), mounted(&reach, &i.name)));
+        }
+    }
     if let Some(p) = &a.sort {
         let p = canonical(p);
         let key = |i: &DatasetInfo| if p == "name" { Some(i.name.clone()) } else { i.prop(p).map(|v| v.value.clone()) };
@@ -197,6 +209,11 @@ pub fn list(st: &mut State, a: ListArgs, out: &mut Out) -> Result<()> {
     Ok(())
 }
 
+/// The `mounted` property (see the module comment).
+fn mounted(reach: &Reach, name: &str) -> PropValue {
+    PropValue { value: if reach.path(name).is_some() { "yes" } else { "no" }.to_string(), source: Source::None }
+}
+
 fn column(i: &DatasetInfo, field: &str, parsable: bool) -> Result<String> {
     let p = canonical(field);
     if p == "name" {
@@ -216,21 +233,29 @@ pub fn get(st: &mut State, a: GetArgs, out: &mut Out) -> Result<()> {
     }
     let mut rows = Vec::new();
     for root in &a.datasets {
-        let ds = datasets_of(st, root, out)?;
+        let ds = dsl_of(st, root, out)?;
         let cannot = |e: Error| Error::new(e.kind, format!("cannot open '{}': {}", root, if e.msg.contains("does not exist") { "dataset does not exist" } else { &e.msg }));
         let mut targets = if a.recursive { ds.names(root, true, Types::ALL).map_err(cannot)? } else { vec![root.clone()] };
         sort_hierarchically(&mut targets, |n| n.as_str());
+        let reach = Reach::new(st);
         for t in &targets {
             let props = if a.props == "all" {
-                ds.get_all(t).map_err(cannot)?
+                let mut v = ds.get_all(t).map_err(cannot)?;
+                v.push(("mounted".to_string(), PropValue { value: String::new(), source: Source::None }));
+                v
             } else {
                 let mut v = Vec::new();
-                for p in a.props.split(',') {
-                    let value = ds.get(t, canonical(p)).map_err(|e| if e.msg.contains("unknown property") { bad_property(p) } else { cannot(e) })?;
-                    v.push((canonical(p).to_string(), value));
+                for p in a.props.split(',').map(canonical) {
+                    let value = if p == "mounted" {
+                        ds.get(t, "type").map_err(cannot)?
+                    } else {
+                        ds.get(t, p).map_err(|e| if e.msg.contains("unknown property") { bad_property(p) } else { cannot(e) })?
+                    };
+                    v.push((p.to_string(), value));
                 }
                 v
             };
+            let props: Vec<(String, PropValue)> = props.into_iter().map(|(p, v)| if p == "mounted" { (p, mounted(&reach, t)) } else { (p, v) }).collect();
             for (p, v) in props {
                 let cell = |f: &String| match f.as_str() {
                     "name" => t.clone(),

@@ -35,8 +35,11 @@
 //! One module per command family handles its [`proto::Command`] variant:
 //! `pools` (pool create/import/export/destroy/list/status/get/set),
 //! `observe` (metrics snapshots, live tunables, the Prometheus endpoint,
-//! the write-test load), `mounts` (mount/unmount, and `filesystem_for`, the one place that
-//! chooses the file system served for an object set), `datasets` and
+//! the write-test load), `mounts` (mount/unmount, and which datasets get a
+//! mount of their own), `served` (which mount serves each dataset, the
+//! splice through which a mount serves child datasets and `.zfs`, and
+//! `Served::filesystem`, the one place that chooses the file system served
+//! for a dataset), `datasets` and
 //! `dslist` (create/snapshot/clone/rollback/rename/destroy/set/inherit and
 //! list/get, the `Dataset` variant).
 //!
@@ -50,6 +53,7 @@ pub mod mounts;
 pub mod observe;
 pub mod pools;
 pub mod proto;
+mod served;
 mod state;
 
 use std::io::{BufReader, Write};

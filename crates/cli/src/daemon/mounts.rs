@@ -1,41 +1,65 @@
-//! `tarn mount` and `tarn unmount` in the daemon, and the choice of the
-//! file system served for a dataset.
+//! `tarn mount` and `tarn unmount` in the daemon, and where each dataset
+//! is served.
 //!
-//! A dataset is mounted through `tarn_fuse::mount` with the daemon's mount
-//! options: `allow_other` (the daemon runs as root; users reach their files
-//! with `default_permissions` checks), the dataset's name as the source in
-//! /proc/mounts, four worker threads, 1 MiB requests, write-back cache.
-//! Mount points are created if missing. A dead FUSE mount left at the
-//! mount point by a killed daemon ("transport endpoint is not connected")
-//! is detached first.
+//! A mount of its own is made through `tarn_fuse::mount_spliced` with the
+//! daemon's mount options: `allow_other` (the daemon runs as root; users
+//! reach their files with `default_permissions` checks), the dataset's
+//! name as the source in /proc/mounts, four worker threads, 1 MiB
+//! requests, write-back cache. Mount points are created if missing. A dead
+//! FUSE mount left at the mount point by a killed daemon ("transport
+//! endpoint is not connected") is detached first.
 //!
-//! # Which datasets are mounted
+//! # Which datasets are mounted, and how
 //!
-//! OpenZFS mounts every file system at import. Tens of thousands of FUSE
-//! mounts (one session and its threads each) are not viable, so tarn
-//! mounts eagerly only what an administrator placed explicitly:
-//! - a pool's root dataset, at its mountpoint (`pool create -m`, default /POOL);
+//! OpenZFS mounts every file system at import, each on its own mount.
+//! Tens of thousands of FUSE mounts (a session and its threads each) are
+//! not viable, so tarn gives a mount of its own only to what an
+//! administrator placed explicitly, and serves every other file system
+//! inside its parent's mount, opened on first access:
+//! - a pool's root dataset is mounted at its mountpoint (`pool create -m`,
+//!   default /POOL);
 //! - a dataset whose `mountpoint` is set on the dataset itself (source
-//!   `local`, not `none`/`legacy`) and `canmount=on` — when it is created,
-//!   cloned, the property is set, or the pool is imported;
-//! - any other dataset on demand: `tarn mount DATASET [DIR]` mounts it at
-//!   its (inherited) mountpoint or DIR.
+//!   `local`, not `none`/`legacy`) and `canmount=on` gets its own mount
+//!   when it is created, cloned, the property is set, or the pool is
+//!   imported;
+//! - a dataset whose mountpoint is inherited (so it lies at its parent's
+//!   mountpoint plus its name) and `canmount=on` is served *inside its
+//!   parent's mount* at that path, without a mount of its own
+//!   (`served::DatasetSplice`, `tarn_fuse`'s slots): it appears there as
+//!   soon as it is created, is opened when first looked up, vanishes when
+//!   destroyed or renamed, and moves to a mount of its own when its
+//!   mountpoint is set locally. `tarn unmount` stops serving it there until
+//!   `tarn mount`;
+//! - any other dataset on demand: `tarn mount DATASET [DIR]` mounts it on
+//!   its own at its mountpoint or DIR (`canmount=noauto`, a parent that is
+//!   not mounted, a directory elsewhere).
 //!
-//! `canmount=off` datasets are never mounted (`noauto`: only by `tarn mount`).
-//! A snapshot is mounted read-only, and only by `tarn mount SNAP DIR`.
-//! Serving child datasets inside their parent's mount (FsTable::attach,
-//! one session for a whole tree) would make every dataset reachable
-//! without a mount of its own; it is not done yet.
+//! `canmount=off` datasets are never mounted. A snapshot is reachable
+//! read-only under its file system's `.zfs/snapshot/NAME` (opened on first
+//! access, as OpenZFS automounts it), and mounted on its own, read-only,
+//! only by `tarn mount SNAP DIR`.
+//!
+//! Datasets served inside one mount share its device number (`st_dev`):
+//! `du -x` and `find -xdev` descend into them, as into directories, where
+//! on OpenZFS they stop at each file system's own mount. Their inode
+//! numbers differ (the slot is in the top bits), hard links and renames
+//! between them fail with `EXDEV`, and each keeps its own properties:
+//! `readonly` (`EROFS`), `recordsize`, `compression`, `atime` and
+//! `relatime` (read when it is opened), and `statfs` (`df`) reports its own
+//! size and free space under its quota. Properties read when a file system
+//! is opened take effect at its next mount or first access.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use tarn_engine::posix::FileSystem;
-use tarn_engine::{Error, ErrorKind, Objset, Result};
-use tarn_fuse::{MountHandle, MountOptions};
+use tarn_engine::{Error, ErrorKind, Result};
+use tarn_fuse::{Kind, MountHandle, MountOptions};
 
+use super::datasets::pool_of;
+use super::served::{attachable, DatasetSplice};
 use super::{log, Out, State};
 use crate::cache::Cache;
 use crate::fmt;
@@ -77,20 +101,80 @@ impl UnmountArgs {
     }
 }
 
-/// The file system that serves an object set: the one place where the
-/// POSIX layer is chosen. Snapshots (`pool/fs@snap`) are served read-only.
-pub fn filesystem_for(dataset: &str, objset: Arc<Objset>) -> Result<Arc<dyn FileSystem>> {
-    let opts = tarn_engine::posix::PosixOptions { readonly: dataset.contains('@'), ..Default::default() };
-    let fs = tarn_engine::posix::PosixFs::open(objset, opts).map_err(|e| e.context(format!("cannot mount '{}'", dataset)))?;
-    Ok(fs)
+/// Whether `name` is `top` or below it (`top/…`, `top@…`).
+pub fn below(name: &str, top: &str) -> bool {
+    name == top || name.strip_prefix(top).is_some_and(|r| r.starts_with('/') || r.starts_with('@'))
 }
 
-use super::datasets::pool_of;
+/// The mount serving `name`: its own, or the one it is served inside.
+pub fn serving<'a>(st: &'a State, name: &str) -> Option<&'a MountHandle> {
+    st.mounts.get(name).or_else(|| st.mounts.values().find(|h| h.serves(name)))
+}
 
-/// Mounts `dataset` (file system or snapshot) of a live pool on `dir`.
+/// Where datasets can be reached now (see [`Reach::path`]); built once for
+/// many questions (`tarn list -o mounted` of every dataset).
+pub struct Reach<'a> {
+    st: &'a State,
+    /// Snapshots and datasets open inside some mount, with their paths.
+    open: HashMap<String, PathBuf>,
+}
+
+impl<'a> Reach<'a> {
+    pub fn new(st: &'a State) -> Reach<'a> {
+        let open = st.mounts.values().flat_map(|h| h.served()).filter(|s| s.open).map(|s| (s.name, s.path)).collect();
+        Reach { st, open }
+    }
+
+    /// Where `name` can be reached: its own mount's directory, its place
+    /// inside its parent's mount, or (a snapshot) where a `.zfs` directory
+    /// serves it open; `None` if it is not mounted.
+    pub fn path(&self, name: &str) -> Option<PathBuf> {
+        if let Some(h) = self.st.mounts.get(name) {
+            return Some(h.dir().to_path_buf());
+        }
+        if name.contains('@') {
+            return self.open.get(name).cloned();
+        }
+        let (parent, short) = name.rsplit_once('/')?;
+        let live = self.st.pools.get(pool_of(name))?;
+        if !self.st.served.may_attach(name) || !attachable(live.pool.datasets(), name) {
+            return None;
+        }
+        Some(self.path(parent)?.join(short))
+    }
+}
+
+/// Where `name` can be reached now ([`Reach::path`]).
+pub fn mount_path(st: &State, name: &str) -> Option<PathBuf> {
+    Reach::new(st).path(name)
+}
+
+/// Every mount is told that `names` may have appeared or changed.
+pub fn refresh<S: AsRef<str>>(st: &State, names: &[S]) {
+    let names: Vec<&str> = names.iter().map(|n| n.as_ref()).collect();
+    for h in st.mounts.values() {
+        h.refresh(&names);
+    }
+}
+
+/// After `readonly` changed on `dataset`: every file system served below
+/// it refuses changes (or accepts them again) from now on.
+pub fn readonly_changed(st: &State, dataset: &str) {
+    let Some(live) = st.pools.get(pool_of(dataset)) else { return };
+    for h in st.mounts.values() {
+        for s in h.served().into_iter().filter(|s| s.kind == Kind::Dataset && below(&s.name, dataset)) {
+            let ro = live.pool.datasets().get(&s.name, "readonly").is_ok_and(|v| v.value == "on");
+            h.set_readonly(&s.name, ro);
+        }
+    }
+}
+
+/// Mounts `dataset` (file system or snapshot) of a live pool on `dir`, on
+/// a mount of its own. A file system served inside another mount is taken
+/// out of it first (busy: it stays, and this fails).
 pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
     let pool = pool_of(dataset);
-    let live = st.pools.get(pool).ok_or_else(|| Error::not_found(format!("no such pool '{}'", pool)))?;
+    let dsl = st.pools.get(pool).ok_or_else(|| Error::not_found(format!("no such pool '{}'", pool)))?.pool.datasets().clone();
     if let Some(h) = st.mounts.get(dataset) {
         return Err(Error::new(ErrorKind::Exists, format!("'{}' is already mounted on '{}'", dataset, h.dir().display())));
     }
@@ -100,22 +184,42 @@ pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
     if !dir.is_absolute() {
         return Err(Error::invalid(format!("mount point '{}' must be an absolute path", dir.display())));
     }
-    let objset = if dataset == pool {
-        live.pool.root().clone()
-    } else {
-        live.pool.datasets().objset(dataset).map_err(|e| match e.kind {
-            ErrorKind::NotFound => Error::not_found(format!("cannot mount '{}': no such dataset", dataset)),
-            _ => e.context(format!("cannot mount '{}'", dataset)),
-        })?
-    };
-    let fs = st.filesystem(dataset, objset)?;
-    detach_dead_mount(dir);
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating mount point '{}'", dir.display()), e))?;
-    let opts = MountOptions { fsname: dataset.to_string(), allow_other: true, read_only: dataset.contains('@'), ..Default::default() };
-    let h = tarn_fuse::mount(fs, dir, &opts).map_err(|e| e.context(format!("mounting '{}'", dataset)))?;
-    log(&format!("mounted '{}' on '{}'", dataset, dir.display()));
-    st.mounts.insert(dataset.to_string(), h);
-    Ok(())
+    let snapshot = dataset.contains('@');
+    if !snapshot {
+        for h in st.mounts.values() {
+            h.detach(dataset, false).map_err(|e| Error::new(e.kind, format!("cannot mount '{}': it is served inside another mount and {}", dataset, e.msg)))?;
+        }
+        st.served.claim_own(dataset).map_err(|e| e.context(format!("cannot mount '{}'", dataset)))?;
+    }
+    let res = (|| {
+        let fs = st.served.filesystem(&dsl, dataset)?;
+        detach_dead_mount(dir);
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating mount point '{}'", dir.display()), e))?;
+        let opts = MountOptions { fsname: dataset.to_string(), allow_other: true, read_only: snapshot, ..Default::default() };
+        let h = if snapshot {
+            tarn_fuse::mount(fs, dir, &opts)
+        } else {
+            tarn_fuse::mount_spliced(fs, dir, &opts, Arc::new(DatasetSplice { dsl: dsl.clone(), served: st.served.clone() }))
+        };
+        let h = h.map_err(|e| e.context(format!("mounting '{}'", dataset)))?;
+        if !snapshot && dsl.get(dataset, "readonly")?.value == "on" {
+            h.set_readonly(dataset, true);
+        }
+        Ok(h)
+    })();
+    match res {
+        Ok(h) => {
+            log(&format!("mounted '{}' on '{}'", dataset, dir.display()));
+            st.mounts.insert(dataset.to_string(), h);
+            Ok(())
+        }
+        Err(e) => {
+            if !snapshot {
+                st.served.release_own(dataset);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Where `tarn mount DATASET` mounts a dataset: its mountpoint, unless that
@@ -144,7 +248,7 @@ fn default_dir(st: &mut State, dataset: &str, out: &mut Out) -> Result<PathBuf> 
 }
 
 /// Mounts a newly created, cloned, imported or re-propertied dataset if it
-/// is mounted eagerly (see the module comment); a failure is a warning.
+/// gets a mount of its own (see the module comment); a failure is a warning.
 pub fn auto_mount(st: &mut State, dataset: &str, out: &mut Out) {
     if st.mounts.contains_key(dataset) || dataset == pool_of(dataset) {
         return;
@@ -162,33 +266,47 @@ pub fn auto_mount(st: &mut State, dataset: &str, out: &mut Out) {
 }
 
 /// Mounts `dataset` again at its default place after a rename or a
-/// property change unmounted it; a failure is a warning.
+/// property change unmounted it — unless it is now served inside its
+/// parent's mount; a failure is a warning.
 pub fn remount_default(st: &mut State, dataset: &str, out: &mut Out) {
+    if !dataset.contains('@') && mount_path(st, dataset).is_some() {
+        return;
+    }
     let res = default_dir(st, dataset, out).and_then(|dir| mount(st, dataset, &dir));
     if let Err(e) = res {
         out.warnings.push(format!("'{}' is no longer mounted: {}", dataset, e));
     }
 }
 
-/// Unmounts `name` and every mounted dataset below it (its snapshots,
-/// its descendants); returns their names. If one is busy (and not
-/// `force`), the ones already unmounted are mounted again and the error
-/// is returned.
+/// Unmounts `name` and everything mounted below it (its snapshots, its
+/// descendants): the mounts of their own (deepest first; returns their
+/// names), then what every mount serves of them inside it. If one is busy
+/// (and not `force`), the mounts already unmounted are mounted again and
+/// the error is returned. The caller holds `name` (`Served::hold`) if it
+/// must not be served again meanwhile.
 pub fn unmount_below(st: &mut State, name: &str, force: bool) -> Result<Vec<String>> {
-    let below = |d: &str| d == name || d.starts_with(&format!("{}/", name)) || d.starts_with(&format!("{}@", name));
-    let mine: Vec<String> = st.mounts.keys().filter(|d| below(d)).cloned().collect();
+    let mut mine: Vec<String> = st.mounts.keys().filter(|d| below(d, name)).cloned().collect();
+    mine.sort_by_key(|d| std::cmp::Reverse(d.len()));
     let mut done: Vec<(String, PathBuf)> = Vec::new();
+    let mut failed = None;
     for d in &mine {
         let dir = st.mounts.get(d).map(|h| h.dir().to_path_buf());
         if let Err(e) = unmount(st, d, force) {
-            for (m, dir) in &done {
-                if let Err(e) = mount(st, m, dir) {
-                    log(&format!("cannot mount '{}' again: {}", m, e));
-                }
-            }
-            return Err(e);
+            failed = Some(e);
+            break;
         }
         done.push((d.clone(), dir.unwrap_or_default()));
+    }
+    if failed.is_none() {
+        failed = st.mounts.values().find_map(|h| h.detach(name, force).err());
+    }
+    if let Some(e) = failed {
+        for (m, dir) in done.iter().rev() {
+            if let Err(e) = mount(st, m, dir) {
+                log(&format!("cannot mount '{}' again: {}", m, e));
+            }
+        }
+        return Err(e);
     }
     Ok(mine)
 }
@@ -210,22 +328,6 @@ pub fn root_mountpoint_changed(st: &mut State, pool: &str, out: &mut Out) -> Res
     Ok(())
 }
 
-/// The rollback hook: `dataset` was rolled back while mounted on `h`. The
-/// dataset layer restarted the same `Arc<Objset>` from the snapshot, but
-/// the kernel still caches names, attributes and pages of the old content,
-/// so every inode it holds is invalidated.
-///
-/// For the POSIX layer (being finished on another branch): a `PosixFs`
-/// (`h.filesystem()`) that caches anything of the object set in memory —
-/// file sizes of open handles, directory entries, the next object number —
-/// must drop it and re-read the object set here, *before* the kernel is
-/// told to look again. MemFs (the `TARN_TEST_MEMFS` hook) has no pool
-/// state to reload.
-pub fn after_rollback(dataset: &str, h: &MountHandle) {
-    let n = h.invalidate_all();
-    log(&format!("rolled back '{}': invalidated {} cached inodes of '{}'", dataset, n, h.dir().display()));
-}
-
 /// Detaches a FUSE mount whose server died (stat fails with ENOTCONN).
 fn detach_dead_mount(dir: &Path) {
     if let Err(e) = std::fs::metadata(dir) {
@@ -239,13 +341,15 @@ fn detach_dead_mount(dir: &Path) {
     }
 }
 
-/// Unmounts a mounted dataset: writes back, syncs; busy fails unless `force`.
+/// Unmounts a dataset's own mount (with everything served inside it):
+/// writes back, syncs; busy fails unless `force`.
 pub fn unmount(st: &mut State, dataset: &str, force: bool) -> Result<()> {
     let h = st.mounts.get(dataset).ok_or_else(|| Error::not_found(format!("'{}' is not mounted", dataset)))?;
     let res = if force { h.unmount_force() } else { h.unmount() };
     if !h.is_mounted() {
         log(&format!("unmounted '{}' from '{}'", dataset, h.dir().display()));
         st.mounts.remove(dataset);
+        st.served.release_own(dataset);
     }
     res.map_err(|e| match e.kind {
         ErrorKind::Busy => Error::new(ErrorKind::Busy, format!("cannot unmount '{}': {} (`tarn unmount -f` forces)", dataset, e.msg)),
@@ -256,16 +360,37 @@ pub fn unmount(st: &mut State, dataset: &str, force: bool) -> Result<()> {
 pub fn handle_mount(st: &mut State, a: MountArgs, out: &mut Out) -> Result<()> {
     let Some(dataset) = a.dataset else {
         prune_ended(st);
-        let rows: Vec<Vec<String>> = st.mounts.iter().map(|(d, h)| vec![d.clone(), h.dir().display().to_string()]).collect();
-        out.text = fmt::table(&["DATASET", "MOUNTPOINT"], &rows, false);
+        out.text = fmt::table(&["DATASET", "MOUNTPOINT"], &mount_rows(st), false);
         return Ok(());
     };
     st.live(pool_of(&dataset), out)?;
+    if a.dir.is_none() && dataset.contains('/') && !dataset.contains('@') && !st.mounts.contains_key(&dataset) {
+        // Served inside its parent's mount (again, after `tarn unmount`)?
+        let was_unmounted = st.served.set_unmounted(&dataset, false);
+        if let Some(p) = mount_path(st, &dataset) {
+            if !was_unmounted {
+                return Err(Error::new(ErrorKind::Exists, format!("cannot mount '{}': filesystem already mounted (at '{}')", dataset, p.display())));
+            }
+            refresh(st, &[&dataset]);
+            log(&format!("serving '{}' at '{}' inside its parent's mount", dataset, p.display()));
+            return Ok(());
+        }
+    }
     let dir = match a.dir {
         Some(d) => d,
         None => default_dir(st, &dataset, out)?,
     };
     mount(st, &dataset, &dir)
+}
+
+/// `tarn mount`'s list: mounts of their own, and what is open inside them.
+fn mount_rows(st: &State) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = st.mounts.iter().map(|(d, h)| vec![d.clone(), h.dir().display().to_string()]).collect();
+    for h in st.mounts.values() {
+        rows.extend(h.served().into_iter().skip(1).filter(|s| s.open).map(|s| vec![s.name, s.path.display().to_string()]));
+    }
+    rows.sort();
+    rows
 }
 
 /// Forgets mounts whose session ended because someone else unmounted them
@@ -281,11 +406,29 @@ fn prune_ended(st: &mut State) {
 }
 
 pub fn handle_unmount(st: &mut State, a: UnmountArgs, _out: &mut Out) -> Result<()> {
-    let dataset = if st.mounts.contains_key(&a.target) {
-        a.target.clone()
-    } else {
-        let by_dir = a.target_abs.as_ref().and_then(|p| st.mounts.iter().find(|(_, h)| h.dir() == p.as_path()).map(|(d, _)| d.clone()));
-        by_dir.ok_or_else(|| Error::not_found(format!("'{}' is not a mounted dataset or tarn mount point", a.target)))?
+    let by_dir = |st: &State| a.target_abs.as_ref().and_then(|p| st.mounts.iter().find(|(_, h)| h.dir() == p.as_path()).map(|(d, _)| d.clone()));
+    if let Some(dataset) = if st.mounts.contains_key(&a.target) { Some(a.target.clone()) } else { by_dir(st) } {
+        return unmount(st, &dataset, a.force);
+    }
+    // Served inside another mount: by name, or by the directory it is at.
+    let inside = st.mounts.values().flat_map(|h| h.served()).find(|s| s.name == a.target || a.target_abs.as_deref() == Some(s.path.as_path()));
+    let name = match inside {
+        Some(s) => s.name,
+        None if mount_path(st, &a.target).is_some() => a.target.clone(),
+        None => return Err(Error::not_found(format!("'{}' is not a mounted dataset or tarn mount point", a.target))),
     };
-    unmount(st, &dataset, a.force)
+    let head = !name.contains('@');
+    if head {
+        st.served.set_unmounted(&name, true);
+    }
+    if let Some(e) = st.mounts.values().find_map(|h| h.detach(&name, a.force).err()) {
+        st.served.set_unmounted(&name, false);
+        return Err(match e.kind {
+            ErrorKind::Busy => Error::new(ErrorKind::Busy, format!("cannot unmount '{}': {} (`tarn unmount -f` forces)", name, e.msg)),
+            _ => e.context(format!("unmounting '{}'", name)),
+        });
+    }
+    refresh(st, &[&name]);
+    log(&format!("stopped serving '{}' inside its parent's mount", name));
+    Ok(())
 }

@@ -4,20 +4,22 @@
 //! - every live pool is in the cache file, under the same name;
 //! - every mount belongs to a live pool (a pool is unmounted before it is
 //!   exported, destroyed or closed, so no FUSE worker uses a closed pool);
-//! - a dataset is mounted at most once.
+//! - a file system is served by at most one mount: a mount of its own
+//!   (`mounts`) or a slot inside its parent's (`served::Served` arbitrates,
+//!   as the FUSE workers open slots without this lock).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tarn_engine::dataset::{Source, Types};
-use tarn_engine::posix::FileSystem;
 use tarn_engine::{Error, Objset, OpenOptions, Pool, Result, Tunables};
-use tarn_fuse::{MemFs, MountHandle};
+use tarn_fuse::MountHandle;
 
 use super::proto::{Command, Request, Response};
+use super::served::Served;
 use super::{datasets, log, mounts, observe, pools};
 use crate::pool_cmd::PoolCmd;
 use crate::cache::{Cache, CachedPool};
@@ -38,12 +40,11 @@ pub struct State {
     /// `tunable reset` returns to).
     pub base_tunables: Tunables,
     pub pools: BTreeMap<String, Live>,
-    /// Mounted datasets by name.
+    /// Datasets mounted on a mount of their own, by name. (Child datasets
+    /// and snapshots served inside one of these are its slots.)
     pub mounts: BTreeMap<String, MountHandle>,
-    /// Test hook (debug builds, `TARN_TEST_MEMFS=1`): serve each dataset
-    /// from an in-memory `MemFs` instead of its object set, so the mount,
-    /// unmount and shutdown paths are testable before the POSIX layer.
-    test_memfs: Option<HashMap<String, Arc<MemFs>>>,
+    /// Which datasets are served where, shared with the FUSE workers.
+    pub served: Arc<Served>,
 }
 
 /// What a command prints, and warnings for the caller's stderr.
@@ -75,32 +76,6 @@ pub fn mountpoint_of(name: &str, setting: Option<&str>) -> Option<PathBuf> {
 }
 
 impl State {
-    /// The file system served for `dataset`: its object set through the
-    /// POSIX layer, or the test hook's `MemFs`.
-    pub fn filesystem(&mut self, dataset: &str, objset: Arc<Objset>) -> Result<Arc<dyn FileSystem>> {
-        if let Some(hook) = &mut self.test_memfs {
-            return Ok(hook.entry(dataset.to_string()).or_insert_with(|| Arc::new(MemFs::new())).clone());
-        }
-        mounts::filesystem_for(dataset, objset)
-    }
-
-    /// The test hook's file systems of `name` and below are gone with their
-    /// datasets (a dataset created again under the name starts empty).
-    pub fn forget_filesystems(&mut self, name: &str) {
-        if let Some(hook) = &mut self.test_memfs {
-            hook.retain(|d, _| !(d == name || d.starts_with(&format!("{}/", name)) || d.starts_with(&format!("{}@", name))));
-        }
-    }
-
-    /// The test hook's file system of `from` now serves `to` (a rename).
-    pub fn rename_filesystem(&mut self, from: &str, to: &str) {
-        if let Some(hook) = &mut self.test_memfs {
-            if let Some(fs) = hook.remove(from) {
-                hook.insert(to.to_string(), fs);
-            }
-        }
-    }
-
     /// Opens a pool from its cache entry, makes it live and mounts its root
     /// dataset (a failed mount is a warning: the pool stays imported).
     pub fn import_cached(&mut self, entry: &CachedPool, t: &Tunables, out: &mut Out) -> Result<()> {
@@ -162,13 +137,14 @@ impl Daemon {
     /// that fail are logged and retried when a request names them.
     pub fn start(base_tunables: Tunables, tunables: Tunables) -> Daemon {
         #[cfg(debug_assertions)]
-        let test_memfs = std::env::var_os("TARN_TEST_MEMFS").map(|_| HashMap::new());
+        let test_memfs = std::env::var_os("TARN_TEST_MEMFS").is_some();
         #[cfg(not(debug_assertions))]
-        let test_memfs = None;
-        if test_memfs.is_some() {
+        let test_memfs = false;
+        if test_memfs {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
-        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), test_memfs };
+        let served = Arc::new(Served::new(test_memfs));
+        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), served };
         match Cache::load() {
             Ok(cache) => {
                 for entry in &cache.pools {

@@ -1,5 +1,6 @@
 //! What the daemon tests share: a private daemon per test (own directory,
-//! socket and cache file, the `TARN_TEST_MEMFS` hook), and mount helpers.
+//! socket and cache file; the `TARN_TEST_MEMFS` hook, or with `Env::real`
+//! the POSIX layer on the pool), and mount helpers.
 
 #![allow(dead_code)]
 
@@ -9,14 +10,24 @@ use std::time::{Duration, Instant};
 
 pub struct Env {
     pub dir: PathBuf,
+    /// Datasets served from memory (the `TARN_TEST_MEMFS` hook).
+    memfs: bool,
 }
 
 impl Env {
+    /// A daemon serving datasets from memory (the test hook).
     pub fn new(name: &str) -> Option<Env> {
         if !cfg!(debug_assertions) {
             eprintln!("skipping {}: the TARN_TEST_MEMFS hook exists in debug builds only", name);
             return None;
         }
+        Env::with(name, true)
+    }
+    /// A daemon serving datasets from their pools (the POSIX layer).
+    pub fn real(name: &str) -> Option<Env> {
+        Env::with(name, false)
+    }
+    fn with(name: &str, memfs: bool) -> Option<Env> {
         if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
             eprintln!("skipping {}: /dev/fuse cannot be opened ({})", name, e);
             return None;
@@ -24,14 +35,17 @@ impl Env {
         let dir = std::env::temp_dir().join(format!("tarn-daemon-{}-{}", name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Some(Env { dir })
+        Some(Env { dir, memfs })
     }
     pub fn path(&self, f: &str) -> String {
         self.dir.join(f).display().to_string()
     }
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tarn"));
-        c.env("TARN_CACHE", self.dir.join("tarn.cache")).env("TARN_SOCKET", self.dir.join("tarn.sock")).env("TARN_TEST_MEMFS", "1");
+        c.env("TARN_CACHE", self.dir.join("tarn.cache")).env("TARN_SOCKET", self.dir.join("tarn.sock"));
+        if self.memfs {
+            c.env("TARN_TEST_MEMFS", "1");
+        }
         c
     }
     pub fn run(&self, args: &[&str]) -> Output {

@@ -516,6 +516,17 @@ impl Datasets {
         Ok(out)
     }
 
+    /// The names of `name`'s direct children (file systems), unordered:
+    /// O(children), whatever lies deeper.
+    pub fn child_names(&self, name: &str) -> Result<Vec<String>> {
+        let mut st = self.st.lock();
+        let r = self.resolve(&mut st, name)?;
+        if r.snapshot {
+            return Ok(Vec::new());
+        }
+        Ok(self.children_of(&mut st, &r)?.into_iter().map(|c| c.name).collect())
+    }
+
     // ---- properties -------------------------------------------------------
 
     /// The value of a settable property, with its source.

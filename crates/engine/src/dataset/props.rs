@@ -80,6 +80,7 @@ const SETTABLE: &[Def] = &[
     Def { name: "mountpoint", default: "", inherit: true, allowed: "an absolute path, none or legacy", check: |v| v.starts_with('/') || v == "none" || v == "legacy" },
     Def { name: "canmount", default: "on", inherit: false, allowed: "on, off, noauto", check: |v| one_of(v, &["on", "off", "noauto"]) },
     Def { name: "copies", default: "1", inherit: true, allowed: "1, 2, 3", check: |v| one_of(v, &["1", "2", "3"]) },
+    Def { name: "snapdir", default: "hidden", inherit: true, allowed: "hidden, visible", check: |v| one_of(v, &["hidden", "visible"]) },
 ];
 
 /// Computed properties (source `-`).
@@ -159,5 +160,7 @@ mod tests {
         assert!(validate("compression", "zstd-7").is_ok());
         assert!(validate("quota", "10G").is_ok());
         assert!(validate("mountpoint", "rel").is_err());
+        assert!(validate("snapdir", "visible").is_ok() && validate("snapdir", "shown").is_err());
+        assert!(inherits("snapdir") && default_of("snapdir") == "hidden");
     }
 }

@@ -253,7 +253,9 @@ pub trait FileSystem: Send + Sync {
     /// block-aligned; returns the bytes copied.
     fn copy_file_range(&self, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64>;
     /// Entries after `cookie` (0: from the start, including "." and ".."),
-    /// at most `max` of them.
+    /// at most `max` of them, in increasing cookie order. Cookies are below
+    /// 2^63: a server may list entries of its own after the file system's
+    /// with cookies above (the FUSE mount does, in a dataset's root).
     fn readdir(&self, ino: Ino, cookie: u64, max: usize) -> PResult<Vec<DirEntry>>;
     /// As `readdir`, with each entry's attributes (for READDIRPLUS).
     fn readdirplus(&self, ino: Ino, cookie: u64, max: usize) -> PResult<Vec<(DirEntry, Attr)>>;
