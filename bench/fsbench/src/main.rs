@@ -14,15 +14,15 @@
 //! Phases (`--phases`, any subset, in this order):
 //! - `create`: open(O_CREAT|O_EXCL|O_WRONLY), one write of the whole file, close.
 //! - `stat`:   stat, checking the length.
-//! - `read`:   open, read to end, close, checking length and the index stamped
-//!   in the first 8 bytes (a wrong byte counts as an error and fails the run).
+//! - `read`:   open, read to end, close, checking length and every byte (a
+//!   wrong byte counts as an error and fails the run).
 //! - `delete`: unlink, then rmdir of the thread directories.
 //!
 //! Running phases in separate invocations lets the caller remount between
 //! them (cold stat and read) and measure the space the files use.
 //!
-//! File contents are pseudo-random (incompressible), so compression cannot
-//! shrink them; no file's data repeats another's (the index is stamped in).
+//! File contents are pseudo-random (incompressible) and seeded by the file's
+//! index, so compression cannot shrink them, not even across files.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -109,17 +109,21 @@ fn file_path(dir: &Path, threads: usize, i: usize) -> PathBuf {
         .join(format!("f{i:07}"))
 }
 
-/// xorshift64*: a fixed pseudo-random (incompressible) payload.
-fn payload(size: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..size)
-        .map(|_| {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8
-        })
-        .collect()
+/// Fills `buf` with file `i`'s contents: its index in the first 8 bytes,
+/// then xorshift64* output seeded by the index. Every file's bytes differ
+/// from every other's, so no file system can store them in less than their
+/// size — not even one that compresses several small files' data together
+/// (tarn keeps small files inline in dnode blocks, which are compressed:
+/// with one payload shared by all files, 100,000 files took 361 bytes each).
+fn fill(buf: &mut [u8], i: usize) {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+    for b in buf.iter_mut() {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        *b = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8;
+    }
+    buf[..8].copy_from_slice(&(i as u64).to_le_bytes());
 }
 
 /// One operation of `phase` on file `i`; Err(..) is counted as an error.
@@ -128,7 +132,7 @@ fn op(phase: &str, a: &Args, i: usize, buf: &mut [u8], rbuf: &mut Vec<u8>) -> st
     let bad = |what: &str| std::io::Error::other(format!("{}: {what}", path.display()));
     match phase {
         "create" => {
-            buf[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            fill(buf, i);
             let mut f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -146,7 +150,8 @@ fn op(phase: &str, a: &Args, i: usize, buf: &mut [u8], rbuf: &mut Vec<u8>) -> st
         "read" => {
             rbuf.clear();
             File::open(&path)?.read_to_end(rbuf)?;
-            if rbuf.len() != a.size || rbuf[..8] != (i as u64).to_le_bytes() {
+            fill(buf, i);
+            if rbuf.len() != a.size || rbuf[..] != buf[..] {
                 return Err(bad("wrong contents"));
             }
             Ok(())
@@ -162,7 +167,7 @@ fn run_phase(a: &Args, phase: &str) -> PhaseResult {
         let handles: Vec<_> = (0..a.threads)
             .map(|k| {
                 s.spawn(move || {
-                    let mut buf = payload(a.size);
+                    let mut buf = vec![0u8; a.size];
                     let mut rbuf = Vec::with_capacity(a.size + 1);
                     let mut lat_ns = Vec::with_capacity(a.files / a.threads + 1);
                     let mut errors = 0u64;
