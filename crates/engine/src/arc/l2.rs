@@ -144,6 +144,10 @@ pub struct CacheDev {
     dev: Arc<dyn BlockDevice>,
     size: u64,
     ring: Mutex<Ring>,
+    /// Held for a whole batch write: two feeders (the feed thread and a
+    /// caller of `feed`) must not both take the same hand position, or the
+    /// index would hold entries for bytes the other batch overwrote.
+    writer: Mutex<()>,
 }
 
 impl std::fmt::Debug for CacheDev {
@@ -335,7 +339,7 @@ impl L2Arc {
         if self.devs.read().iter().any(|d| d.guid == guid || d.path == path) {
             return Err(Error::new(crate::ErrorKind::Exists, format!("{} is already a cache device of this pool", path)));
         }
-        let d = Arc::new(CacheDev { guid, path: path.to_string(), dev, size, ring: Mutex::new(Ring { hand: HEADER_BYTES, lap: 0, last_log: (0, 0, [0; 32]) }) });
+        let d = Arc::new(CacheDev { guid, path: path.to_string(), dev, size, ring: Mutex::new(Ring { hand: HEADER_BYTES, lap: 0, last_log: (0, 0, [0; 32]) }), writer: Mutex::new(()) });
         if fresh {
             self.write_header(&d).map_err(|e| Error::io(format!("writing the cache header of {}", path), e))?;
         } else {
@@ -535,6 +539,7 @@ impl L2Arc {
         let data_len: u64 = batch.iter().map(|(_, p)| round_up(p.len() as u64)).sum();
         let log_len = round_up((LOG_HEADER + batch.len() * ENTRY_BYTES) as u64);
         let total = data_len + log_len;
+        let _writing = dev.writer.lock();
         let mut ring = *dev.ring.lock();
         if ring.hand + total > dev.size {
             ring.hand = HEADER_BYTES;
