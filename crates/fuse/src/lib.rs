@@ -54,7 +54,9 @@
 //!   them with SETATTR when it flushes (close, fsync) — the file system must
 //!   accept them as given; the kernel may read a file opened write-only
 //!   (to fill partial pages), so `read` must not check the open mode; and
-//!   it applies `O_APPEND` itself. Durability is unchanged: `fsync(2)` and
+//!   it applies `O_APPEND` itself. FLUSH (every close) is answered ENOSYS
+//!   once, so the kernel stops sending it: the dirty pages are written back
+//!   before it anyway and POSIX locks stay in the kernel. Durability is unchanged: `fsync(2)` and
 //!   `O_SYNC`/`O_DSYNC` writes first write back the file's dirty pages,
 //!   then send FSYNC, which calls [`FileSystem::fsync`]; unmount writes back
 //!   everything before the file system's `sync_all`. Data in the page cache
