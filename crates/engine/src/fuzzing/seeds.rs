@@ -176,8 +176,9 @@ fn encode_dnode(d: &Dnode) -> Vec<u8> {
     b
 }
 
-/// Dnode seeds: dnodes with a block pointer, bonus and inline data, and an
-/// object-set root both complete and as the body after its magic.
+/// Dnode seeds: dnodes with a block pointer, bonus and inline data (short and
+/// long forms), and an object-set root both complete and as the body after
+/// its magic.
 pub fn dnode() -> Vec<Vec<u8>> {
     let mut block = Dnode::new(ObjectType::PlainData, 1 << 20, 5);
     block.bonus = vec![1, 2, 3];
@@ -198,10 +199,13 @@ pub fn dnode() -> Vec<Vec<u8>> {
         object_count: 12,
         used_bytes: 1 << 20,
     };
+    // An inline dnode in the long form (a generation the short one cannot hold).
+    let long_inline = Dnode { gen: 1 << 48, ..inline.clone() };
     let os_bytes = os.encode();
     vec![
         encode_dnode(&block),
         encode_dnode(&inline),
+        encode_dnode(&long_inline),
         encode_dnode(&Dnode::new(ObjectType::KvMap, 16384, 1)),
         os_bytes[8..232].to_vec(),
         os_bytes,

@@ -554,7 +554,7 @@ impl Objset {
         if st.maxblkid > 0 || st.size > max {
             return;
         }
-        let need = (tarn_ondisk::dnode::DNODE_HEADER + st.bonus.len() + st.size as usize).div_ceil(SLOT_SIZE);
+        let need = tarn_ondisk::dnode::Dnode::inline_len(st.dn.gen, st.bonus.len(), st.size).div_ceil(SLOT_SIZE);
         self.claim_slots(st, obj, need);
     }
 

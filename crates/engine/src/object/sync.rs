@@ -187,7 +187,7 @@ fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64, bonus_le
     if maxblkid != 0 || size > ctx.inline_max || st.dn.otype == ObjectType::DnodeArray {
         return false;
     }
-    let need = (tarn_ondisk::dnode::DNODE_HEADER + bonus_len + size as usize).div_ceil(SLOT_SIZE);
+    let need = tarn_ondisk::dnode::Dnode::inline_len(st.dn.gen, bonus_len, size).div_ceil(SLOT_SIZE);
     need <= st.slots
 }
 
@@ -256,6 +256,8 @@ fn end_object(ctx: &SyncCtx, wk: &Work, mut used: i64) -> Result<DnodeUpdate> {
         st.dn.bonus = b;
     }
     st.dn.used_bytes = (st.dn.used_bytes as i64 + used).max(0) as u64;
+    // An inline object owns no blocks; its dnode's short form relies on it.
+    debug_assert!(!wk.inline || st.dn.used_bytes == 0, "inline object {} counts {} bytes", wk.obj.id, st.dn.used_bytes);
     let slots = st.slots;
     let n = st.dn.slots();
     if n > slots {

@@ -44,9 +44,9 @@ impl Default for PosixOptions {
 /// 192 bytes (the attributes and 80 bytes of small extended attributes).
 pub(crate) const INODE_SLOTS: usize = 6;
 /// Slots a new file is placed to be able to grow into: a 1 KiB file and its
-/// attributes inline (header 64 + attributes 112 + data 1024 bytes, rounded
-/// up to a slot, and one slot for a small extended attribute).
-pub(crate) const INLINE_ROOM: usize = 20;
+/// attributes inline (short dnode header 20 + attributes 108 + data 1024
+/// bytes = 18 slots, and one slot for a small extended attribute).
+pub(crate) const INLINE_ROOM: usize = 19;
 /// The master object's number: the first object of the set.
 pub(crate) const MASTER_OBJ: u64 = 1;
 /// Inodes kept in memory beyond those in use (open, or being worked on).

@@ -6,10 +6,12 @@
 use super::api::{FileKind, Timespec};
 use crate::error::{Error, Result};
 
-/// Version of the attribute record and of the master object.
-pub(crate) const POSIX_VERSION: u32 = 1;
+/// Version of the attribute record and of the master object (2: the
+/// record lost its own version and xattr length, which the master and the
+/// bonus length give).
+pub(crate) const POSIX_VERSION: u32 = 2;
 /// Bytes of the fixed attribute record at the start of the bonus.
-pub(crate) const ATTR_BYTES: usize = 112;
+pub(crate) const ATTR_BYTES: usize = 108;
 const MASTER_MAGIC: u64 = u64::from_le_bytes(*b"tarnposx");
 pub(crate) const MASTER_BYTES: usize = 64;
 
@@ -76,15 +78,13 @@ impl InodePhys {
     pub fn encode(&self) -> Vec<u8> {
         let xlen = Self::xattr_bytes(&self.xattrs);
         let mut b = vec![0u8; ATTR_BYTES + xlen];
-        b[0..2].copy_from_slice(&(POSIX_VERSION as u16).to_le_bytes());
-        b[2..4].copy_from_slice(&(xlen as u16).to_le_bytes());
-        for (at, v) in [(4, self.mode), (8, self.uid), (12, self.gid), (16, self.nlink), (20, self.rdev)] {
+        for (at, v) in [(0, self.mode), (4, self.uid), (8, self.gid), (12, self.nlink), (16, self.rdev)] {
             b[at..at + 4].copy_from_slice(&v.to_le_bytes());
         }
-        for (at, v) in [(24, self.size), (32, self.gen), (40, self.parent), (48, self.flags), (56, self.xattr_obj)] {
+        for (at, v) in [(20, self.size), (28, self.gen), (36, self.parent), (44, self.flags), (52, self.xattr_obj)] {
             b[at..at + 8].copy_from_slice(&v.to_le_bytes());
         }
-        for (at, t) in [(64, self.atime), (76, self.mtime), (88, self.ctime), (100, self.crtime)] {
+        for (at, t) in [(60, self.atime), (72, self.mtime), (84, self.ctime), (96, self.crtime)] {
             put_ts(&mut b, at, t);
         }
         let mut o = ATTR_BYTES;
@@ -100,33 +100,26 @@ impl InodePhys {
         b
     }
 
+    /// Decodes a bonus: the fixed record, then small xattrs to its end.
     pub fn decode(b: &[u8]) -> Result<InodePhys> {
         if b.len() < ATTR_BYTES {
             return Err(Error::corrupt(format!("inode attributes of {} bytes", b.len())));
         }
-        let version = u16::from_le_bytes([b[0], b[1]]) as u32;
-        if version != POSIX_VERSION {
-            return Err(Error::corrupt(format!("inode attributes of version {}", version)));
-        }
-        let xlen = u16::from_le_bytes([b[2], b[3]]) as usize;
-        if ATTR_BYTES + xlen != b.len() {
-            return Err(Error::corrupt(format!("inode attributes: {} bytes of xattrs in a bonus of {}", xlen, b.len())));
-        }
         let mut p = InodePhys {
-            mode: u32_at(b, 4),
-            uid: u32_at(b, 8),
-            gid: u32_at(b, 12),
-            nlink: u32_at(b, 16),
-            rdev: u32_at(b, 20),
-            size: u64_at(b, 24),
-            gen: u64_at(b, 32),
-            parent: u64_at(b, 40),
-            flags: u64_at(b, 48),
-            xattr_obj: u64_at(b, 56),
-            atime: ts_at(b, 64)?,
-            mtime: ts_at(b, 76)?,
-            ctime: ts_at(b, 88)?,
-            crtime: ts_at(b, 100)?,
+            mode: u32_at(b, 0),
+            uid: u32_at(b, 4),
+            gid: u32_at(b, 8),
+            nlink: u32_at(b, 12),
+            rdev: u32_at(b, 16),
+            size: u64_at(b, 20),
+            gen: u64_at(b, 28),
+            parent: u64_at(b, 36),
+            flags: u64_at(b, 44),
+            xattr_obj: u64_at(b, 52),
+            atime: ts_at(b, 60)?,
+            mtime: ts_at(b, 72)?,
+            ctime: ts_at(b, 84)?,
+            crtime: ts_at(b, 96)?,
             xattrs: Vec::new(),
         };
         if p.kind().is_none() {
@@ -257,8 +250,11 @@ mod tests {
             assert!(InodePhys::decode(&b[..cut]).is_err());
         }
         let mut bad = b.clone();
-        bad[2] = 9;
-        assert!(InodePhys::decode(&bad).is_err());
+        bad[..4].fill(0);
+        assert!(InodePhys::decode(&bad).is_err(), "a mode of no file kind");
+        let mut bad = b.clone();
+        bad.push(1);
+        assert!(InodePhys::decode(&bad).is_err(), "a truncated xattr after the record");
         assert!(Master::decode(&[0u8; 64]).is_err());
     }
 }

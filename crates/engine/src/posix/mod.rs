@@ -8,11 +8,12 @@
 //! ```text
 //!  object 1  master: magic, version, root directory, unlinked set
 //!  object 4  unlinked set: inode numbers, 8 bytes each
-//!  inode     an object; attributes in its dnode bonus (112 bytes: mode,
+//!  inode     an object; attributes in its dnode bonus (108 bytes: mode,
 //!            uid, gid, nlink, rdev, size, gen, parent, flags, large-xattr
 //!            object, a/m/c/crtime with nanoseconds) then small xattrs
 //!  file      data = the object's bytes (sparse; inline in the dnode when
-//!            small: a 1 KiB file costs 19 slots = 1216 bytes)
+//!            small: a 1 KiB file costs 18 slots = 1152 bytes, 14 to a
+//!            16 KiB dnode block)
 //!  symlink   target = the object's bytes
 //!  directory compact: one leaf of entries; past 4 KiB an extendible hash
 //!            (header, pointer table, 4 KiB leaves split on overflow)
