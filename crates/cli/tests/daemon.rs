@@ -92,9 +92,15 @@ fn export_unmounts_and_import_mounts() {
     assert!(!is_mounted(&mnt));
     assert_eq!(e.ok(&["pool", "list", "-H"]), "");
     assert!(e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap()]).contains("EXPORTED"));
-    e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "-m", &mnt, "tank"]);
+    // Without -m the root mounts at its own mountpoint property (set by
+    // `pool create -m`), as zpool import does.
+    e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "tank"]);
     assert!(is_mounted(&mnt));
     assert!(e.fails(&["pool", "import", "-d", e.dir.to_str().unwrap(), "tank"]).contains("already imported"));
+    e.ok(&["pool", "export", "tank"]);
+    let other = e.path("other");
+    e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "-m", &other, "tank"]);
+    assert!(is_mounted(&other) && !is_mounted(&mnt), "-m overrides the property");
     e.ok(&["pool", "destroy", "tank"]);
     assert!(!is_mounted(&mnt));
 }

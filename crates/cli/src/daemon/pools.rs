@@ -3,9 +3,10 @@
 //! read-only reopen); `create` and `import` leave the pool imported and its
 //! root dataset mounted; `export` and `destroy` unmount first.
 //!
-//! Until datasets carry a `mountpoint` property (the dataset commands), the
-//! root dataset's mountpoint lives in the pool's cache-file entry: `-m DIR`
-//! at create or import, default `/NAME`, `none` for no mount.
+//! The daemon mounts a pool's root dataset from the pool's cache-file entry,
+//! which follows the root's `mountpoint` property: `-m DIR` at create sets
+//! the property; import without `-m` takes it from the property, with `-m`
+//! overrides it for this import; default `/NAME`, `none` for no mount.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -321,13 +322,26 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
         None => Pool::open(&paths, &opts)?,
         Some(bw) => open_throttled(&paths, bw, &opts)?,
     };
-    let entry = CachedPool { name: p.name.clone(), guid: p.guid, devices: p.devices.iter().map(|d| abs(Path::new(d))).collect(), mountpoint: a.mountpoint.clone() };
+    // Without -m the root mounts where its own mountpoint property says, as
+    // `zpool import` does (set with `pool create -m` or `tarn set`).
+    let mountpoint = a.mountpoint.clone().or_else(|| root_mountpoint_setting(&pool, &p.name));
+    let entry = CachedPool { name: p.name.clone(), guid: p.guid, devices: p.devices.iter().map(|d| abs(Path::new(d))).collect(), mountpoint: mountpoint.clone() };
     if let Err(e) = cache.add(entry).and_then(|_| cache.save()) {
         let _ = pool.close();
         return Err(e);
     }
-    st.add_live(&p.name, pool, a.mountpoint.as_deref(), out);
+    st.add_live(&p.name, pool, mountpoint.as_deref(), out);
     Ok(())
+}
+
+/// The root dataset's mountpoint as a cache-entry setting, when it was set
+/// locally (None: the default, `/POOL`); legacy is none to the daemon.
+fn root_mountpoint_setting(pool: &Pool, name: &str) -> Option<String> {
+    let mp = pool.datasets().get(name, "mountpoint").ok()?;
+    if mp.source != tarn_engine::dataset::Source::Local {
+        return None;
+    }
+    Some(if mp.value == "legacy" { "none".to_string() } else { mp.value })
 }
 
 /// Opens a pool with every device slowed to `bw` bytes per second (the

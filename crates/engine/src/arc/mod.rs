@@ -114,9 +114,12 @@ pub struct BlockKey {
 }
 
 impl BlockKey {
-    /// The key of the block `bp` names: its first copy's address and birth.
+    /// The key of the block `bp` names: its first copy's address and the
+    /// txg that wrote it there (the physical birth), so that a block-cloned
+    /// pointer, born again in a later txg, finds the same cached block as
+    /// its source.
     pub fn of(bp: &BlockPtr) -> BlockKey {
-        BlockKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.birth }
+        BlockKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.physical_birth() }
     }
 }
 
@@ -804,6 +807,18 @@ mod tests {
 
     fn blk() -> Arc<BlockData> {
         Arc::new(BlockData::zeroed(4096))
+    }
+
+    #[test]
+    fn a_cloned_pointer_has_its_sources_key() {
+        let mut src = BlockPtr::hole(4096, tarn_ondisk::bp::ObjectType::PlainData, 0);
+        src.dva[0].vdev = 1;
+        src.dva[0].offset = 1 << 20;
+        src.birth = 7;
+        let clone = BlockPtr { birth: 9, phys_birth: 7, ..src };
+        assert_eq!(BlockKey::of(&clone), BlockKey::of(&src));
+        let rewritten = BlockPtr { birth: 9, phys_birth: 0, ..src };
+        assert_ne!(BlockKey::of(&rewritten), BlockKey::of(&src), "the same address written in another txg is another block");
     }
 
     #[test]
