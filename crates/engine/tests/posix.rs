@@ -440,6 +440,36 @@ fn a_one_kib_file_costs_at_most_one_and_a_quarter_kib() {
     assert_eq!(fs.read(f, 0, 2000).unwrap(), common::pattern(1024, 1999));
 }
 
+/// Files created by several writers at once (each created before the
+/// others are written, as through a mount with several threads) still get
+/// their 1 KiB inline: a new file's room is its own from the start.
+#[test]
+fn small_files_created_side_by_side_stay_inline() {
+    let (_d, pool, fs) = setup();
+    let dirs: Vec<Ino> = (0..4).map(|t| dir(&fs, fs.root(), &format!("t{t}"))).collect();
+    fs.sync_all().unwrap();
+    let before = pool.root().used_bytes();
+    let n = 1000u64;
+    let mut files = Vec::new();
+    for i in 0..n {
+        // Four creates, then the four writes.
+        files.push(file(&fs, dirs[(i % 4) as usize], &format!("f{i:05}")));
+        if files.len() == 4 {
+            for (k, &f) in files.iter().enumerate() {
+                fs.write(&ROOT, f, 0, &common::pattern(1024, i + k as u64)).unwrap();
+            }
+            files.clear();
+        }
+    }
+    fs.sync_all().unwrap();
+    let per_file = (pool.root().used_bytes() - before) as f64 / n as f64;
+    assert!(per_file <= 1280.0, "a 1 KiB file created beside others costs {per_file} bytes");
+    for t in 0..4u64 {
+        let f = fs.lookup(dirs[t as usize], format!("f{:05}", 996 + t).as_bytes()).unwrap().ino;
+        assert!(pool.root().info(f).unwrap().inline, "file {} of writer {t} is inline", 996 + t);
+    }
+}
+
 #[test]
 fn statfs_tells_the_truth() {
     let (_d, pool, fs) = setup();

@@ -345,9 +345,11 @@ impl Objset {
         self.create_with_room(tx, otype, slots, slots)
     }
 
-    /// Creates an object of `slots` slots, in a fresh dnode block unless
-    /// `room` slots fit in the current one: room for the object to grow its
-    /// reservation into an inline copy of its data (a small file).
+    /// Creates an object of `slots` slots that reserves `room` slots (in a
+    /// fresh dnode block unless they fit in the current one): room for the
+    /// object to grow into an inline copy of its data (a small file), which
+    /// no object created later takes. Unused reserved slots stay zero (and
+    /// compress away in the dnode block).
     pub fn create_with_room(&self, tx: &Tx, otype: ObjectType, slots: usize, room: usize) -> Result<u64> {
         self.check_write(tx.txg(), 0)?;
         self.create_in_room(tx.txg(), otype, slots, room)
@@ -380,9 +382,12 @@ impl Objset {
         if in_block + room > SLOTS_PER_BLOCK {
             id += (SLOTS_PER_BLOCK - in_block) as u64;
         }
-        st.next_object = id + slots as u64;
+        // The whole room is the object's from the start: objects created
+        // after it (by another writer, between this one's create and its
+        // first write) go after the room, so it can still grow into it.
+        st.next_object = id + room as u64;
         st.object_count += 1;
-        let mut os = ObjState::new(new_dnode(otype, recordsize, txg), slots);
+        let mut os = ObjState::new(new_dnode(otype, recordsize, txg), room);
         os.rec(txg).created = true;
         st.objects.insert(id, Arc::new(Object { id, st: Mutex::new(os) }));
         st.dirty[slot(txg)].insert(id);

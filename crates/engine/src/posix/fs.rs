@@ -43,10 +43,11 @@ impl Default for PosixOptions {
 /// Dnode slots of a new inode: header, block pointer and a bonus of up to
 /// 192 bytes (the attributes and 80 bytes of small extended attributes).
 pub(crate) const INODE_SLOTS: usize = 6;
-/// Slots a new file is placed to be able to grow into: a 1 KiB file and its
-/// attributes inline (short dnode header 20 + attributes 108 + data 1024
-/// bytes = 18 slots, and one slot for a small extended attribute).
-pub(crate) const INLINE_ROOM: usize = 19;
+/// Slots a new file reserves to grow into: a 1 KiB file and its attributes
+/// inline (short dnode header 20 + attributes 108 + data 1024 bytes = 18
+/// slots; 14 such files fill a dnode block). A file may grow further, up to
+/// `tarn_inline_max_bytes`, while the slots after its room are free.
+pub(crate) const INLINE_ROOM: usize = 18;
 /// The master object's number: the first object of the set.
 pub(crate) const MASTER_OBJ: u64 = 1;
 /// Inodes kept in memory beyond those in use (open, or being worked on).
