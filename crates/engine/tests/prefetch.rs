@@ -62,7 +62,10 @@ fn two_interleaved_streams_in_one_object() {
     let core = pool.core();
     let half = OBJ_BYTES / 2;
     let want = pattern(OBJ_BYTES, 3);
-    // Opening the pool read objects of the meta object set: count from here.
+    // Opening the pool read objects of the meta object set, and loading the
+    // object reads its dnode block (a stream of the dnode array): count
+    // from here.
+    os.info(o).unwrap();
     let (hits0, misses0) = (stat(&core.prefetch_stats.stream_hits), stat(&core.prefetch_stats.stream_misses));
     // Two readers of one file, one from the start and one from the middle,
     // alternating: each must keep its own stream.
@@ -121,4 +124,38 @@ fn arc_max_is_live() {
     assert!(pool.core().cache.size_bytes() <= 4 << 20, "ARC holds {} after zfs_arc_max=4M", pool.core().cache.size_bytes());
     assert_eq!(pool.core().cache.sizes().c_max, 4 << 20);
     assert!(pool.set_tunable("zfs_arc_min", "8M").is_err(), "min above max is refused");
+}
+
+/// Loading objects in the order they were made (a cold `stat` of each file
+/// of a directory) reads the dnode array ahead: the dnode blocks after the
+/// first few arrive as read-ahead, and loads from the block just read start
+/// no streams of their own.
+#[test]
+fn walking_objects_in_order_reads_dnode_blocks_ahead() {
+    let d = common::mem_devs(1, 256 << 20, 4);
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions::default()).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    // 16 slots each: 16 objects per 16 KiB dnode block, 250 blocks, each
+    // holding 900 incompressible bytes inline (empty dnodes would compress
+    // into their block pointers: nothing to read).
+    let objs: Vec<u64> = (0..4000).map(|_| os.create_with_slots(&tx, ObjectType::PlainData, 16).unwrap()).collect();
+    for (i, &o) in objs.iter().enumerate() {
+        os.write(&tx, o, 0, &pattern(900, i as u64)).unwrap();
+    }
+    drop(tx);
+    pool.export().unwrap();
+    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions::default()).unwrap();
+    let os = pool.root().clone();
+    let core = pool.core();
+    let (issued0, misses0) = (stat(&core.prefetch_stats.issued), stat(&core.prefetch_stats.stream_misses));
+    for &o in &objs {
+        assert!(os.info(o).unwrap().inline);
+    }
+    let blocks = objs.len() as u64 / 16;
+    let issued = stat(&core.prefetch_stats.issued) - issued0;
+    let misses = stat(&core.prefetch_stats.stream_misses) - misses0;
+    assert!(issued >= blocks - 4, "only {issued} of {blocks} dnode blocks were read ahead");
+    assert!(misses <= 2, "{misses} stream misses: loads within a block started streams");
+    assert_eq!(objs.len() as u64, pool.root().object_count());
 }

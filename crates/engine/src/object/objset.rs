@@ -417,13 +417,36 @@ impl Objset {
         let off = (obj % SLOTS_PER_BLOCK as u64) as usize * SLOT_SIZE;
         let mut buf = vec![0u8; DNODE_BLOCK_SIZE];
         let rc = self.caching();
-        let src = self.meta.st.lock().resolve_in(&self.core, blkid, rc).map_err(self.about(obj))?;
+        let (src, ahead) = {
+            let mut m = self.meta.st.lock();
+            let src = m.resolve_in(&self.core, blkid, rc).map_err(self.about(obj))?;
+            (src, self.dnode_read_ahead(&mut m, blkid, rc).map_err(self.about(obj))?)
+        };
+        for bp in &ahead {
+            self.core.prefetch(bp);
+        }
         ObjState::fetch_in(&self.core, &src, &mut buf, &|| format!("dnode block {} of '{}'", blkid, self.name.read()), rc).map_err(self.about(obj))?;
         let dn = Dnode::decode(&buf[off..]).map_err(|e| Error::from(e).context(self.what(obj)))?;
         let dn = dn.ok_or_else(|| Error::not_found(format!("{} does not exist", self.what(obj))))?;
         let slots = dn.slots().max(DEFAULT_SLOTS.min(SLOTS_PER_BLOCK - off / SLOT_SIZE));
         let room = Self::reserved_room(os, obj, &buf, dn.slots());
         Ok((dn, slots.max(room)))
+    }
+
+    /// Read-ahead of dnode blocks, as OpenZFS prefetches dnodes: loading
+    /// objects block after block of the dnode array (a walk of files made
+    /// together: `ls -l`, `find`, a cold `stat` of each) is a sequential
+    /// stream of the array like any other object's, and the blocks ahead are
+    /// read while the walk works through this one. Further loads from the
+    /// block a stream just read are not accesses of their own (they would
+    /// start a stream each).
+    fn dnode_read_ahead(&self, meta: &mut ObjState, blkid: u64, rc: ReadCaching) -> Result<Vec<BlockPtr>> {
+        let bs = DNODE_BLOCK_SIZE as u64;
+        let (offset, end) = (blkid * bs, (blkid + 1) * bs);
+        if !rc.primary.allows(true) || meta.streams.iter().any(|s| s.next == end) {
+            return Ok(Vec::new());
+        }
+        self.read_ahead(meta, offset, end, rc)
     }
 
     /// The slots a loaded object may count as its own: its dnode's, and the
