@@ -250,10 +250,13 @@ fn size_hist(r: &Row) -> String {
     table(&hdr, &rows, false)
 }
 
+/// A histogram column: its name, the I/O classes it sums, which histogram.
+type HistColumn = (&'static str, &'static [&'static str], fn(&ClassIoSnapshot) -> &HistSnapshot);
+
 /// `-w`: latency histograms, total (queue + device) and device alone, for
 /// reads and writes.
 fn latency_hist(r: &Row) -> String {
-    let cols: [(&str, &[&str], fn(&ClassIoSnapshot) -> &HistSnapshot); 4] = [
+    let cols: [HistColumn; 4] = [
         ("total_r", &READ_CLASSES, |c| &c.total_ns),
         ("total_w", &WRITE_CLASSES, |c| &c.total_ns),
         ("disk_r", &READ_CLASSES, |c| &c.disk_ns),
@@ -566,7 +569,7 @@ pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, secs: f64) -> String {
     if findings.is_empty() {
         let _ = writeln!(out, "  nothing in the pool limits the workload: dirty data at {:.0}% (delays start at {:.0}%), no device queue full, metadata hit rate fine — look above the pool (the application, FUSE, CPU)", dirty_pct, delay_pct);
     } else {
-        findings.sort_by(|a, b| b.0.cmp(&a.0));
+        findings.sort_by_key(|f| std::cmp::Reverse(f.0));
         let _ = writeln!(out, "  limited by {}", findings[0].1);
         for f in &findings[1..] {
             let _ = writeln!(out, "  also: {}", f.1);
@@ -579,6 +582,9 @@ pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, secs: f64) -> String {
 fn esc(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
+
+/// A Prometheus family read off the metrics: name, help, the value.
+type MetricColumn = (&'static str, &'static str, fn(&PoolMetrics) -> u64);
 
 /// The Prometheus text exposition of every pool's metrics.
 pub fn prometheus(ms: &[PoolMetrics]) -> String {
@@ -603,7 +609,7 @@ pub fn prometheus(ms: &[PoolMetrics]) -> String {
     family(&mut out, "tarn_prefetch_issued_total", "counter", "Blocks read ahead.", each(&|m| m.prefetch.issued as f64));
     family(&mut out, "tarn_prefetch_stream_hits_total", "counter", "Reads that continued a sequential stream.", each(&|m| m.prefetch.stream_hits as f64));
     family(&mut out, "tarn_prefetch_stream_misses_total", "counter", "Reads no stream expected.", each(&|m| m.prefetch.stream_misses as f64));
-    let arc_counters: [(&str, &str, fn(&PoolMetrics) -> u64); 8] = [
+    let arc_counters: [MetricColumn; 8] = [
         ("tarn_arc_demand_data_hits_total", "ARC demand data hits.", |m| m.arc.demand_data_hits),
         ("tarn_arc_demand_data_misses_total", "ARC demand data misses.", |m| m.arc.demand_data_misses),
         ("tarn_arc_demand_metadata_hits_total", "ARC demand metadata hits.", |m| m.arc.demand_metadata_hits),
@@ -616,7 +622,7 @@ pub fn prometheus(ms: &[PoolMetrics]) -> String {
     for (name, help, f) in arc_counters {
         family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
     }
-    let arc_gauges: [(&str, &str, fn(&PoolMetrics) -> u64); 8] = [
+    let arc_gauges: [MetricColumn; 8] = [
         ("tarn_arc_size_bytes", "ARC size: blocks as held plus decompressed metadata copies.", |m| m.arc.sizes.size),
         ("tarn_arc_target_bytes", "ARC target size (c).", |m| m.arc.sizes.c),
         ("tarn_arc_max_bytes", "zfs_arc_max.", |m| m.arc.sizes.c_max),
@@ -629,7 +635,7 @@ pub fn prometheus(ms: &[PoolMetrics]) -> String {
     for (name, help, f) in arc_gauges {
         family(&mut out, name, "gauge", help, each(&|m| f(m) as f64));
     }
-    let l2_counters: [(&str, &str, fn(&PoolMetrics) -> u64); 13] = [
+    let l2_counters: [MetricColumn; 13] = [
         ("tarn_l2arc_hits_total", "Reads served from cache devices.", |m| m.arc.l2.l2_hits),
         ("tarn_l2arc_misses_total", "Reads cache devices could not serve (while the pool has some).", |m| m.arc.l2.l2_misses),
         ("tarn_l2arc_feeds_total", "L2ARC feeds that wrote blocks.", |m| m.arc.l2.l2_feeds),
@@ -811,7 +817,7 @@ mod promtool {
         pool.core().l2.feed(&pool.core().cache);
         let m = tarn_engine::pool::metrics::snapshot(&pool);
         assert!(m.arc.l2.l2_feeds >= 1 && m.arc.l2.l2_asize > 0, "{:?}", m.arc.l2);
-        let text = super::prometheus(&[m.clone()]);
+        let text = super::prometheus(std::slice::from_ref(&m));
         for (metric, want) in [("tarn_l2arc_feeds_total", m.arc.l2.l2_feeds), ("tarn_l2arc_write_bytes_total", m.arc.l2.l2_write_bytes), ("tarn_l2arc_allocated_bytes", m.arc.l2.l2_asize), ("tarn_arc_uncompressed_bytes", m.arc.sizes.uncompressed_size)] {
             assert!(text.contains(&format!("{}{{pool=\"tank\"}} {}\n", metric, want)), "{} should be {}:\n{}", metric, want, text);
         }

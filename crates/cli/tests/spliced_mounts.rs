@@ -143,7 +143,7 @@ fn child_datasets_are_served_inside_their_parent() {
     assert_ne!(fs::metadata(&a).unwrap().ino(), fs::metadata(&mnt).unwrap().ino());
     assert_eq!(ma.blksize(), 16 << 10, "tank/a's recordsize");
     assert_eq!(mc.blksize(), 16 << 10, "inherited by tank/a/b/c");
-    assert_eq!(fs::metadata(format!("{mnt}")).unwrap().blksize(), 4096, "a directory's block");
+    assert_eq!(fs::metadata(&mnt).unwrap().blksize(), 4096, "a directory's block");
     e.ok(&["set", "quota=10M", "tank/a"]);
     let s = statvfs(&a);
     let size = s.f_blocks * s.f_frsize;

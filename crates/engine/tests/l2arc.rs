@@ -25,7 +25,7 @@ fn tunables() -> Tunables {
 /// Half compressible, half not: both stored forms reach the cache.
 fn content(i: usize) -> Vec<u8> {
     let mut d = pattern(BS, i as u64);
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         for (j, b) in d.iter_mut().enumerate() {
             if j % 4 != 0 {
                 *b = 0x41;

@@ -499,7 +499,7 @@ mod tests {
         assert_eq!(t.below("tank").len(), 2);
         assert_eq!(t.below("tank/c").len(), 1);
         assert!(t.below("tank/cc").is_empty());
-        t.set_closing(&[c.clone()], true);
+        t.set_closing(std::slice::from_ref(&c), true);
         assert!(matches!(t.register("tank/c", Kind::Dataset, (1, b"c".to_vec()), "c".into()), Err(e) if e.errno == libc::ENOENT));
         assert!(t.detach(&c).is_none());
         assert!(t.find("tank/c").is_none());

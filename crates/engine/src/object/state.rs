@@ -18,8 +18,8 @@
 //!   clone's pointer has the record's block size as its lsize;
 //! - indirect blocks held by the object are keyed (level, index) and level
 //!   >= 1; they are there only while the sync path changes them (loaded by
-//!   `ensure_path`, dropped when their txg's writes have landed). Readers
-//!   find clean indirect blocks in the ARC (`tree_bp_in`).
+//!   > `ensure_path`, dropped when their txg's writes have landed). Readers
+//!   > find clean indirect blocks in the ARC (`tree_bp_in`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -112,7 +112,9 @@ impl IndBlock {
     }
 }
 
-/// Where a block's current content comes from.
+/// Where a block's current content comes from. A block pointer (128 bytes)
+/// is held by value: boxing it would cost an allocation on every read.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Source {
     Dirty(Arc<AlignedBuf>),
     Zero,
@@ -199,7 +201,7 @@ impl ObjState {
     /// Dirty records, newest first.
     pub(crate) fn recs_newest_first(&self) -> Vec<&DirtyRec> {
         let mut v: Vec<&DirtyRec> = self.dirty.iter().flatten().collect();
-        v.sort_by(|a, b| b.txg.cmp(&a.txg));
+        v.sort_by_key(|r| std::cmp::Reverse(r.txg));
         v
     }
 

@@ -421,7 +421,7 @@ impl Pool {
         }
         let guid_sum = config.tree.guid_sum();
         ubs.retain(|u| u.pool_guid == config.pool_guid && u.guid_sum == guid_sum);
-        ubs.sort_by(|a, b| b.txg.cmp(&a.txg));
+        ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by(|a, b| a == b);
         let Some(newest) = ubs.first().map(|u| u.txg) else {
             return Err(Error::corrupt(format!("pool '{}': no valid uberblock on any device", config.pool_name)));
@@ -596,7 +596,7 @@ impl Pool {
     pub fn properties(&self) -> Vec<(String, String, String)> {
         let st = self.status();
         let ub = self.uberblock();
-        let cap = if st.size > 0 { st.allocated * 100 / st.size } else { 0 };
+        let cap = (st.allocated * 100).checked_div(st.size).unwrap_or(0);
         let ashift = self.config().tree.children.first().map_or(12, |c| c.ashift);
         let mut v: Vec<(String, String, String)> = vec![
             ("name".into(), st.name.clone(), "-".into()),
@@ -785,8 +785,15 @@ fn check_features(c: &LabelConfig, readonly: bool) -> Result<()> {
     Ok(())
 }
 
+/// What `write_space` wrote: the space log's pointer, the checkpoint's
+/// blocks and its index (each None when not written this txg).
+type SpaceWritten = (Option<BlockPtr>, Option<Vec<BlockPtr>>, Option<BlockPtr>);
+
+/// Devices with the paths they were opened from.
+type NamedDevices = Vec<(String, Arc<dyn BlockDevice>)>;
+
 /// Orders `devs` by vdev id according to the newest config among them.
-fn match_devices(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<(LabelConfig, Vec<(String, Arc<dyn BlockDevice>)>)> {
+fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
     let mut labelled = Vec::new();
     for (p, d) in devs {
         let labels = read_labels(d.as_ref());
@@ -1161,7 +1168,7 @@ impl Shared {
     }
 
     /// Writes the space log (or a checkpoint) of `txg` and waits for it.
-    fn write_space(&self, txg: u64) -> Result<(Option<BlockPtr>, Option<Vec<BlockPtr>>, Option<BlockPtr>)> {
+    fn write_space(&self, txg: u64) -> Result<SpaceWritten> {
         let group = WriteGroup::new(None);
         let interval = self.core.tunables.read().tarn_space_checkpoint_interval;
         // A txg whose records would not fit one log block (1 MiB) writes a

@@ -1464,7 +1464,7 @@ mod tests {
         }
         for w in large.windows(2) {
             assert!(
-                w[1] == w[0] + MIB || (w[1] - LABEL) % ms == 0,
+                w[1] == w[0] + MIB || (w[1] - LABEL).is_multiple_of(ms),
                 "{:#x} -> {:#x}",
                 w[0],
                 w[1]
@@ -1491,7 +1491,7 @@ mod tests {
             bytes[v as usize] += len;
             if let Some(p) = last[v as usize] {
                 assert!(
-                    off == p || (off - LABEL) % ms_size(&a, v) == 0,
+                    off == p || (off - LABEL).is_multiple_of(ms_size(&a, v)),
                     "vdev {v} not contiguous"
                 );
             }
@@ -1714,8 +1714,8 @@ mod tests {
         for txg in first_txg..first_txg + txgs {
             for _ in 0..xorshift(rng) % 40 {
                 let r = xorshift(rng);
-                if r % 3 != 0 || live.is_empty() {
-                    let size = 1 + (r >> 8) % if r % 5 == 0 { 2 * MIB } else { 96 * KIB };
+                if !r.is_multiple_of(3) || live.is_empty() {
+                    let size = 1 + (r >> 8) % if r.is_multiple_of(5) { 2 * MIB } else { 96 * KIB };
                     if let Ok(x) = a.alloc(size, txg, &[]) {
                         live.push(x);
                     }
@@ -1947,7 +1947,7 @@ mod tests {
                 // The log / checkpoint blocks themselves (or a free of an
                 // old one): small, unaligned sizes on either vdev.
                 let r = xorshift(&mut rng);
-                if r % 4 == 0 && !live.is_empty() {
+                if r.is_multiple_of(4) && !live.is_empty() {
                     let (v, o, l) = live.swap_remove((r >> 8) as usize % live.len());
                     a.free(v, o, l, txg).unwrap();
                 } else if let Ok(x) = a.alloc(1 + (r >> 8) % (256 * KIB), txg, &[]) {
@@ -2041,7 +2041,7 @@ mod tests {
     impl Sim {
         fn alloc(&mut self, r: u64) {
             let size = random_size(r);
-            let exclude: Vec<u32> = if (r >> 40) % 8 == 0 {
+            let exclude: Vec<u32> = if (r >> 40).is_multiple_of(8) {
                 vec![((r >> 44) % 2) as u32]
             } else {
                 vec![]
@@ -2091,7 +2091,7 @@ mod tests {
                 .check_invariants()
                 .unwrap_or_else(|e| panic!("step {step}: {e}"));
             assert_eq!(self.a.space().total.allocated, self.live_bytes);
-            if step % 1000 == 0 {
+            if step.is_multiple_of(1000) {
                 assert!(self
                     .live
                     .iter()

@@ -571,7 +571,7 @@ mod tests {
                 t.contains(start, len),
                 bits[span.clone()].iter().all(|b| *b)
             );
-            if xorshift(&mut rng) % 2 == 0 {
+            if xorshift(&mut rng).is_multiple_of(2) {
                 assert_eq!(t.add(start, len).is_ok(), !expect_overlap);
                 if !expect_overlap {
                     bits[span].iter_mut().for_each(|b| *b = true);

@@ -605,7 +605,7 @@ mod tests {
             let mut v: Vec<Extent> = (0..n)
                 .map(|_| Extent {
                     vdev: (xorshift(rng) % 4) as u32
-                        * if xorshift(rng) % 50 == 0 {
+                        * if xorshift(rng).is_multiple_of(50) {
                             u32::MAX / 3
                         } else {
                             1
@@ -614,7 +614,7 @@ mod tests {
                     len: value(rng),
                 })
                 .collect();
-            if xorshift(rng) % 2 == 0 {
+            if xorshift(rng).is_multiple_of(2) {
                 v.sort();
             }
             v
@@ -632,7 +632,7 @@ mod tests {
         let nv = xorshift(rng) % 4;
         let vdevs = (0..nv)
             .map(|i| {
-                let ashift = if xorshift(rng) % 20 == 0 {
+                let ashift = if xorshift(rng).is_multiple_of(20) {
                     xorshift(rng) as u8
                 } else {
                     9 + (xorshift(rng) % 8) as u8
