@@ -253,3 +253,50 @@ fn rollback_of_a_busy_mounted_dataset() {
     assert_eq!(names(&format!("{mnt}/kid/.zfs/snapshot")), ["one"]);
     verify(&e);
 }
+
+/// Reads `path` with O_DIRECT, so the read reaches the file system (not
+/// the page cache), which is where access times are kept.
+fn read_direct(path: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path).unwrap();
+    let mut buf = vec![0u8; 8192];
+    let at = buf.as_ptr().align_offset(4096);
+    let n = f.read_at(&mut buf[at..at + 4096], 0).unwrap();
+    assert_eq!(n, 4096, "{path}");
+}
+
+/// `atime` and `relatime` apply at once to a served, open file system, as
+/// a remount applies them on OpenZFS. (With relatime on, a read right after
+/// a write rightly leaves the access time: the kernel's coarse clock stamps
+/// the write's mtime before the create's atime.)
+#[test]
+fn atime_changes_apply_to_a_served_file_system_at_once() {
+    let Some(e) = Env::real("atime") else { return };
+    let mnt = e.create("tank");
+    e.ok(&["create", "tank/a"]);
+    let f = format!("{mnt}/a/f");
+    fs::write(&f, vec![5u8; 4096]).unwrap();
+    File::open(&f).unwrap().sync_all().unwrap();
+    let atime = |p: &str| {
+        // Past the kernel's 1 s attribute cache: the file system's own value.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let m = fs::metadata(p).unwrap();
+        (m.atime(), m.atime_nsec())
+    };
+    let t0 = atime(&f);
+    e.ok(&["set", "atime=off", "tank/a"]);
+    e.ok(&["set", "relatime=off", "tank/a"]);
+    read_direct(&f);
+    assert_eq!(atime(&f), t0, "atime=off: a read leaves the access time");
+    e.ok(&["set", "atime=on", "tank/a"]);
+    read_direct(&f);
+    let t1 = atime(&f);
+    assert!(t1 > t0, "atime=on, relatime=off: a read sets the access time: {t0:?} -> {t1:?}");
+    e.ok(&["inherit", "atime", "tank/a"]);
+    e.ok(&["set", "atime=off", "tank"]);
+    fs::write(&f, vec![6u8; 4096]).unwrap();
+    File::open(&f).unwrap().sync_all().unwrap();
+    let t2 = atime(&f);
+    read_direct(&f);
+    assert_eq!(atime(&f), t2, "atime=off inherited from the parent applies too");
+}

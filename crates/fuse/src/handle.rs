@@ -67,6 +67,17 @@ impl MountHandle {
         self.table.find(name).map(|s| s.set_readonly(ro)).is_some()
     }
 
+    /// Passes new `atime`/`relatime` settings to the file system serving
+    /// `name`, if it is open (one opened later reads them itself); false
+    /// if this mount does not serve `name`.
+    pub fn set_access_times(&self, name: &str, atime: bool, relatime: bool) -> bool {
+        let Some(slot) = self.table.find(name) else { return false };
+        if let Some(fs) = slot.opened() {
+            fs.set_access_times(atime, relatime);
+        }
+        true
+    }
+
     /// The kernel should ask again about `names` (datasets or snapshots
     /// just created, renamed or changed): drops the entry for each in the
     /// directory that holds it, if this mount serves that directory.

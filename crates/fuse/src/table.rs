@@ -148,6 +148,14 @@ impl Slot {
         self.readonly.store(ro || self.kind == Kind::Snapshot, Ordering::Release);
     }
 
+    /// The file system, if it has been opened and not detached.
+    pub fn opened(&self) -> Option<Arc<dyn FileSystem>> {
+        match &*self.phase.read() {
+            Phase::Open { fs, .. } => Some(fs.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether the file system has been opened and not detached.
     pub fn is_open(&self) -> bool {
         matches!(*self.phase.read(), Phase::Open { .. })

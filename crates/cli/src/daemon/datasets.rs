@@ -225,6 +225,9 @@ fn after_prop_change(st: &mut State, prop: &str, dataset: &str, out: &mut Out) -
     if prop == "readonly" {
         mounts::readonly_changed(st, dataset);
     }
+    if prop == "atime" || prop == "relatime" {
+        mounts::access_times_changed(st, dataset);
+    }
     if prop != "mountpoint" && prop != "canmount" {
         return Ok(());
     }

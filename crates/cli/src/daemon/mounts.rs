@@ -45,9 +45,10 @@
 //! numbers differ (the slot is in the top bits), hard links and renames
 //! between them fail with `EXDEV`, and each keeps its own properties:
 //! `readonly` (`EROFS`), `recordsize`, `compression`, `atime` and
-//! `relatime` (read when it is opened), and `statfs` (`df`) reports its own
-//! size and free space under its quota. Properties read when a file system
-//! is opened take effect at its next mount or first access.
+//! `relatime`, and `statfs` (`df`) reports its own size and free space
+//! under its quota. `readonly`, `atime` and `relatime` take effect at once
+//! on a served file system, as a remount applies them on OpenZFS; the
+//! others are properties of the object set, which reads them as it writes.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -165,6 +166,18 @@ pub fn readonly_changed(st: &State, dataset: &str) {
         for s in h.served().into_iter().filter(|s| s.kind == Kind::Dataset && below(&s.name, dataset)) {
             let ro = live.pool.datasets().get(&s.name, "readonly").is_ok_and(|v| v.value == "on");
             h.set_readonly(&s.name, ro);
+        }
+    }
+}
+
+/// `atime` or `relatime` changed on `dataset`: every file system at or
+/// below it that is being served reads with the new settings from now on.
+pub fn access_times_changed(st: &State, dataset: &str) {
+    let Some(live) = st.pools.get(pool_of(dataset)) else { return };
+    let on = |name: &str, p: &str| live.pool.datasets().get(name, p).is_ok_and(|v| v.value == "on");
+    for h in st.mounts.values() {
+        for s in h.served().into_iter().filter(|s| s.kind == Kind::Dataset && below(&s.name, dataset)) {
+            h.set_access_times(&s.name, on(&s.name, "atime"), on(&s.name, "relatime"));
         }
     }
 }

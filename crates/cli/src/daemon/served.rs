@@ -164,7 +164,8 @@ impl Served {
     /// The file system that serves `dataset` (file system or snapshot) of
     /// `dsl`: the one place where the POSIX layer is chosen. Snapshots are
     /// served read-only; a file system's access-time properties are read
-    /// now (they apply from the next mount or first access).
+    /// now, and changes reach it while it is served
+    /// (`mounts::access_times_changed`).
     pub fn filesystem(&self, dsl: &Datasets, dataset: &str) -> Result<Arc<dyn FileSystem>> {
         if let Some(m) = &self.memfs {
             return Ok(m.lock().entry(dataset.to_string()).or_insert_with(|| Arc::new(MemFs::new())).clone());

@@ -266,4 +266,9 @@ pub trait FileSystem: Send + Sync {
     fn removexattr(&self, caller: &Caller, ino: Ino, name: &[u8]) -> PResult<()>;
     /// Makes everything durable (unmount, `syncfs`).
     fn sync_all(&self) -> PResult<()>;
+    /// The dataset's `atime` and `relatime` properties changed: reads
+    /// follow the new values from now on (as a remount does on OpenZFS).
+    fn set_access_times(&self, atime: bool, relatime: bool) {
+        let _ = (atime, relatime);
+    }
 }

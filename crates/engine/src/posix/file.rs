@@ -2,6 +2,7 @@
 //! Each holds the inode's lock for its whole change, so that data and the
 //! size and times in the attributes move together in one transaction.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::MutexGuard;
@@ -171,10 +172,10 @@ impl PosixFs {
     }
 
     fn wants_atime(&self, p: &InodePhys) -> bool {
-        if !self.opts.atime || self.opts.readonly {
+        if !self.atime.load(Ordering::Relaxed) || self.opts.readonly {
             return false;
         }
-        if !self.opts.relatime {
+        if !self.relatime.load(Ordering::Relaxed) {
             return true;
         }
         p.atime <= p.mtime || p.atime <= p.ctime || Timespec::now().sec.saturating_sub(p.atime.sec) >= RELATIME_SEC

@@ -4,6 +4,7 @@
 //! attributes, extended attributes); `ops.rs` binds them to [`FileSystem`].
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -71,6 +72,10 @@ pub(crate) struct Inode {
 pub struct PosixFs {
     pub(crate) os: Arc<Objset>,
     pub(crate) opts: PosixOptions,
+    /// `opts.atime` and `opts.relatime` as they are now (the properties may
+    /// change while the file system is served).
+    pub(crate) atime: AtomicBool,
+    pub(crate) relatime: AtomicBool,
     pub(crate) root: Ino,
     pub(crate) unlinked_obj: u64,
     /// Directory contents: changed under write, read under read.
@@ -101,6 +106,8 @@ impl PosixFs {
         };
         let fs = Arc::new(PosixFs {
             os: objset,
+            atime: AtomicBool::new(opts.atime),
+            relatime: AtomicBool::new(opts.relatime),
             opts,
             root: master.root,
             unlinked_obj: master.unlinked,

@@ -1,6 +1,8 @@
 //! [`FileSystem`] for [`PosixFs`]: each call checks what the operation
 //! alone can check and hands over to `namei.rs` or `file.rs`.
 
+use std::sync::atomic::Ordering;
+
 use super::api::*;
 use super::fs::{err, PosixFs};
 use super::namei::SYMLINK_MAX;
@@ -129,5 +131,10 @@ impl FileSystem for PosixFs {
 
     fn sync_all(&self) -> PResult<()> {
         self.sync_now()
+    }
+
+    fn set_access_times(&self, atime: bool, relatime: bool) {
+        self.atime.store(atime, Ordering::Relaxed);
+        self.relatime.store(relatime, Ordering::Relaxed);
     }
 }
