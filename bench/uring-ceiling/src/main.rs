@@ -55,6 +55,28 @@ fn attr(ino: u64, mode: u32) -> FileAttr {
     }
 }
 
+impl Mem {
+    /// A new node of `mode` named `name` in directory `parent`.
+    fn add(&self, parent: u64, name: &OsStr, mode: u32) -> FsResult<FileAttr> {
+        let ino = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut n = self.nodes.lock();
+        let a = attr(ino, mode);
+        n.get_mut(&parent)
+            .ok_or(ENOENT)?
+            .children
+            .insert(name.as_bytes().to_vec(), ino);
+        n.insert(
+            ino,
+            Node {
+                attr: a,
+                data: Vec::new(),
+                children: HashMap::new(),
+            },
+        );
+        Ok(a)
+    }
+}
+
 impl Filesystem for Mem {
     async fn lookup(&self, _r: Request, parent: InodeId, name: &OsStr) -> FsResult<ReplyEntry> {
         let n = self.nodes.lock();
@@ -111,21 +133,7 @@ impl Filesystem for Mem {
         mode: u32,
         _u: u32,
     ) -> FsResult<ReplyEntry> {
-        let ino = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut n = self.nodes.lock();
-        let a = attr(ino, libc::S_IFDIR | (mode & 0o7777));
-        n.get_mut(&parent.0)
-            .ok_or(ENOENT)?
-            .children
-            .insert(name.as_bytes().to_vec(), ino);
-        n.insert(
-            ino,
-            Node {
-                attr: a,
-                data: Vec::new(),
-                children: HashMap::new(),
-            },
-        );
+        let a = self.add(parent.0, name, libc::S_IFDIR | (mode & 0o7777))?;
         Ok(ReplyEntry {
             ttl: TTL,
             attr: a,
@@ -140,21 +148,7 @@ impl Filesystem for Mem {
         mode: u32,
         _f: u32,
     ) -> FsResult<ReplyCreate> {
-        let ino = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut n = self.nodes.lock();
-        let a = attr(ino, libc::S_IFREG | (mode & 0o7777));
-        n.get_mut(&parent.0)
-            .ok_or(ENOENT)?
-            .children
-            .insert(name.as_bytes().to_vec(), ino);
-        n.insert(
-            ino,
-            Node {
-                attr: a,
-                data: Vec::new(),
-                children: HashMap::new(),
-            },
-        );
+        let a = self.add(parent.0, name, libc::S_IFREG | (mode & 0o7777))?;
         Ok(ReplyCreate {
             ttl: TTL,
             attr: a,
