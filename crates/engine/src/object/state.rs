@@ -16,10 +16,10 @@
 //!   rounded to 512 bytes;
 //! - a block id is in at most one of a record's `blocks` and `clones`; a
 //!   clone's pointer has the record's block size as its lsize;
-//! - indirect blocks held by the object are keyed (level, index) and level
-//!   >= 1; they are there only while the sync path changes them (loaded by
-//!   > `ensure_path`, dropped when their txg's writes have landed). Readers
-//!   > find clean indirect blocks in the ARC (`tree_bp_in`).
+//! - indirect blocks held by the object are keyed (level, index), level 1
+//!   or above; they are there only while the sync path changes them (loaded
+//!   by `ensure_path`, dropped when their txg's writes have landed). Readers
+//!   find clean indirect blocks in the ARC (`tree_bp_in`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
