@@ -78,7 +78,8 @@ pub const MAX_LEVELS: u8 = 7;
 pub const OBJSET_PHYS_SIZE: usize = 1024;
 const OBJSET_MAGIC: u64 = 0x736a_626f_6e72_6174;
 const FLAG_INLINE: u8 = 1;
-const FLAG_SHORT: u8 = 2;
+/// Flag bit of the short inline form (with INLINE).
+pub const FLAG_SHORT: u8 = 2;
 /// Generations the short form can hold.
 const SHORT_GEN_LIMIT: u64 = 1 << 48;
 
@@ -130,14 +131,13 @@ impl Dnode {
     /// Whether this dnode is written in the short inline form: inline, and
     /// every field that form leaves out has the value it implies.
     fn is_short(&self) -> bool {
-        self.inline.as_ref().is_some_and(|d| d.len() as u64 == self.size && self.size <= u16::MAX as u64)
+        self.inline.as_ref().is_some_and(|d| d.len() as u64 == self.size)
+            && short_holds(self.gen, self.size)
             && self.blkptr.is_none()
             && self.nlevels == 0
             && self.indblkshift == INDIRECT_SHIFT
             && self.maxblkid == 0
             && self.used_bytes == 0
-            && self.gen < SHORT_GEN_LIMIT
-            && self.bonus.len() <= u16::MAX as usize
     }
 
     fn header_len(&self) -> usize {
@@ -152,7 +152,7 @@ impl Dnode {
     /// bonus and `size` bytes inline (nothing allocated): what an object
     /// needs to go inline.
     pub fn inline_len(gen: u64, bonus_len: usize, size: u64) -> usize {
-        let header = if gen < SHORT_GEN_LIMIT && size <= u16::MAX as u64 { SHORT_HEADER } else { DNODE_HEADER };
+        let header = if short_holds(gen, size) { SHORT_HEADER } else { DNODE_HEADER };
         header + bonus_len + size as usize
     }
 
@@ -189,10 +189,15 @@ impl Dnode {
             bp.encode(&mut out[o..o + BP_SIZE]);
             o += BP_SIZE;
         }
-        out[o..o + self.bonus.len()].copy_from_slice(&self.bonus);
-        o += self.bonus.len();
+        self.encode_bonus_and_inline(&mut out[o..]);
+    }
+
+    /// The body after the header and block pointer: bonus, then inline data.
+    fn encode_bonus_and_inline(&self, out: &mut [u8]) {
+        let n = self.bonus.len();
+        out[..n].copy_from_slice(&self.bonus);
         if let Some(d) = &self.inline {
-            out[o..o + d.len()].copy_from_slice(d);
+            out[n..n + d.len()].copy_from_slice(d);
         }
     }
 
@@ -206,11 +211,7 @@ impl Dnode {
         put_u16(out, 10, self.size as u16);
         put_u16(out, 12, (self.maxblksz >> 9) as u16);
         out[14..20].copy_from_slice(&self.gen.to_le_bytes()[..6]);
-        let mut o = SHORT_HEADER;
-        out[o..o + self.bonus.len()].copy_from_slice(&self.bonus);
-        o += self.bonus.len();
-        let d = self.inline.as_ref().expect("short dnodes are inline");
-        out[o..o + d.len()].copy_from_slice(d);
+        self.encode_bonus_and_inline(&mut out[SHORT_HEADER..]);
     }
 
     fn decode_short(b: &[u8], otype: ObjectType, slots: usize) -> Result<Self, DecodeError> {
@@ -218,11 +219,7 @@ impl Dnode {
         if b[2] != 0 || b[5] != 0 {
             return Err(err("reserved bytes set".into()));
         }
-        let datablksz = (le_u16(b, 6) as u32) << 9;
-        let maxblksz = (le_u16(b, 12) as u32) << 9;
-        if datablksz == 0 || datablksz > MAX_BLOCK_BYTES || maxblksz > MAX_BLOCK_BYTES {
-            return Err(err(format!("bad block size {}", datablksz)));
-        }
+        let (datablksz, maxblksz) = block_sizes(b).map_err(err)?;
         let (bonuslen, size) = (le_u16(b, 8) as usize, le_u16(b, 10) as usize);
         let end = slots * SLOT_SIZE;
         if SHORT_HEADER + bonuslen + size > end {
@@ -271,11 +268,7 @@ impl Dnode {
         if nblkptr > 1 || flags & !FLAG_INLINE != 0 || (nblkptr == 1 && flags & FLAG_INLINE != 0) {
             return Err(err("bad block pointer count or flags".into()));
         }
-        let datablksz = (le_u16(b, 6) as u32) << 9;
-        let maxblksz = (le_u16(b, 12) as u32) << 9;
-        if datablksz == 0 || datablksz > MAX_BLOCK_BYTES || maxblksz > MAX_BLOCK_BYTES {
-            return Err(err(format!("bad block size {}", datablksz)));
-        }
+        let (datablksz, maxblksz) = block_sizes(b).map_err(err)?;
         let bonuslen = le_u16(b, 8) as usize;
         let size = le_u64(b, 32);
         let nlevels = b[1];
@@ -323,6 +316,22 @@ impl Dnode {
             inline,
         }))
     }
+}
+
+/// Whether the short inline form can hold a dnode of generation `gen` with
+/// `size` inline bytes (its fields for them are 48 and 16 bits).
+fn short_holds(gen: u64, size: u64) -> bool {
+    gen < SHORT_GEN_LIMIT && size <= u16::MAX as u64
+}
+
+/// The data and record block sizes, at the same offsets in both forms.
+fn block_sizes(b: &[u8]) -> Result<(u32, u32), String> {
+    let datablksz = (le_u16(b, 6) as u32) << 9;
+    let maxblksz = (le_u16(b, 12) as u32) << 9;
+    if datablksz == 0 || datablksz > MAX_BLOCK_BYTES || maxblksz > MAX_BLOCK_BYTES {
+        return Err(format!("bad block size {}", datablksz));
+    }
+    Ok((datablksz, maxblksz))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -388,58 +397,51 @@ impl ObjsetPhys {
 mod tests {
     use super::*;
 
-    #[test]
-    fn inline_dnode_round_trip_and_size() {
-        let mut d = Dnode::new(ObjectType::PlainData, 131072, 5);
+    /// An inline object of generation `gen` holding `data`.
+    fn inline_dnode(gen: u64, data: Vec<u8>) -> Dnode {
+        let mut d = Dnode::new(ObjectType::PlainData, 131072, gen);
         d.blkptr = None;
         d.nlevels = 0;
-        d.inline = Some(vec![0xab; 1024]);
-        d.size = 1024;
-        // Short form: 20 + 1024 bytes.
-        assert_eq!(d.slots(), 17);
+        d.size = data.len() as u64;
+        d.inline = Some(data);
+        d
+    }
+
+    /// `d` encoded into its slots; it must decode back to itself.
+    fn round_trip(d: &Dnode) -> Vec<u8> {
         let mut buf = vec![0u8; d.slots() * SLOT_SIZE];
         d.encode(&mut buf);
-        assert_eq!(buf[3], FLAG_INLINE | FLAG_SHORT);
-        assert_eq!(Dnode::decode(&buf).unwrap().unwrap(), d);
+        assert_eq!(Dnode::decode(&buf).unwrap().as_ref(), Some(d));
+        buf
+    }
+
+    #[test]
+    fn inline_dnode_round_trip_and_size() {
+        let mut d = inline_dnode(5, vec![0xab; 1024]);
+        // Short form: 20 + 1024 bytes.
+        assert_eq!(d.slots(), 17);
+        assert_eq!(round_trip(&d)[3], FLAG_INLINE | FLAG_SHORT);
         // A 1 KiB file with 108 bytes of attributes fits 18 slots.
         d.bonus = vec![7; 108];
         assert_eq!(Dnode::inline_len(d.gen, 108, 1024), 1152);
         assert_eq!(d.slots(), 18);
-        let mut buf = vec![0u8; d.slots() * SLOT_SIZE];
-        d.encode(&mut buf);
-        assert_eq!(Dnode::decode(&buf).unwrap().unwrap(), d);
+        round_trip(&d);
     }
 
     #[test]
     fn inline_dnodes_the_short_form_cannot_hold_use_the_long_one() {
-        let mut d = Dnode::new(ObjectType::PlainData, 131072, 1 << 48);
-        d.blkptr = None;
-        d.nlevels = 0;
-        d.inline = Some(vec![1; 100]);
-        d.size = 100;
+        let mut d = inline_dnode(1 << 48, vec![1; 100]);
         assert_eq!(d.slots(), (64 + 100usize).div_ceil(64));
         assert_eq!(Dnode::inline_len(d.gen, 0, 100), 164);
-        let mut buf = vec![0u8; d.slots() * SLOT_SIZE];
-        d.encode(&mut buf);
-        assert_eq!(buf[3], FLAG_INLINE);
-        assert_eq!(Dnode::decode(&buf).unwrap().unwrap(), d);
+        assert_eq!(round_trip(&d)[3], FLAG_INLINE);
         d.gen = 5;
         d.used_bytes = 4096;
-        let mut buf = vec![0u8; d.slots() * SLOT_SIZE];
-        d.encode(&mut buf);
-        assert_eq!(buf[3], FLAG_INLINE);
-        assert_eq!(Dnode::decode(&buf).unwrap().unwrap(), d);
+        assert_eq!(round_trip(&d)[3], FLAG_INLINE);
     }
 
     #[test]
     fn bad_short_dnodes_rejected() {
-        let mut d = Dnode::new(ObjectType::PlainData, 131072, 5);
-        d.blkptr = None;
-        d.nlevels = 0;
-        d.inline = Some(vec![1; 100]);
-        d.size = 100;
-        let mut buf = vec![0u8; d.slots() * SLOT_SIZE];
-        d.encode(&mut buf);
+        let buf = round_trip(&inline_dnode(5, vec![1; 100]));
         let mut b = buf.clone();
         b[2] = 1;
         assert!(Dnode::decode(&b).is_err(), "reserved byte");
@@ -457,17 +459,13 @@ mod tests {
         d.bonus = vec![1, 2, 3];
         d.maxblkid = 99;
         d.size = 100 << 20;
-        let mut buf = vec![0u8; d.slots() * SLOT_SIZE];
-        d.encode(&mut buf);
-        assert_eq!(Dnode::decode(&buf).unwrap().unwrap(), d);
+        round_trip(&d);
         assert!(Dnode::decode(&[0u8; 64]).unwrap().is_none());
     }
 
     #[test]
     fn bad_dnodes_rejected() {
-        let d = Dnode::new(ObjectType::PlainData, 131072, 5);
-        let mut buf = vec![0u8; d.slots() * SLOT_SIZE];
-        d.encode(&mut buf);
+        let buf = round_trip(&Dnode::new(ObjectType::PlainData, 131072, 5));
         let mut b = buf.clone();
         b[4] = 200;
         assert!(Dnode::decode(&b).is_err());

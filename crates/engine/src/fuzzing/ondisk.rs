@@ -5,7 +5,7 @@
 use tarn_ondisk::bp::{BlockPtr, BP_SIZE, EMBEDDED_MAX, MAX_DVAS};
 use tarn_ondisk::brt::{decode_bucket, encode_bucket, BrtHeader, BRT_BLOCK_SIZE, BUCKET_ENTRIES_MAX};
 use tarn_ondisk::codec::{le_u32, put_u64};
-use tarn_ondisk::dnode::{Dnode, ObjsetPhys, DNODE_HEADER, OBJSET_PHYS_SIZE, SHORT_HEADER, SLOT_SIZE};
+use tarn_ondisk::dnode::{Dnode, ObjsetPhys, DNODE_HEADER, FLAG_SHORT, OBJSET_PHYS_SIZE, SHORT_HEADER, SLOT_SIZE};
 use tarn_ondisk::kv;
 use tarn_ondisk::label::{LabelConfig, VdevNode, CONFIG_SIZE};
 use tarn_ondisk::uberblock::{Uberblock, UB_MAGIC, UB_SIZE};
@@ -195,10 +195,11 @@ fn check_dnode(d: &Dnode, raw: &[u8]) {
     // The form the input was in is the form it is written in (a dnode the
     // short form can hold is never read from the long one: the encoder
     // would choose short), so the header and body compare byte for byte.
+    let short = |flags: u8| flags & FLAG_SHORT != 0;
     let (header, same): (usize, &[std::ops::Range<usize>]) =
-        if raw[3] & 2 != 0 { (SHORT_HEADER, &[0..4, 5..20]) } else { (DNODE_HEADER, &[0..4, 5..11, 12..14, 16..48]) };
+        if short(raw[3]) { (SHORT_HEADER, &[0..4, 5..20]) } else { (DNODE_HEADER, &[0..4, 5..11, 12..14, 16..48]) };
     if enc[3] != raw[3] {
-        assert!(raw[3] & 2 == 0 && enc[3] & 2 != 0, "a short dnode re-encoded long");
+        assert!(!short(raw[3]) && short(enc[3]), "a short dnode re-encoded long");
         return;
     }
     for r in same {
