@@ -222,11 +222,8 @@ fn inherit(st: &mut State, recursive: bool, prop: &str, dataset: &str, out: &mut
 
 /// Mount consequences of a property change on `dataset` (and below it).
 fn after_prop_change(st: &mut State, prop: &str, dataset: &str, out: &mut Out) -> Result<()> {
-    if prop == "readonly" {
-        mounts::readonly_changed(st, dataset);
-    }
-    if prop == "atime" || prop == "relatime" {
-        mounts::access_times_changed(st, dataset);
+    if mounts::SERVED_PROPS.contains(&prop) {
+        mounts::served_props_changed(st, dataset);
     }
     if prop != "mountpoint" && prop != "canmount" {
         return Ok(());

@@ -158,25 +158,19 @@ pub fn refresh<S: AsRef<str>>(st: &State, names: &[S]) {
     }
 }
 
-/// After `readonly` changed on `dataset`: every file system served below
-/// it refuses changes (or accepts them again) from now on.
-pub fn readonly_changed(st: &State, dataset: &str) {
-    let Some(live) = st.pools.get(pool_of(dataset)) else { return };
-    for h in st.mounts.values() {
-        for s in h.served().into_iter().filter(|s| s.kind == Kind::Dataset && below(&s.name, dataset)) {
-            let ro = live.pool.datasets().get(&s.name, "readonly").is_ok_and(|v| v.value == "on");
-            h.set_readonly(&s.name, ro);
-        }
-    }
-}
+/// Properties a served file system applies itself, not its object set: a
+/// change to one of them goes to `served_props_changed`.
+pub const SERVED_PROPS: [&str; 3] = ["readonly", "atime", "relatime"];
 
-/// `atime` or `relatime` changed on `dataset`: every file system at or
-/// below it that is being served reads with the new settings from now on.
-pub fn access_times_changed(st: &State, dataset: &str) {
+/// After one of `SERVED_PROPS` changed on `dataset`: every file system
+/// served at or below it takes their current values from now on (refuses
+/// changes or accepts them again, updates access times or not).
+pub fn served_props_changed(st: &State, dataset: &str) {
     let Some(live) = st.pools.get(pool_of(dataset)) else { return };
     let on = |name: &str, p: &str| live.pool.datasets().get(name, p).is_ok_and(|v| v.value == "on");
     for h in st.mounts.values() {
         for s in h.served().into_iter().filter(|s| s.kind == Kind::Dataset && below(&s.name, dataset)) {
+            h.set_readonly(&s.name, on(&s.name, "readonly"));
             h.set_access_times(&s.name, on(&s.name, "atime"), on(&s.name, "relatime"));
         }
     }
@@ -328,8 +322,7 @@ pub fn unmount_below(st: &mut State, name: &str, force: bool) -> Result<Vec<Stri
 /// the daemon mounts the root from) follows it.
 pub fn root_mountpoint_changed(st: &mut State, pool: &str, out: &mut Out) -> Result<()> {
     let live = st.live(pool, out)?;
-    let mp = live.pool.datasets().get(pool, "mountpoint")?.value;
-    let setting = if mp == "legacy" { "none".to_string() } else { mp };
+    let setting = super::state::mountpoint_setting(live.pool.datasets().get(pool, "mountpoint")?.value);
     let mut cache = Cache::load()?;
     if let Some(e) = cache.pools.iter_mut().find(|p| p.name == pool) {
         e.mountpoint = Some(setting.clone());

@@ -335,13 +335,10 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
 }
 
 /// The root dataset's mountpoint as a cache-entry setting, when it was set
-/// locally (None: the default, `/POOL`); legacy is none to the daemon.
+/// locally (None: the default, `/POOL`).
 fn root_mountpoint_setting(pool: &Pool, name: &str) -> Option<String> {
     let mp = pool.datasets().get(name, "mountpoint").ok()?;
-    if mp.source != tarn_engine::dataset::Source::Local {
-        return None;
-    }
-    Some(if mp.value == "legacy" { "none".to_string() } else { mp.value })
+    (mp.source == tarn_engine::dataset::Source::Local).then(|| super::state::mountpoint_setting(mp.value))
 }
 
 /// Opens a pool with every device slowed to `bw` bytes per second (the

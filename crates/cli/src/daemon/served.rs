@@ -165,7 +165,7 @@ impl Served {
     /// `dsl`: the one place where the POSIX layer is chosen. Snapshots are
     /// served read-only; a file system's access-time properties are read
     /// now, and changes reach it while it is served
-    /// (`mounts::access_times_changed`).
+    /// (`mounts::served_props_changed`).
     pub fn filesystem(&self, dsl: &Datasets, dataset: &str) -> Result<Arc<dyn FileSystem>> {
         if let Some(m) = &self.memfs {
             return Ok(m.lock().entry(dataset.to_string()).or_insert_with(|| Arc::new(MemFs::new())).clone());

@@ -66,6 +66,16 @@ pub struct Daemon {
     stopping: AtomicBool,
 }
 
+/// A root dataset's `mountpoint` property value as a cache-entry setting:
+/// `legacy` means no mount by the daemon, as `none` does.
+pub fn mountpoint_setting(value: String) -> String {
+    if value == "legacy" {
+        "none".to_string()
+    } else {
+        value
+    }
+}
+
 /// The root dataset's mountpoint from its cache entry.
 pub fn mountpoint_of(name: &str, setting: Option<&str>) -> Option<PathBuf> {
     match setting {

@@ -72,8 +72,9 @@ pub(crate) struct Inode {
 pub struct PosixFs {
     pub(crate) os: Arc<Objset>,
     pub(crate) opts: PosixOptions,
-    /// `opts.atime` and `opts.relatime` as they are now (the properties may
-    /// change while the file system is served).
+    /// `atime` and `relatime` as they are now: the properties may change
+    /// while the file system is served, so `opts.atime`/`opts.relatime` are
+    /// only the values at open and nothing reads them after.
     pub(crate) atime: AtomicBool,
     pub(crate) relatime: AtomicBool,
     pub(crate) root: Ino,
