@@ -45,6 +45,8 @@
 #   randread  fio 4 KiB random reads of that file after a cold step, 4 jobs,
 #             RUNTIME s; direct=1 where the FS accepts O_DIRECT (probed; all
 #             three do on this kernel), else buffered from cold (column says)
+#   smallwrite fio 4 KiB writes of a new 512 MiB file, buffered, psync,
+#             end_fsync=1 (a write(2) per 4 KiB, as logs and tar do)
 #   fsync     fio 4 KiB random writes to a 256 MiB file, fsync after each, RUNTIME s
 #   overdrive fio 16 jobs writing 1 MiB blocks, SIZE/8 each (2 x SIZE in all,
 #             past the kernel's dirty limit), buffered, end_fsync=1: MiB/s and
@@ -278,6 +280,12 @@ w_seq() {
       record "$s" randread_p99_us "$(fio_get "p(j['read'],'99.000000')")"; } || record "$s" randread_iops fail
   rm -f "$m/seq.dat"
 }
+w_small() {
+  local s=$1 m=$2
+  fio_run --name=smallwrite --filename="$m/small.dat" --rw=write --bs=4k --size=512M --ioengine=psync --end_fsync=1 &&
+    record "$s" smallwrite_mibs "$(fio_get "j['write']['bw']/1024")" || record "$s" smallwrite_mibs fail
+  rm -f "$m/small.dat"
+}
 w_fsync() {
   local s=$1 m=$2
   fio_run --name=fsync --filename="$m/fsync.dat" --rw=randwrite --bs=4k --size=256M --ioengine=psync --fsync=1 \
@@ -353,7 +361,7 @@ for s in "${SYS[@]}"; do
 done
 
 START=$(date +%s)
-for w in seq fsync overdrive files1 filesN; do
+for w in seq small fsync overdrive files1 filesN; do
   for rep in $(seq "$REPS"); do
     for s in "${SYS[@]}"; do
       [ -n "${NA[$s]:-}" ] && continue
@@ -388,6 +396,7 @@ METRICS = [  # key, label, unit, higher is better
     ("seqread_mibs", "sequential read (cold), 1 MiB, $SIZE", "MiB/s", True),
     ("randread_iops", "random read 4 KiB (cold), 4 jobs", "IOPS", True),
     ("randread_p99_us", "random read 4 KiB, p99 latency", "us", False),
+    ("smallwrite_mibs", "sequential write, 4 KiB write(2)s, 512M", "MiB/s", True),
     ("fsync_iops", "4 KiB write + fsync each", "IOPS", True),
     ("fsync_p99_us", "4 KiB write + fsync, p99 (write + sync)", "us", False),
     ("overdrive_mibs", "16 writers x 1 MiB (overdrive)", "MiB/s", True),

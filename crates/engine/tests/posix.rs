@@ -224,6 +224,58 @@ fn file_data_sizes_and_times() {
 }
 
 #[test]
+fn writes_truncates_and_chowns_drop_privileges() {
+    // The mount leaves these to the file system (FUSE_HANDLE_KILLPRIV_V2),
+    // so they are the POSIX layer's: set-user-ID goes on a write or
+    // truncate by anyone but root and on any chown; set-group-ID with it
+    // when group-executable; `security.capability` on all three.
+    let (_d, _p, fs) = setup();
+    let user = Caller { uid: 1000, gid: 1000, pid: 1, umask: 0 };
+    let cap = b"security.capability";
+    let big = vec![7u8; 1000]; // goes to the large-xattr object
+    let f = file(&fs, fs.root(), "f");
+    let arm = |mode: u32| {
+        fs.setattr(&ROOT, f, &SetAttr { mode: Some(mode), ..Default::default() }).unwrap();
+        fs.setxattr(&ROOT, f, cap, b"\x01\0\0\x02", XattrSet::Any).unwrap();
+        fs.setxattr(&ROOT, f, b"user.big", &big, XattrSet::Any).unwrap();
+    };
+    let perm = || fs.getattr(f).unwrap().perm;
+    let has_cap = || fs.getxattr(f, cap).is_ok();
+
+    arm(0o6755);
+    fs.write(&ROOT, f, 0, b"root").unwrap();
+    assert_eq!(perm(), 0o6755, "root keeps set-user-ID on write");
+    assert!(!has_cap(), "any write removes security.capability");
+    assert_eq!(fs.getxattr(f, b"user.big").unwrap(), big, "other attributes stay");
+
+    arm(0o6755);
+    fs.write(&user, f, 0, b"user").unwrap();
+    assert_eq!(perm(), 0o0755, "a user's write drops set-user-ID and set-group-ID");
+    assert!(!has_cap());
+
+    arm(0o6745);
+    fs.write(&user, f, 0, b"user").unwrap();
+    assert_eq!(perm(), 0o2745, "set-group-ID without group execute marks locking and stays");
+
+    arm(0o4755);
+    fs.setattr(&user, f, &SetAttr { size: Some(1), ..Default::default() }).unwrap();
+    assert_eq!(perm(), 0o0755, "a user's truncate drops set-user-ID");
+    assert!(!has_cap(), "truncate removes security.capability");
+
+    arm(0o4755);
+    let owner = fs.getattr(f).unwrap().uid;
+    fs.setattr(&ROOT, f, &SetAttr { uid: Some(owner), ..Default::default() }).unwrap();
+    assert_eq!(perm(), 0o0755, "a chown, even to the same owner, drops set-user-ID");
+    assert!(!has_cap(), "chown removes security.capability");
+
+    // Nothing to drop: a write to a plain file keeps its attributes.
+    fs.setxattr(&ROOT, f, b"user.small", b"v", XattrSet::Any).unwrap();
+    fs.write(&user, f, 0, b"again").unwrap();
+    assert_eq!(fs.getxattr(f, b"user.small").unwrap(), b"v");
+    assert_eq!(fs.getxattr(f, b"user.big").unwrap(), big);
+}
+
+#[test]
 fn fallocate_modes() {
     let (_d, _p, fs) = setup();
     let f = file(&fs, fs.root(), "f");

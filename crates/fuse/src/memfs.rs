@@ -6,7 +6,8 @@
 //! implements the contract plainly: names, links, unlinked-but-open files,
 //! rename flags, xattrs, fallocate modes, stable readdir cookies. It does
 //! not enforce the ownership rules the real layer owns (set-group-ID
-//! directories, sticky directories, clearing set-user-ID bits).
+//! directories, sticky directories, dropping set-user-ID bits and
+//! `security.capability` when a file changes).
 //!
 //! For the tests it also observes the glue: the size of every WRITE and
 //! READ that arrives ([`MemFs::write_sizes`], [`MemFs::read_sizes`]), how many calls were in flight at once

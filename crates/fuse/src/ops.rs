@@ -375,7 +375,16 @@ impl Filesystem for Glue {
         let _ = config.set_max_background(self.opts.max_background);
         let _ = config.set_congestion_threshold(self.opts.max_background * 3 / 4);
         let caps = config.capabilities();
-        let mut wanted = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_PARALLEL_DIROPS | InitFlags::FUSE_ASYNC_DIO | InitFlags::FUSE_CACHE_SYMLINKS;
+        // HANDLE_KILLPRIV_V2: the file system drops set-user-ID and
+        // `security.capability` on write, truncate and chown (the
+        // `FileSystem` contract), so the kernel need not ask for
+        // `security.capability` before every write(2) — a round trip that
+        // cut 4 KiB writes to a fifth of their speed.
+        let mut wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ASYNC_DIO
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }

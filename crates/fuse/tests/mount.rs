@@ -241,6 +241,25 @@ fn copy_file_range_copies() {
 }
 
 #[test]
+fn small_writes_do_not_each_ask_for_file_capabilities() {
+    // Without FUSE_HANDLE_KILLPRIV_V2 (Linux 5.11+) the kernel sends
+    // GETXATTR security.capability before every write(2) to see whether
+    // it must drop it: one round trip per 4 KiB write. With it, only the
+    // first write to an inode asks.
+    let Some(m) = Mounted::new("killpriv", |_| {}) else { return };
+    let mut f = File::create(m.p("small")).unwrap();
+    let block = [0x5au8; 4096];
+    for _ in 0..256 {
+        f.write_all(&block).unwrap();
+    }
+    f.sync_all().unwrap();
+    drop(f);
+    let asked = m.fs.calls("getxattr");
+    assert!(asked <= 1, "256 writes asked for security.capability {asked} times");
+    assert_eq!(fs::read(m.p("small")).unwrap(), block.repeat(256));
+}
+
+#[test]
 fn large_writes_arrive_as_1mib_requests() {
     let Some(m) = Mounted::new("bigwrite", |_| {}) else { return };
     const MIB: usize = 1 << 20;

@@ -8,9 +8,15 @@
 //!
 //! Permission checks on paths are the kernel's (the FUSE mount uses
 //! `default_permissions`); the file system applies the rules that need its
-//! own state: ownership of new files (set-group-ID directories), clearing
-//! set-user-ID bits on write and chown, sticky directories on unlink/rename,
-//! `EROFS` for read-only datasets and snapshots.
+//! own state: ownership of new files (set-group-ID directories), sticky
+//! directories on unlink/rename, `EROFS` for read-only datasets and
+//! snapshots, and dropping privileges when a file changes: a write or
+//! truncate by a caller other than root clears set-user-ID (and
+//! set-group-ID when group-executable), a chown clears them whoever asks,
+//! and all three remove `security.capability` (Linux's `file_remove_privs`
+//! rules; the mount asks the kernel to leave them to the file system,
+//! `FUSE_HANDLE_KILLPRIV_V2`, so that a write need not first ask for that
+//! attribute).
 
 use std::fmt;
 

@@ -31,6 +31,10 @@ fn kill_suid(p: &mut InodePhys) {
     }
 }
 
+/// The extended attribute that grants file capabilities; a write,
+/// truncate or chown removes it, as Linux's `file_remove_privs` does.
+pub const XATTR_CAPABILITY: &[u8] = b"security.capability";
+
 fn resolve(t: TimeOrNow, now: Timespec) -> Timespec {
     match t {
         TimeOrNow::Now => now,
@@ -95,15 +99,19 @@ impl PosixFs {
             if caller.uid != 0 {
                 kill_suid(&mut p);
             }
+            self.kill_capability(&tx, &mut p)?;
         }
         if let Some(mode) = set.mode {
             p.mode = (p.mode & libc::S_IFMT) | (mode & 0o7777);
         }
-        let chown = set.uid.is_some_and(|u| u != p.uid) || set.gid.is_some_and(|g| g != p.gid);
+        // Linux clears the privileges on any chown naming an owner or group,
+        // even the present ones.
+        let chown = set.uid.is_some() || set.gid.is_some();
         p.uid = set.uid.unwrap_or(p.uid);
         p.gid = set.gid.unwrap_or(p.gid);
         if chown && !p.is_dir() {
             kill_suid(&mut p);
+            self.kill_capability(&tx, &mut p)?;
         }
         if let Some(t) = set.atime {
             p.atime = resolve(t, now);
@@ -197,6 +205,7 @@ impl PosixFs {
         if caller.uid != 0 {
             kill_suid(&mut p);
         }
+        self.kill_capability(&tx, &mut p)?;
         self.save(&tx, ino, &p)?;
         st.phys = p;
         Ok(len)
@@ -304,6 +313,20 @@ impl PosixFs {
             frsize: frsize as u32,
             namelen: super::namei::NAME_MAX as u32,
         })
+    }
+
+    /// Removes `security.capability` from `p` (small or large), if there.
+    fn kill_capability(&self, tx: &crate::object::Tx, p: &mut InodePhys) -> PResult<()> {
+        p.xattrs.retain(|(n, _)| n != XATTR_CAPABILITY);
+        if p.xattr_obj != 0 {
+            let mut large = self.large_xattrs(p)?;
+            let had = large.len();
+            large.retain(|(n, _)| n != XATTR_CAPABILITY);
+            if large.len() != had {
+                self.store_large(tx, p, &large)?;
+            }
+        }
+        Ok(())
     }
 
     fn large_xattrs(&self, p: &InodePhys) -> PResult<Vec<(Vec<u8>, Vec<u8>)>> {
