@@ -224,11 +224,12 @@ fn file_data_sizes_and_times() {
 }
 
 #[test]
-fn writes_truncates_and_chowns_drop_privileges() {
+fn changing_a_file_drops_its_privileges() {
     // The mount leaves these to the file system (FUSE_HANDLE_KILLPRIV_V2),
-    // so they are the POSIX layer's: set-user-ID goes on a write or
-    // truncate by anyone but root and on any chown; set-group-ID with it
-    // when group-executable; `security.capability` on all three.
+    // so they are the POSIX layer's: set-user-ID goes when anyone but root
+    // writes, truncates, fallocates or copies into a file, and on any
+    // chown; set-group-ID with it when group-executable;
+    // `security.capability` on all of them.
     let (_d, _p, fs) = setup();
     let user = Caller { uid: 1000, gid: 1000, pid: 1, umask: 0 };
     let cap = b"security.capability";
@@ -263,6 +264,18 @@ fn writes_truncates_and_chowns_drop_privileges() {
     assert!(!has_cap(), "truncate removes security.capability");
 
     arm(0o4755);
+    fs.fallocate(&user, f, 0, 1 << 16, FallocFlags::default()).unwrap();
+    assert_eq!(perm(), 0o0755, "a user's fallocate that grows the file drops set-user-ID");
+    assert!(!has_cap(), "fallocate removes security.capability");
+
+    let src = file(&fs, fs.root(), "src");
+    fs.write(&ROOT, src, 0, &[1u8; 4096]).unwrap();
+    arm(0o4755);
+    assert_eq!(fs.copy_file_range(&user, src, 0, f, 0, 4096).unwrap(), 4096);
+    assert_eq!(perm(), 0o0755, "a user's copy_file_range drops set-user-ID");
+    assert!(!has_cap(), "copy_file_range removes security.capability");
+
+    arm(0o4755);
     let owner = fs.getattr(f).unwrap().uid;
     fs.setattr(&ROOT, f, &SetAttr { uid: Some(owner), ..Default::default() }).unwrap();
     assert_eq!(perm(), 0o0755, "a chown, even to the same owner, drops set-user-ID");
@@ -282,24 +295,24 @@ fn fallocate_modes() {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8 + 1).collect();
     fs.write(&ROOT, f, 0, &data).unwrap();
     let keep = FallocFlags { keep_size: true, ..Default::default() };
-    fs.fallocate(f, 0, 1 << 30, keep).unwrap();
+    fs.fallocate(&ROOT, f, 0, 1 << 30, keep).unwrap();
     assert_eq!(fs.getattr(f).unwrap().size, 300_000);
-    fs.fallocate(f, 0, 400_000, FallocFlags::default()).unwrap();
+    fs.fallocate(&ROOT, f, 0, 400_000, FallocFlags::default()).unwrap();
     assert_eq!(fs.getattr(f).unwrap().size, 400_000);
     let punch = FallocFlags { keep_size: true, punch_hole: true, zero_range: false };
-    fs.fallocate(f, 1000, 200_000, punch).unwrap();
+    fs.fallocate(&ROOT, f, 1000, 200_000, punch).unwrap();
     let mut model = data.clone();
     model.resize(400_000, 0);
     model[1000..201_000].fill(0);
     assert_eq!(fs.read(f, 0, 500_000).unwrap(), model);
     let zero = FallocFlags { zero_range: true, ..Default::default() };
-    fs.fallocate(f, 250_000, 200_000, zero).unwrap();
+    fs.fallocate(&ROOT, f, 250_000, 200_000, zero).unwrap();
     model[250_000..].fill(0);
     model.resize(450_000, 0);
     assert_eq!(fs.read(f, 0, 500_000).unwrap(), model);
-    assert_eq!(errno(fs.fallocate(f, 0, 10, FallocFlags { punch_hole: true, ..Default::default() })), libc::EOPNOTSUPP);
-    assert_eq!(errno(fs.fallocate(f, 0, 0, FallocFlags::default())), libc::EINVAL);
-    assert_eq!(errno(fs.fallocate(fs.root(), 0, 1, FallocFlags::default())), libc::EISDIR);
+    assert_eq!(errno(fs.fallocate(&ROOT, f, 0, 10, FallocFlags { punch_hole: true, ..Default::default() })), libc::EOPNOTSUPP);
+    assert_eq!(errno(fs.fallocate(&ROOT, f, 0, 0, FallocFlags::default())), libc::EINVAL);
+    assert_eq!(errno(fs.fallocate(&ROOT, fs.root(), 0, 1, FallocFlags::default())), libc::EISDIR);
 }
 
 #[test]
@@ -402,7 +415,7 @@ fn read_only_refuses_every_change() {
     assert_eq!(errno(ro.rename(&ROOT, r, b"f", r, b"g", RenameFlags::default())), rofs);
     assert_eq!(errno(ro.write(&ROOT, f, 0, b"y")), rofs);
     assert_eq!(errno(ro.setattr(&ROOT, f, &SetAttr { mode: Some(0o600), ..Default::default() })), rofs);
-    assert_eq!(errno(ro.fallocate(f, 0, 10, FallocFlags::default())), rofs);
+    assert_eq!(errno(ro.fallocate(&ROOT, f, 0, 10, FallocFlags::default())), rofs);
     assert_eq!(errno(ro.setxattr(&ROOT, f, b"user.a", b"b", XattrSet::Any)), rofs);
     assert_eq!(ro.read(f, 0, 10).unwrap(), b"x");
     assert_eq!(ro.lookup(r, b"f").unwrap().ino, f);
@@ -546,11 +559,11 @@ fn copy_file_range_copies_bytes() {
     let b = file(&fs, fs.root(), "b");
     let data = common::pattern(3 << 20, 5);
     fs.write(&ROOT, a, 0, &data).unwrap();
-    assert_eq!(fs.copy_file_range(a, 1000, b, 7, 5 << 20).unwrap(), (3 << 20) - 1000);
+    assert_eq!(fs.copy_file_range(&ROOT, a, 1000, b, 7, 5 << 20).unwrap(), (3 << 20) - 1000);
     let got = fs.read(b, 0, 4 << 20).unwrap();
     assert_eq!(&got[7..], &data[1000..]);
-    assert_eq!(errno(fs.copy_file_range(a, 0, a, 10, 100)), libc::EINVAL);
-    assert_eq!(fs.copy_file_range(a, 10 << 20, b, 0, 100).unwrap(), 0);
+    assert_eq!(errno(fs.copy_file_range(&ROOT, a, 0, a, 10, 100)), libc::EINVAL);
+    assert_eq!(fs.copy_file_range(&ROOT, a, 10 << 20, b, 0, 100).unwrap(), 0);
 }
 
 /// copy_file_range of whole records clones them: the copy costs no data
@@ -566,7 +579,7 @@ fn copy_file_range_clones_whole_records() {
     fs.write(&ROOT, a, 0, &data).unwrap();
     fs.sync_all().unwrap();
     let before = pool.status().allocated;
-    assert_eq!(fs.copy_file_range(a, 0, b, 0, 8 << 20).unwrap(), data.len() as u64);
+    assert_eq!(fs.copy_file_range(&ROOT, a, 0, b, 0, 8 << 20).unwrap(), data.len() as u64);
     assert_eq!(fs.getattr(b).unwrap().size, data.len() as u64);
     fs.sync_all().unwrap();
     let grown = pool.status().allocated - before;
@@ -574,7 +587,7 @@ fn copy_file_range_clones_whole_records() {
     let st = pool.brt_stats();
     assert_eq!(st.entries, 24, "the 24 whole 128 KiB records are shared, the 5000-byte tail copied");
     assert_eq!(fs.read(b, 0, 4 << 20).unwrap(), data);
-    assert_eq!(fs.copy_file_range(a, 1, c, 0, 1 << 20).unwrap(), 1 << 20);
+    assert_eq!(fs.copy_file_range(&ROOT, a, 1, c, 0, 1 << 20).unwrap(), 1 << 20);
     assert_eq!(pool.brt_stats().entries, 24, "an unaligned copy shares nothing");
     fs.write(&ROOT, a, 0, &common::pattern(1 << 20, 7)).unwrap();
     fs.sync_all().unwrap();

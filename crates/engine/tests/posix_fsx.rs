@@ -152,7 +152,7 @@ impl Fsx {
             1 => (FallocFlags { keep_size: true, punch_hole: true, zero_range: false }, "punch hole"),
             _ => (FallocFlags { keep_size, punch_hole: false, zero_range: true }, "zero range"),
         };
-        self.fs().fallocate(ino, off, len, flags).expect(what);
+        self.fs().fallocate(&ROOT, ino, off, len, flags).expect(what);
         let m = &mut self.model[f];
         let end = (off + len) as usize;
         if flags.punch_hole || flags.zero_range {
@@ -170,7 +170,7 @@ impl Fsx {
         let (off_in, len) = self.range(src);
         let (off_out, _) = self.range(f);
         let overlap = src == f && off_in < off_out + len && off_out < off_in + len;
-        let r = self.fs().copy_file_range(self.inos[src], off_in, self.inos[f], off_out, len);
+        let r = self.fs().copy_file_range(&ROOT, self.inos[src], off_in, self.inos[f], off_out, len);
         if overlap {
             assert_eq!(r.expect_err("overlapping copy").errno, libc::EINVAL);
             return "overlapping copy";

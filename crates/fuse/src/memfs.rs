@@ -582,7 +582,7 @@ impl FileSystem for MemFs {
         self.state.lock().node(ino).map(|_| ())
     }
 
-    fn fallocate(&self, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()> {
+    fn fallocate(&self, _c: &Caller, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()> {
         let _f = self.enter("fallocate");
         let mut s = self.state.lock();
         let (d, a) = s.file_mut(ino)?;
@@ -601,7 +601,7 @@ impl FileSystem for MemFs {
         Ok(())
     }
 
-    fn copy_file_range(&self, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
+    fn copy_file_range(&self, _c: &Caller, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
         let _f = self.enter("copy_file_range");
         let mut s = self.state.lock();
         let src = {

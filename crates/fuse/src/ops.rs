@@ -656,15 +656,15 @@ impl Filesystem for Glue {
         reply.ok();
     }
 
-    fn fallocate(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+    fn fallocate(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
         let flags = try_reply!(reply, fallocate_flags(mode));
-        try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().fallocate(i, offset, length, flags)));
+        try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().fallocate(&caller(req), i, offset, length, flags)));
         reply.ok();
     }
 
     fn copy_file_range(
         &self,
-        _req: &Request,
+        req: &Request,
         ino_in: INodeNo,
         _fh_in: FileHandle,
         offset_in: u64,
@@ -684,7 +684,7 @@ impl Filesystem for Glue {
         // the kernel has written back both ranges' dirty pages before this
         // request and drops the destination's cached pages after it.
         let len = len.min(1 << 30);
-        let n = try_reply!(reply, self.on2(ino_in.0, ino_out.0, true, |e, a, b| e.fs().copy_file_range(a, offset_in, b, offset_out, len)));
+        let n = try_reply!(reply, self.on2(ino_in.0, ino_out.0, true, |e, a, b| e.fs().copy_file_range(&caller(req), a, offset_in, b, offset_out, len)));
         reply.written(n as u32);
     }
 }

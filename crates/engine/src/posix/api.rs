@@ -10,10 +10,10 @@
 //! `default_permissions`); the file system applies the rules that need its
 //! own state: ownership of new files (set-group-ID directories), sticky
 //! directories on unlink/rename, `EROFS` for read-only datasets and
-//! snapshots, and dropping privileges when a file changes: a write or
-//! truncate by a caller other than root clears set-user-ID (and
-//! set-group-ID when group-executable), a chown clears them whoever asks,
-//! and all three remove `security.capability` (Linux's `file_remove_privs`
+//! snapshots, and dropping privileges when a file changes: a write,
+//! truncate, fallocate or copy_file_range by a caller other than root
+//! clears set-user-ID (and set-group-ID when group-executable), a chown
+//! clears them whoever asks, and all of them remove `security.capability` (Linux's `file_remove_privs`
 //! rules; the mount asks the kernel to leave them to the file system,
 //! `FUSE_HANDLE_KILLPRIV_V2`, so that a write need not first ask for that
 //! attribute).
@@ -254,10 +254,10 @@ pub trait FileSystem: Send + Sync {
     /// Makes everything written to `ino` durable (a txg sync, or the intent
     /// log once it exists).
     fn fsync(&self, ino: Ino, datasync: bool) -> PResult<()>;
-    fn fallocate(&self, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()>;
+    fn fallocate(&self, caller: &Caller, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()>;
     /// Copies `len` bytes between files, sharing blocks where the ranges are
     /// block-aligned; returns the bytes copied.
-    fn copy_file_range(&self, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64>;
+    fn copy_file_range(&self, caller: &Caller, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64>;
     /// Entries after `cookie` (0: from the start, including "." and ".."),
     /// at most `max` of them, in increasing cookie order. Cookies are below
     /// 2^63: a server may list entries of its own after the file system's

@@ -96,10 +96,7 @@ impl PosixFs {
             self.os.truncate(&tx, ino, size)?;
             p.size = size;
             p.mtime = now;
-            if caller.uid != 0 {
-                kill_suid(&mut p);
-            }
-            self.kill_capability(&tx, &mut p)?;
+            self.modified_by(&tx, caller, &mut p)?;
         }
         if let Some(mode) = set.mode {
             p.mode = (p.mode & libc::S_IFMT) | (mode & 0o7777);
@@ -202,16 +199,13 @@ impl PosixFs {
         p.size = p.size.max(end);
         p.mtime = now;
         p.ctime = now;
-        if caller.uid != 0 {
-            kill_suid(&mut p);
-        }
-        self.kill_capability(&tx, &mut p)?;
+        self.modified_by(&tx, caller, &mut p)?;
         self.save(&tx, ino, &p)?;
         st.phys = p;
         Ok(len)
     }
 
-    pub(crate) fn do_fallocate(&self, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()> {
+    pub(crate) fn do_fallocate(&self, caller: &Caller, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()> {
         if len == 0 || (flags.punch_hole && flags.zero_range) {
             return Err(err(libc::EINVAL, "fallocate: empty range or conflicting modes"));
         }
@@ -237,6 +231,7 @@ impl PosixFs {
         if flags.punch_hole || flags.zero_range || p.size != st.phys.size {
             p.mtime = now;
             p.ctime = now;
+            self.modified_by(&tx, caller, &mut p)?;
         }
         self.save(&tx, ino, &p)?;
         st.phys = p;
@@ -248,7 +243,7 @@ impl PosixFs {
     /// no data read or written), everything else is copied. One transaction
     /// per step of the engine (`Objset::clone_range`: up to 1024 blocks
     /// shared or 1 MiB copied), each with the destination's new size and times.
-    pub(crate) fn do_copy_file_range(&self, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
+    pub(crate) fn do_copy_file_range(&self, caller: &Caller, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
         if ino_in == ino_out && off_in < off_out.saturating_add(len) && off_out < off_in.saturating_add(len) {
             return Err(err(libc::EINVAL, "copy_file_range: overlapping ranges of one file"));
         }
@@ -264,7 +259,7 @@ impl PosixFs {
         }
         let mut done = 0;
         while done < len {
-            let n = self.copy_step(ino_in, off_in + done, ino_out, off_out + done, len - done)?;
+            let n = self.copy_step(caller, ino_in, off_in + done, ino_out, off_out + done, len - done)?;
             if n == 0 {
                 break;
             }
@@ -275,7 +270,7 @@ impl PosixFs {
 
     /// One transaction of `copy_file_range`; the bytes it handled (0: the
     /// source ends before `off_in`).
-    fn copy_step(&self, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
+    fn copy_step(&self, caller: &Caller, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
         let node = self.inode(ino_out)?;
         let tx = self.tx()?;
         let mut st = self.file(&node)?;
@@ -288,6 +283,7 @@ impl PosixFs {
         p.size = p.size.max(off_out + step.done);
         p.mtime = now;
         p.ctime = now;
+        self.modified_by(&tx, caller, &mut p)?;
         self.save(&tx, ino_out, &p)?;
         st.phys = p;
         Ok(step.done)
@@ -313,6 +309,17 @@ impl PosixFs {
             frsize: frsize as u32,
             namelen: super::namei::NAME_MAX as u32,
         })
+    }
+
+    /// What changing a file's contents (write, truncate, fallocate,
+    /// copy_file_range) drops, as Linux's `file_remove_privs`:
+    /// set-user-ID (and set-group-ID when group-executable) unless the
+    /// caller is root (who has `CAP_FSETID`), and `security.capability`.
+    fn modified_by(&self, tx: &crate::object::Tx, caller: &Caller, p: &mut InodePhys) -> PResult<()> {
+        if caller.uid != 0 {
+            kill_suid(p);
+        }
+        self.kill_capability(tx, p)
     }
 
     /// Removes `security.capability` from `p` (small or large), if there.

@@ -91,14 +91,14 @@ impl FileSystem for PosixFs {
         self.sync_now()
     }
 
-    fn fallocate(&self, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()> {
-        self.do_fallocate(ino, offset, len, flags)
+    fn fallocate(&self, caller: &Caller, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()> {
+        self.do_fallocate(caller, ino, offset, len, flags)
     }
 
-    /// Copies bytes; no blocks are shared yet (that needs a block-reference
-    /// table).
-    fn copy_file_range(&self, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
-        self.do_copy_file_range(ino_in, off_in, ino_out, off_out, len)
+    /// Shares whole blocks (block cloning) and copies the rest; see
+    /// `do_copy_file_range`.
+    fn copy_file_range(&self, caller: &Caller, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
+        self.do_copy_file_range(caller, ino_in, off_in, ino_out, off_out, len)
     }
 
     fn readdir(&self, ino: Ino, cookie: u64, max: usize) -> PResult<Vec<DirEntry>> {
