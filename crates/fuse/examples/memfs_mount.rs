@@ -1,7 +1,9 @@
-//! Mounts the in-memory `MemFs` on a directory until Enter is pressed or
-//! stdin closes: the ceiling of the FUSE glue and the kernel transport,
-//! with no storage beneath: what a FUSE file system could reach here if
-//! its own work cost nothing.
+//! Mounts the in-memory `MemFs` on a directory until stdin closes: the
+//! ceiling of the FUSE glue and the kernel transport, with no storage
+//! beneath: what a FUSE file system could reach here if its own work cost
+//! nothing. Each line read from stdin prints the calls the file system has
+//! had since the last line, per operation: what a workload costs in
+//! requests.
 //!
 //! ```text
 //! cargo run --release -p tarn-fuse --example memfs_mount -- DIR [THREADS] [writeback=0|1]
@@ -25,16 +27,25 @@ fn main() {
     if let Some(w) = args.next() {
         opts.writeback_cache = w == "1";
     }
-    let h = match tarn_fuse::mount(Arc::new(tarn_fuse::MemFs::new()), std::path::Path::new(&dir), &opts) {
+    let h_fs = Arc::new(tarn_fuse::MemFs::new());
+    let h = match tarn_fuse::mount(h_fs.clone(), std::path::Path::new(&dir), &opts) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("mount {dir}: {e}");
             std::process::exit(1)
         }
     };
-    println!("mounted on {dir}; press Enter to unmount");
+    println!("mounted on {dir}; Enter prints the calls so far, end of input unmounts");
+    let fs_calls = || h_fs.all_calls();
+    let mut seen = fs_calls();
     let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
+    while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+        line.clear();
+        let now = fs_calls();
+        let since: Vec<String> = now.iter().map(|(op, n)| (op, n - seen.get(op).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).map(|(op, n)| format!("{op} {n}")).collect();
+        println!("calls: {}", since.join(", "));
+        seen = now;
+    }
     if let Err(e) = h.unmount() {
         eprintln!("unmount: {e}");
     }

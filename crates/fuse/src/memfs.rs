@@ -140,6 +140,11 @@ impl MemFs {
         self.calls.lock().get(op).copied().unwrap_or(0)
     }
 
+    /// Calls per operation name, every operation seen so far.
+    pub fn all_calls(&self) -> BTreeMap<&'static str, u64> {
+        self.calls.lock().clone()
+    }
+
     /// Most calls that were running at the same moment.
     pub fn max_in_flight(&self) -> usize {
         self.max_in_flight.load(Ordering::SeqCst)
