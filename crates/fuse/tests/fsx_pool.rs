@@ -190,9 +190,13 @@ fn run(seed: u64, ops: usize) {
                 if trace.is_some_and(|t| op + 40 >= t) {
                     eprintln!("  copy {}:{}+{} -> {}:{}", src, off_in, len, dst, off_out);
                 }
-                let bytes = models[src][off_in as usize..(off_in + len) as usize].to_vec();
-                resize(&mut models[dst], (off_out + len) as usize);
-                models[dst][off_out as usize..(off_out + len) as usize].copy_from_slice(&bytes);
+                // Copying nothing (an empty source) changes nothing, not
+                // even the destination's size.
+                if len > 0 {
+                    let bytes = models[src][off_in as usize..(off_in + len) as usize].to_vec();
+                    resize(&mut models[dst], (off_out + len) as usize);
+                    models[dst][off_out as usize..(off_out + len) as usize].copy_from_slice(&bytes);
+                }
             }
             80..=84 => f.sync_all().unwrap(),
             85..=89 => {
@@ -233,6 +237,9 @@ fn run(seed: u64, ops: usize) {
                 n_rollback += 1;
             }
             _ => {}
+        }
+        if trace.is_some_and(|t| op + 40 >= t) {
+            eprintln!("  sizes {:?} models {:?}", files.iter().map(|f| f.metadata().unwrap().len()).collect::<Vec<_>>(), models.iter().map(|m| m.len()).collect::<Vec<_>>());
         }
         for (f, m) in files.iter().zip(models.iter()) {
             assert_eq!(f.metadata().unwrap().len(), m.len() as u64, "{}", what("size"));
