@@ -194,8 +194,10 @@ impl MountHandle {
         for k in &held {
             let _ = self.notifier.inval_inode(INodeNo(k.nodeid), 0, 0);
             // ENOENT means the kernel already dropped the entry: fine.
-            if !skip.contains(&(k.parent, k.name.clone())) {
-                let _ = self.notifier.inval_entry(INodeNo(k.parent), OsStr::from_bytes(&k.name));
+            for (parent, name) in &k.names {
+                if !skip.contains(&(*parent, name.clone())) {
+                    let _ = self.notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name));
+                }
             }
         }
         let _ = self.notifier.inval_inode(INodeNo::ROOT, 0, 0);

@@ -35,9 +35,12 @@
 //!   copy_file_range) fails with `EXDEV`, as across mounts.
 //!
 //! [`Known`] remembers, per node id the kernel holds (lookup count > 0), its
-//! lookup count, the last name it was found under, its generation and its
-//! open handles: invalidation after a change the kernel did not see (a
-//! rollback, a detached dataset) needs the names; telling which inodes
+//! lookup count, the names the kernel was given it under (every hard link
+//! looked up, and the new name of a rename made through the mount), its
+//! generation and its open handles: invalidation after a change the kernel
+//! did not see (a rollback, a detached dataset) needs every name the kernel
+//! may have cached, or a name gone in the rollback would still resolve
+//! until its entry timed out; telling which inodes
 //! survived a rollback needs the generations; carrying open files over to
 //! the reopened file system needs the handle counts.
 
@@ -110,9 +113,10 @@ fn swap(root: Ino, x: u64) -> u64 {
 pub struct KnownInode {
     pub nodeid: u64,
     pub nlookup: u64,
-    /// Node id of the directory and the name it was last looked up under.
-    pub parent: u64,
-    pub name: Vec<u8>,
+    /// (directory node id, name) the kernel was given it under, oldest
+    /// first, at most `NAMES_MAX`; a name since unlinked or renamed away
+    /// may linger (invalidating it is harmless).
+    pub names: Vec<(u64, Vec<u8>)>,
     /// The generation the kernel was given for it.
     pub gen: u64,
     /// Open file handles (OPEN and CREATE minus RELEASE).
@@ -120,6 +124,21 @@ pub struct KnownInode {
 }
 
 const SHARDS: usize = 16;
+/// Names remembered per node id; beyond it the oldest goes (that name is
+/// then left to its entry timeout after a rollback).
+const NAMES_MAX: usize = 8;
+
+impl KnownInode {
+    fn add_name(&mut self, parent: u64, name: &[u8]) {
+        if self.names.iter().any(|(p, n)| *p == parent && n == name) {
+            return;
+        }
+        if self.names.len() == NAMES_MAX {
+            self.names.remove(0);
+        }
+        self.names.push((parent, name.to_vec()));
+    }
+}
 
 /// Node ids the kernel has looked up and not yet forgotten. Sharded so that
 /// worker threads replying to lookups in parallel rarely share a lock.
@@ -141,12 +160,17 @@ impl Known {
     /// The kernel took one more reference to `nodeid`, found as `parent/name`.
     pub fn looked_up(&self, nodeid: u64, parent: u64, name: &[u8], gen: u64) {
         let mut s = self.shard(nodeid).lock();
-        let e = s.entry(nodeid).or_insert_with(|| KnownInode { nodeid, nlookup: 0, parent, name: Vec::new(), gen, opens: 0 });
+        let e = s.entry(nodeid).or_insert_with(|| KnownInode { nodeid, nlookup: 0, names: Vec::new(), gen, opens: 0 });
         e.nlookup += 1;
         e.gen = gen;
-        if e.name != name || e.parent != parent {
-            e.parent = parent;
-            e.name = name.to_vec();
+        e.add_name(parent, name);
+    }
+
+    /// `nodeid`, if the kernel holds it, is now also known as `parent/name`
+    /// (a rename through the mount moved the kernel's entry there).
+    pub fn also_named(&self, nodeid: u64, parent: u64, name: &[u8]) {
+        if let Some(e) = self.shard(nodeid).lock().get_mut(&nodeid) {
+            e.add_name(parent, name);
         }
     }
 
@@ -225,11 +249,21 @@ mod tests {
         let k = Known::default();
         k.looked_up(5, 1, b"a", 7);
         k.looked_up(5, 1, b"b", 7);
+        k.looked_up(5, 1, b"a", 7);
+        k.also_named(5, 2, b"c");
+        k.also_named(6, 1, b"not held");
         k.opened(5);
         let got = k.filtered(|_| true);
-        assert_eq!(got, vec![KnownInode { nodeid: 5, nlookup: 2, parent: 1, name: b"b".to_vec(), gen: 7, opens: 1 }]);
+        let names = vec![(1, b"a".to_vec()), (1, b"b".to_vec()), (2, b"c".to_vec())];
+        assert_eq!(got, vec![KnownInode { nodeid: 5, nlookup: 3, names, gen: 7, opens: 1 }]);
+        for i in 0..20u8 {
+            k.also_named(5, 3, &[i]);
+        }
+        let names = &k.filtered(|_| true)[0].names;
+        assert_eq!(names.len(), NAMES_MAX);
+        assert_eq!(names.last(), Some(&(3, vec![19])), "the newest names are kept");
         k.released(5);
-        assert!(!k.forget(5, 1));
+        assert!(!k.forget(5, 2));
         assert_eq!(k.count(|n| n == 5), 1);
         assert!(k.forget(5, 1));
         assert_eq!(k.len(), 0);

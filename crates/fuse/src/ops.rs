@@ -488,7 +488,19 @@ impl Filesystem for Glue {
             self.on2(parent.0, newparent.0, true, |e, p, np| {
                 self.not_served(e.slot, inode::split(parent.0).1, name.as_bytes())?;
                 self.not_served(e.slot, inode::split(newparent.0).1, newname.as_bytes())?;
-                e.fs().rename(&caller(req), p, name.as_bytes(), np, newname.as_bytes(), f)
+                // The kernel moves its entries to the new names; remember
+                // them, so a rollback can drop them (see `Known`).
+                let node = |dir, n: &OsStr| e.fs().lookup(dir, n.as_bytes()).ok().and_then(|a| e.nodeid(a.ino).ok());
+                let moved = node(p, name);
+                let swapped = if f.exchange { node(np, newname) } else { None };
+                e.fs().rename(&caller(req), p, name.as_bytes(), np, newname.as_bytes(), f)?;
+                if let Some(n) = moved {
+                    self.known.also_named(n, newparent.0, newname.as_bytes());
+                }
+                if let Some(n) = swapped {
+                    self.known.also_named(n, parent.0, name.as_bytes());
+                }
+                Ok(())
             })
         );
         reply.ok();

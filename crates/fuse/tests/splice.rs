@@ -188,3 +188,38 @@ fn replace_keeps_unchanged_files_and_fails_the_rest() {
     assert_eq!(m.handle.stale_inodes("t"), 1);
     assert!(m.handle.replace("t/none", || Ok(None)).unwrap().is_none());
 }
+
+#[test]
+fn replace_drops_every_name_the_kernel_cached() {
+    // A rollback under the mount must not leave a name resolving that the
+    // rolled-back file system no longer has, for as long as the kernel's
+    // entry cache would keep it: not a hard link's other name, nor the new
+    // name of a rename made through the mount.
+    let Some(m) = Mounted::new("names") else { return };
+    let root = m.root.root();
+    let c = Caller::root();
+    put(&m.root, "a", b"linked");
+    let a = m.root.lookup(root, b"a").unwrap().ino;
+    m.root.link(&c, a, root, b"b").unwrap();
+    put(&m.root, "c", b"renamed");
+    // The kernel caches both names of the linked file (b first, a last) …
+    assert_eq!(fs::metadata(m.p("b")).unwrap().ino(), fs::metadata(m.p("a")).unwrap().ino());
+    // … and the new name of a file renamed through the mount.
+    fs::metadata(m.p("c")).unwrap();
+    fs::rename(m.p("c"), m.p("d")).unwrap();
+    fs::metadata(m.p("d")).unwrap();
+    // The "rollback": back to before the link and the rename.
+    m.handle
+        .replace("t", || {
+            m.root.unlink(&c, root, b"b").unwrap();
+            m.root.rename(&c, root, b"d", root, b"c", Default::default()).unwrap();
+            Ok(Some(m.root.clone() as Arc<dyn FileSystem>))
+        })
+        .unwrap()
+        .expect("served here");
+    let gone = |n: &str| fs::metadata(m.p(n)).map(|_| ()).unwrap_err().raw_os_error();
+    assert_eq!(gone("b"), Some(libc::ENOENT), "the link made after the snapshot is gone at once");
+    assert_eq!(gone("d"), Some(libc::ENOENT), "the rename's new name is gone at once");
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"linked");
+    assert_eq!(fs::read(m.p("c")).unwrap(), b"renamed");
+}
