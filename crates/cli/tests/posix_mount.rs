@@ -234,3 +234,33 @@ fn copy_file_range_on_a_mount_clones() {
     let v = e.ok(&["inspect", "cl", "--verify"]);
     assert!(v.contains("block cloning: 64 shared blocks") && !v.contains("ERROR"), "{}", v);
 }
+
+/// Set-user-ID bits under `FUSE_HANDLE_KILLPRIV_V2`, where the file system
+/// drops them: a write by a user (no `CAP_FSETID`) after a chmod u+s drops
+/// the bit, and `stat` shows it at once; data written before the chmod and
+/// written back by the kernel only at close keeps it — as on ext4.
+#[test]
+fn writes_drop_set_user_id_as_linux_does() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some(e) = Env::new("suid") else { return };
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) != 0 || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipping: needs root and setpriv (util-linux) to write as another user");
+        return;
+    }
+    let mnt = e.path("mnt");
+    let img = e.path("a.img");
+    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "su", img.to_str().unwrap(), "--size", "1G"]);
+    let d = mnt.join("u");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = |script: &str| {
+        let st = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script]).current_dir(&d).status().unwrap();
+        assert!(st.success(), "{script}");
+    };
+    let mode = |n: &str| std::fs::metadata(d.join(n)).unwrap().permissions().mode() & 0o7777;
+    as_nobody("exec 3>b; chmod 4755 b; echo x >&3; exec 3>&-");
+    assert_eq!(mode("b"), 0o755, "a user's write after chmod u+s drops it, visible at once");
+    as_nobody("exec 3>a; echo x >&3; chmod 4755 a; exec 3>&-");
+    assert_eq!(mode("a"), 0o4755, "data written before the chmod, flushed at close, keeps it");
+    e.ok(&["pool", "destroy", "su"]);
+}

@@ -14,9 +14,9 @@ use tarn_engine::posix::*;
 use tarn_engine::sys::FaultDevice;
 use tarn_engine::Pool;
 
-const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 1, umask: 0 };
-const USER: Caller = Caller { uid: 1000, gid: 1000, pid: 2, umask: 0 };
-const OTHER: Caller = Caller { uid: 2000, gid: 2000, pid: 3, umask: 0 };
+const ROOT: Caller = Caller::new(0, 0, 1, 0);
+const USER: Caller = Caller::new(1000, 1000, 2, 0);
+const OTHER: Caller = Caller::new(2000, 2000, 3, 0);
 
 fn pool_of(size: u64) -> (Vec<Arc<FaultDevice>>, Pool) {
     common::pool_of(size, 7)
@@ -231,7 +231,7 @@ fn changing_a_file_drops_its_privileges() {
     // chown; set-group-ID with it when group-executable;
     // `security.capability` on all of them.
     let (_d, _p, fs) = setup();
-    let user = Caller { uid: 1000, gid: 1000, pid: 1, umask: 0 };
+    let user = Caller::new(1000, 1000, 1, 0);
     let cap = b"security.capability";
     let big = vec![7u8; 1000]; // goes to the large-xattr object
     let f = file(&fs, fs.root(), "f");

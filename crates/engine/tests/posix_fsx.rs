@@ -18,7 +18,7 @@ use std::sync::Arc;
 use common::{Mounted, Rng};
 use tarn_engine::posix::*;
 
-const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 1, umask: 0 };
+const ROOT: Caller = Caller::new(0, 0, 1, 0);
 /// Largest size of each file: inline-sized, one record, many records.
 const MAX_SIZES: [u64; 4] = [3000, 200_000, 3 << 20, 3 << 20];
 const DEFAULT_OPS: u64 = 60_000;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use common::{Mounted, Rng};
 use tarn_engine::posix::*;
 
-const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 1, umask: 0 };
+const ROOT: Caller = Caller::new(0, 0, 1, 0);
 const NAMES: u64 = 6;
 
 #[derive(Clone, Debug)]

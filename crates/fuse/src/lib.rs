@@ -62,7 +62,11 @@
 //!   `write(2)`, to see whether there is a capability to remove: 4 KiB
 //!   writes ran at 94–109 MB/s through a tarn mount, against 413–415 with
 //!   it (`dd bs=4k`), and buffered 4 KiB random writes at 115–121 MiB/s
-//!   against 911–986. Now only an inode's first write asks.
+//!   against 911–986. Now only an inode's first write asks. A WRITE the
+//!   kernel flags `FUSE_WRITE_KILL_SUIDGID` (a write(2) without
+//!   `CAP_FSETID` to a set-user-ID file, sent through, not cached) drops
+//!   the bits and is followed by an attribute invalidation, since the
+//!   kernel would otherwise show the old mode until `attr_ttl` ran out.
 //! - `default_permissions`: the kernel checks modes and ownership against
 //!   the attributes; `readdirplus` always (`FUSE_DO_READDIRPLUS`), so `ls -l`
 //!   costs one request per batch instead of one lookup per name.
@@ -232,7 +236,8 @@ fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice:
     let kind = if opts.read_only { Kind::Snapshot } else { Kind::Dataset };
     let table = Arc::new(table::FsTable::new(fs, &opts.fsname, kind, splice));
     let known = Arc::new(inode::Known::default());
-    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone(), dirs: Default::default() };
+    let notifier_slot = Arc::new(std::sync::OnceLock::new());
+    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone(), dirs: Default::default(), notifier: notifier_slot.clone() };
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("tarn".into()), MountOption::DefaultPermissions];
     if opts.read_only {
@@ -243,6 +248,7 @@ fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice:
     config.clone_fd = true;
     let session = fuser::Session::new(glue, dir, &config).map_err(|e| Error::io(format!("cannot mount '{}' on '{}'", opts.fsname, dir.display()), e))?;
     let notifier = session.notifier();
+    let _ = notifier_slot.set(session.notifier());
     let thread = std::thread::Builder::new()
         .name("tarn-fuse".into())
         .spawn(move || session.run())

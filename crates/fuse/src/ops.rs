@@ -43,6 +43,8 @@ pub struct Glue {
     pub known: Arc<Known>,
     pub opts: MountOptions,
     pub dirs: DirHandles,
+    /// The session's notifier, set once the session exists.
+    pub notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
 }
 
 fn errno(e: Errno) -> FErrno {
@@ -85,7 +87,7 @@ fn file_type(k: FileKind) -> FileType {
 
 fn caller(req: &Request) -> Caller {
     // The kernel applied the umask already (no FUSE_DONT_MASK).
-    Caller { uid: req.uid(), gid: req.gid(), pid: req.pid(), umask: 0 }
+    Caller::new(req.uid(), req.gid(), req.pid(), 0)
 }
 
 fn time_or_now(t: fuser::TimeOrNow) -> TimeOrNow {
@@ -550,12 +552,27 @@ impl Filesystem for Glue {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lo: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let n = try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().write(&caller(req), i, offset, data)));
+        // Under FUSE_HANDLE_KILLPRIV_V2 the kernel flags the writes that
+        // must drop set-user-ID (a write(2) by a caller without CAP_FSETID
+        // to such a file goes through, not to the page cache). Write-back
+        // WRITEs are never flagged: the data was written before any chmod
+        // that followed it.
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let who = Caller { fsetid: !kill, ..caller(req) };
+        let n = try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().write(&who, i, offset, data)));
+        if kill {
+            // The kernel keeps the mode it had cached (it invalidates only
+            // times and size after a write): make it ask again. Attributes
+            // only (offset -1), so no page lock is taken under the writer.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(ino, -1, 0);
+            }
+        }
         reply.written(n);
     }
 

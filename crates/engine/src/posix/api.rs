@@ -11,8 +11,9 @@
 //! own state: ownership of new files (set-group-ID directories), sticky
 //! directories on unlink/rename, `EROFS` for read-only datasets and
 //! snapshots, and dropping privileges when a file changes: a write,
-//! truncate, fallocate or copy_file_range by a caller other than root
-//! clears set-user-ID (and set-group-ID when group-executable), a chown
+//! truncate, fallocate or copy_file_range by a caller without `CAP_FSETID`
+//! ([`Caller::fsetid`]) clears set-user-ID (and set-group-ID when
+//! group-executable), a chown
 //! clears them whoever asks, and all of them remove `security.capability` (Linux's `file_remove_privs`
 //! rules; the mount asks the kernel to leave them to the file system,
 //! `FUSE_HANDLE_KILLPRIV_V2`, so that a write need not first ask for that
@@ -128,11 +129,22 @@ pub struct Caller {
     pub pid: u32,
     /// Applied to the mode of what is created (0 when the kernel applied it).
     pub umask: u32,
+    /// Linux's `CAP_FSETID`: changing a file's contents keeps its
+    /// set-user-ID and set-group-ID bits. Root has it ([`Caller::new`]);
+    /// the FUSE glue takes it, for a WRITE, from the kernel's own verdict
+    /// (`FUSE_WRITE_KILL_SUIDGID` absent), because a write-back WRITE
+    /// carries whoever made the kernel flush, not the writer.
+    pub fsetid: bool,
 }
 
 impl Caller {
+    /// A caller with root's `CAP_FSETID` if `uid` is 0.
+    pub const fn new(uid: u32, gid: u32, pid: u32, umask: u32) -> Caller {
+        Caller { uid, gid, pid, umask, fsetid: uid == 0 }
+    }
+
     pub fn root() -> Caller {
-        Caller { uid: 0, gid: 0, pid: 0, umask: 0 }
+        Caller::new(0, 0, 0, 0)
     }
 }
 

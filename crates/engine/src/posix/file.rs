@@ -314,9 +314,9 @@ impl PosixFs {
     /// What changing a file's contents (write, truncate, fallocate,
     /// copy_file_range) drops, as Linux's `file_remove_privs`:
     /// set-user-ID (and set-group-ID when group-executable) unless the
-    /// caller is root (who has `CAP_FSETID`), and `security.capability`.
+    /// caller has `CAP_FSETID` (root), and `security.capability`.
     fn modified_by(&self, tx: &crate::object::Tx, caller: &Caller, p: &mut InodePhys) -> PResult<()> {
-        if caller.uid != 0 {
+        if !caller.fsetid {
             kill_suid(p);
         }
         self.kill_capability(tx, p)
