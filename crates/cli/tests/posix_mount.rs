@@ -237,8 +237,9 @@ fn copy_file_range_on_a_mount_clones() {
 
 /// Set-user-ID bits under `FUSE_HANDLE_KILLPRIV_V2`, where the file system
 /// drops them: a write by a user (no `CAP_FSETID`) after a chmod u+s drops
-/// the bit, and `stat` shows it at once; data written before the chmod and
-/// written back by the kernel only at close keeps it — as on ext4.
+/// the bit, and `stat` shows it at once (so does a user's fallocate); data
+/// written before the chmod and written back by the kernel only at close
+/// keeps it — as on ext4.
 #[test]
 fn writes_drop_set_user_id_as_linux_does() {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -262,5 +263,9 @@ fn writes_drop_set_user_id_as_linux_does() {
     assert_eq!(mode("b"), 0o755, "a user's write after chmod u+s drops it, visible at once");
     as_nobody("exec 3>a; echo x >&3; chmod 4755 a; exec 3>&-");
     assert_eq!(mode("a"), 0o4755, "data written before the chmod, flushed at close, keeps it");
+    if Command::new("fallocate").arg("--version").output().is_ok() {
+        as_nobody("exec 3>c; chmod 4755 c; exec 3>&-; fallocate -l 65536 c");
+        assert_eq!(mode("c"), 0o755, "a user's fallocate that grows the file drops it, visible at once");
+    }
     e.ok(&["pool", "destroy", "su"]);
 }

@@ -233,6 +233,17 @@ impl Glue {
         Ok(())
     }
 
+    /// After a call that may have dropped set-user-ID bits (the file
+    /// system's job under FUSE_HANDLE_KILLPRIV_V2): the kernel invalidates
+    /// only times and size after writes, fallocate and copies, so it would
+    /// show the old mode until `attr_ttl` ran out; make it ask again.
+    /// Attributes only (offset -1): no page lock is taken under the caller.
+    fn mode_may_have_changed(&self, ino: INodeNo) {
+        if let Some(n) = self.notifier.get() {
+            let _ = n.inval_inode(ino, -1, 0);
+        }
+    }
+
     /// The node id and attributes (as shown) of inode `a` of an entered slot.
     fn shown(&self, e: &Entered, mut a: Attr) -> PResult<(u64, Attr)> {
         let nodeid = e.nodeid(a.ino)?;
@@ -566,12 +577,7 @@ impl Filesystem for Glue {
         let who = Caller { fsetid: !kill, ..caller(req) };
         let n = try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().write(&who, i, offset, data)));
         if kill {
-            // The kernel keeps the mode it had cached (it invalidates only
-            // times and size after a write): make it ask again. Attributes
-            // only (offset -1), so no page lock is taken under the writer.
-            if let Some(n) = self.notifier.get() {
-                let _ = n.inval_inode(ino, -1, 0);
-            }
+            self.mode_may_have_changed(ino);
         }
         reply.written(n);
     }
@@ -687,7 +693,11 @@ impl Filesystem for Glue {
 
     fn fallocate(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
         let flags = try_reply!(reply, fallocate_flags(mode));
-        try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().fallocate(&caller(req), i, offset, length, flags)));
+        let who = caller(req);
+        try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().fallocate(&who, i, offset, length, flags)));
+        if !who.fsetid {
+            self.mode_may_have_changed(ino);
+        }
         reply.ok();
     }
 
@@ -713,7 +723,11 @@ impl Filesystem for Glue {
         // the kernel has written back both ranges' dirty pages before this
         // request and drops the destination's cached pages after it.
         let len = len.min(1 << 30);
-        let n = try_reply!(reply, self.on2(ino_in.0, ino_out.0, true, |e, a, b| e.fs().copy_file_range(&caller(req), a, offset_in, b, offset_out, len)));
+        let who = caller(req);
+        let n = try_reply!(reply, self.on2(ino_in.0, ino_out.0, true, |e, a, b| e.fs().copy_file_range(&who, a, offset_in, b, offset_out, len)));
+        if !who.fsetid {
+            self.mode_may_have_changed(ino_out);
+        }
         reply.written(n as u32);
     }
 }
