@@ -569,10 +569,10 @@ impl Filesystem for Glue {
         reply: ReplyWrite,
     ) {
         // Under FUSE_HANDLE_KILLPRIV_V2 the kernel flags the writes that
-        // must drop set-user-ID (a write(2) by a caller without CAP_FSETID
-        // to such a file goes through, not to the page cache). Write-back
-        // WRITEs are never flagged: the data was written before any chmod
-        // that followed it.
+        // must drop set-user-ID: its own CAP_FSETID verdict on the writer
+        // (a write(2) to such a file by a caller without it goes through,
+        // not to the page cache). Write-back WRITEs come as uid 0 and are
+        // never flagged: their data was written before any chmod u+s.
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let who = Caller { fsetid: !kill, ..caller(req) };
         let n = try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().write(&who, i, offset, data)));

@@ -132,8 +132,8 @@ pub struct Caller {
     /// Linux's `CAP_FSETID`: changing a file's contents keeps its
     /// set-user-ID and set-group-ID bits. Root has it ([`Caller::new`]);
     /// the FUSE glue takes it, for a WRITE, from the kernel's own verdict
-    /// (`FUSE_WRITE_KILL_SUIDGID` absent), because a write-back WRITE
-    /// carries whoever made the kernel flush, not the writer.
+    /// on the writer (`FUSE_WRITE_KILL_SUIDGID` absent): a write-back WRITE
+    /// comes as uid 0, not as the writer.
     pub fsetid: bool,
 }
 
