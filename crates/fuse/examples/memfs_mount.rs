@@ -27,8 +27,8 @@ fn main() {
     if let Some(w) = args.next() {
         opts.writeback_cache = w == "1";
     }
-    let h_fs = Arc::new(tarn_fuse::MemFs::new());
-    let h = match tarn_fuse::mount(h_fs.clone(), std::path::Path::new(&dir), &opts) {
+    let fs = Arc::new(tarn_fuse::MemFs::new());
+    let h = match tarn_fuse::mount(fs.clone(), std::path::Path::new(&dir), &opts) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("mount {dir}: {e}");
@@ -36,12 +36,11 @@ fn main() {
         }
     };
     println!("mounted on {dir}; Enter prints the calls so far, end of input unmounts");
-    let fs_calls = || h_fs.all_calls();
-    let mut seen = fs_calls();
+    let mut seen = fs.all_calls();
     let mut line = String::new();
     while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
         line.clear();
-        let now = fs_calls();
+        let now = fs.all_calls();
         let since: Vec<String> = now.iter().map(|(op, n)| (op, n - seen.get(op).copied().unwrap_or(0))).filter(|(_, n)| *n > 0).map(|(op, n)| format!("{op} {n}")).collect();
         println!("calls: {}", since.join(", "));
         seen = now;

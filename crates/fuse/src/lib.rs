@@ -248,7 +248,7 @@ fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice:
     config.clone_fd = true;
     let session = fuser::Session::new(glue, dir, &config).map_err(|e| Error::io(format!("cannot mount '{}' on '{}'", opts.fsname, dir.display()), e))?;
     let notifier = session.notifier();
-    let _ = notifier_slot.set(session.notifier());
+    let _ = notifier_slot.set(notifier.clone());
     let thread = std::thread::Builder::new()
         .name("tarn-fuse".into())
         .spawn(move || session.run())
