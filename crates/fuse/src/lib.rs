@@ -57,7 +57,8 @@
 //!   file system. `FOPEN_KEEP_CACHE` keeps a file's pages across opens.
 //! - `FUSE_HANDLE_KILLPRIV_V2`: the file system, not the kernel, drops
 //!   set-user-ID bits and `security.capability` when a file is written,
-//!   truncated or chowned (the `FileSystem` contract says how). Without
+//!   truncated, fallocated, copied into or chowned (the `FileSystem`
+//!   contract says how). Without
 //!   it the kernel sends GETXATTR `security.capability` before every
 //!   `write(2)`, to see whether there is a capability to remove: 4 KiB
 //!   writes ran at 94–109 MB/s through a tarn mount, against 413–415 with

@@ -32,7 +32,7 @@ fn kill_suid(p: &mut InodePhys) {
 }
 
 /// The extended attribute that grants file capabilities; a write,
-/// truncate or chown removes it, as Linux's `file_remove_privs` does.
+/// truncate, fallocate, copy or chown removes it, as Linux does.
 pub const XATTR_CAPABILITY: &[u8] = b"security.capability";
 
 fn resolve(t: TimeOrNow, now: Timespec) -> Timespec {
