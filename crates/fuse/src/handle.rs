@@ -32,7 +32,6 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -208,10 +207,10 @@ impl MountHandle {
     /// mount's root to each mount point inside it: invalidating any of them
     /// would detach that mount.
     fn submount_entries(&self) -> HashSet<(u64, Vec<u8>)> {
-        let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return HashSet::new() };
+        let Ok(table) = crate::mountpoint::mount_table() else { return HashSet::new() };
         let Ok(dev) = std::fs::metadata(&self.dir).map(|m| m.dev()) else { return HashSet::new() };
         let mut out = HashSet::new();
-        let points = info.lines().filter_map(|l| l.split(' ').nth(4)).map(unescape).map(PathBuf::from);
+        let points = table.into_iter().map(|e| e.mount_point);
         for point in points.filter(|p| p.starts_with(&self.dir) && *p != self.dir).take(SUBMOUNTS_MAX) {
             let Ok(rel) = point.strip_prefix(&self.dir) else { continue };
             let mut dir = self.dir.clone();
@@ -232,32 +231,5 @@ impl MountHandle {
             }
         }
         out
-    }
-}
-
-/// A mountinfo path with its octal escapes (`\040` for a space) decoded.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(super::unescape("/a\\040b/c"), "/a b/c");
-        assert_eq!(super::unescape("/plain"), "/plain");
-        assert_eq!(super::unescape("/end\\04"), "/end\\04");
     }
 }

@@ -104,7 +104,10 @@
 //! [`MountHandle::unmount`] unmounts (`umount2`; the kernel first writes
 //! back every dirty page through the workers), waits for the workers to see
 //! the connection end, then calls `sync_all` so everything written is
-//! durable. A busy mount fails with [`ErrorKind::Busy`] and stays mounted.
+//! durable. It unmounts exactly the mount it made, once: the topmost mount
+//! at the directory must still be the one recorded at mount time, and
+//! fuser, which is handed the `/dev/fuse` descriptor rather than asked to
+//! mount, never unmounts (see `mountpoint`). A busy mount fails with [`ErrorKind::Busy`] and stays mounted.
 //! `force` first invalidates every inode the kernel holds, which makes it
 //! write back their dirty pages, then aborts the connection (`MNT_FORCE`,
 //! then `MNT_DETACH`): open files fail with `ENOTCONN`; only writes racing
@@ -117,12 +120,11 @@ mod inode;
 mod listing;
 pub mod memfs;
 mod handle;
+pub mod mountpoint;
 mod ops;
 mod splice;
 mod table;
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -135,6 +137,7 @@ use tarn_engine::{Error, ErrorKind, Result};
 
 pub use inode::{INO_BITS, INO_MAX, MAX_FILESYSTEMS};
 pub use memfs::MemFs;
+pub use mountpoint::{MountId, MountPoint};
 pub use splice::{Opened, Splice};
 pub use table::Kind;
 
@@ -190,6 +193,10 @@ pub fn unavailable() -> Option<String> {
 /// successful `unmount` the handle is inert.
 pub struct MountHandle {
     dir: PathBuf,
+    /// The mount made (see `mountpoint`): what unmount checks is still
+    /// the topmost mount at `dir` before it unmounts. `None` where the
+    /// kernel reports no mount ids.
+    id: Option<MountId>,
     table: Arc<table::FsTable>,
     known: Arc<inode::Known>,
     notifier: Notifier,
@@ -210,7 +217,7 @@ pub struct Served {
 
 /// Mounts `fs` on `dir` and starts serving it.
 pub fn mount(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions) -> Result<MountHandle> {
-    mount_inner(fs, dir, opts, None)
+    mount_on(fs, MountPoint::open(dir)?, opts, None)
 }
 
 /// Mounts `fs`, the dataset named `opts.fsname`, on `dir` with `splice`
@@ -218,10 +225,13 @@ pub fn mount(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions) -> Result
 /// datasets mounted in it (see `table`). A read-only mount (a snapshot) has
 /// neither.
 pub fn mount_spliced(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice: Arc<dyn Splice>) -> Result<MountHandle> {
-    mount_inner(fs, dir, opts, Some(splice))
+    mount_on(fs, MountPoint::open(dir)?, opts, Some(splice))
 }
 
-fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice: Option<Arc<dyn Splice>>) -> Result<MountHandle> {
+/// Mounts `fs` on the directory `at` (opened, and checked, by the caller),
+/// with `splice` serving what is inside it if given.
+pub fn mount_on(fs: Arc<dyn FileSystem>, at: MountPoint, opts: &MountOptions, splice: Option<Arc<dyn Splice>>) -> Result<MountHandle> {
+    let dir = at.path().to_path_buf();
     if let Some(why) = unavailable() {
         return Err(Error::new(ErrorKind::Invalid, format!("cannot mount on '{}': {}", dir.display(), why)));
     }
@@ -247,15 +257,38 @@ fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice:
     config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(opts.threads);
     config.clone_fd = true;
-    let session = fuser::Session::new(glue, dir, &config).map_err(|e| Error::io(format!("cannot mount '{}' on '{}'", opts.fsname, dir.display()), e))?;
+    let cannot = |e: std::io::Error| Error::io(format!("cannot mount '{}' on '{}'", opts.fsname, dir.display()), e);
+    let km = mountpoint::KernelMount { fsname: &opts.fsname, read_only: opts.read_only, allow_other: opts.allow_other };
+    let (session, id) = match mountpoint::mount_fuse(&at, &km)? {
+        Some(dev) => {
+            let id = mountpoint::top_mount(&dir).ok();
+            let acl = config.acl;
+            match fuser::Session::from_fd(glue, dev, acl, config) {
+                Ok(s) => (s, id),
+                Err(e) => {
+                    // The mount is there with no one to serve it.
+                    if let Err(u) = mountpoint::unmount(&dir, id, true) {
+                        eprintln!("tarn: cannot unmount '{}' after a failed start: {}", dir.display(), u);
+                    }
+                    return Err(cannot(e));
+                }
+            }
+        }
+        // Unprivileged: fuser mounts through fusermount3.
+        None => {
+            let s = fuser::Session::new(glue, &dir, &config).map_err(cannot)?;
+            (s, mountpoint::top_mount(&dir).ok())
+        }
+    };
+    drop(at);
     let notifier = session.notifier();
     let _ = notifier_slot.set(notifier.clone());
     let thread = std::thread::Builder::new()
         .name("tarn-fuse".into())
         .spawn(move || session.run())
         .map_err(|e| Error::io(format!("cannot start the FUSE session for '{}'", dir.display()), e))?;
-    let handle = MountHandle { dir: dir.to_path_buf(), table, known, notifier, session: Mutex::new(Some(thread)) };
-    if let Err(e) = tune_backing_device(dir, opts) {
+    let handle = MountHandle { dir: dir.clone(), id, table, known, notifier, session: Mutex::new(Some(thread)) };
+    if let Err(e) = tune_backing_device(&dir, opts) {
         // Best effort (root only): the mount works, with the kernel's defaults.
         eprintln!("tarn: cannot tune the FUSE device of '{}' ({}); using the kernel's read-ahead and dirty limits", dir.display(), e);
     }
@@ -291,6 +324,11 @@ const SESSION_END_WAIT: Duration = Duration::from_secs(30);
 impl MountHandle {
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The mount's identity, recorded when it was made (see `mountpoint`).
+    pub fn id(&self) -> Option<MountId> {
+        self.id
     }
 
     /// The mounted file system.
@@ -344,7 +382,7 @@ impl MountHandle {
                 // without syncfs(2).
                 self.invalidate_all();
             }
-            if let Err(e) = umount(&self.dir, force) {
+            if let Err(e) = mountpoint::unmount(&self.dir, self.id, force) {
                 *self.session.lock() = Some(thread);
                 return Err(e);
             }
@@ -381,35 +419,5 @@ impl Drop for MountHandle {
                 eprintln!("tarn: unmounting '{}': {}", self.dir.display(), e);
             }
         }
-    }
-}
-
-/// `umount2` as root; `fusermount3 -u` for an unprivileged mount.
-fn umount(dir: &Path, force: bool) -> Result<()> {
-    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| Error::invalid(format!("mount point '{}' contains a NUL byte", dir.display())))?;
-    let flags = if force { libc::MNT_FORCE | libc::MNT_DETACH } else { 0 };
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EBUSY) => Err(Error::new(
-            ErrorKind::Busy,
-            format!("'{}' is busy: files are open or a process has its working directory there", dir.display()),
-        )),
-        Some(libc::EPERM) => {
-            let mut cmd = std::process::Command::new("fusermount3");
-            cmd.arg(if force { "-uz" } else { "-u" }).arg(dir);
-            let out = cmd.output().map_err(|e| Error::io(format!("running fusermount3 -u '{}'", dir.display()), e))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
-                let kind = if msg.contains("busy") { ErrorKind::Busy } else { ErrorKind::Io };
-                Err(Error::new(kind, format!("unmounting '{}': {}", dir.display(), msg)))
-            }
-        }
-        _ => Err(Error::io(format!("unmounting '{}'", dir.display()), e)),
     }
 }

@@ -1,0 +1,332 @@
+//! Where a session is mounted, and how it leaves: the directory opened
+//! before the mount call, the `mount(2)` call itself, the mount's identity,
+//! and the unmount that removes exactly that mount, once.
+//!
+//! # Mounting on the directory that was checked
+//!
+//! [`MountPoint::open`] opens the directory (`O_PATH | O_DIRECTORY |
+//! O_NOFOLLOW`) and reads its real path back from `/proc/self/fd`: what a
+//! caller checks (the daemon refuses `/etc`, `/`, …) is the path of the
+//! very directory the mount will cover, and the mount is made on that open
+//! directory (`/proc/self/fd/N` as the target), so a symbolic link or a
+//! renamed directory swapped in after the check cannot redirect it.
+//!
+//! The glue calls `mount(2)` itself (fstype `fuse.tarn`, the dataset's name
+//! as the source; `fd=`, `rootmode=`, `user_id=`, `group_id=`,
+//! `default_permissions`, `allow_other` when asked; `nosuid`, `nodev`, and
+//! `ro` for a read-only mount) and hands the `/dev/fuse` descriptor to
+//! fuser (`Session::from_fd`). A caller without the privilege to mount gets
+//! `EPERM`, and the glue falls back to fuser's own mount through
+//! `fusermount3`.
+//!
+//! # Unmounting exactly once, exactly this mount
+//!
+//! A session fuser mounts itself unmounts its directory again when it ends
+//! (its `Mount` is dropped with the session, and its "still mounted?"
+//! check answers yes for a connection the kernel already aborted): after
+//! tarn's own `umount2`, that second call took whatever file system lay
+//! below — a tmpfs the dataset was mounted over went with it. A session
+//! made from a descriptor holds no mount, so fuser never unmounts; only
+//! [`unmount`] does, and only after checking that the topmost mount at the
+//! directory is still the one recorded when it was made ([`MountId`]: the
+//! kernel's mount id and device number, from `statx(STATX_MNT_ID)` of the
+//! mount's root, which sends no request to the file system). If someone
+//! mounted something over it, or our mount went and another file system
+//! is there, the unmount is refused rather than taking the wrong one.
+//! `UMOUNT_NOFOLLOW` keeps a symbolic link at the path from redirecting
+//! the call. (fuser's unprivileged path still unmounts at session end,
+//! through `fusermount3`, which only touches the user's own FUSE mounts.)
+//!
+//! # The mount table
+//!
+//! [`mount_table`] reads `/proc/self/mountinfo` (each mount's id, its
+//! parent's, its device, mount point, type and source), for callers that
+//! order unmounts by nesting or find dead mounts.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use tarn_engine::{Error, ErrorKind, Result};
+
+/// A directory opened to be mounted on.
+pub struct MountPoint {
+    fd: OwnedFd,
+    /// Its real path (symbolic links and `..` resolved by the kernel).
+    path: PathBuf,
+}
+
+/// Which mount a path leads to: the kernel's mount id (unique among the
+/// mounts that exist) and the device number of the file system mounted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MountId {
+    pub id: u64,
+    pub dev: (u32, u32),
+}
+
+fn cpath(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::invalid(format!("mount point '{}' contains a NUL byte", p.display())))
+}
+
+/// `open(2)` of a directory as a path handle, not following a symbolic
+/// link at its last component.
+fn open_dir_path(dir: &Path) -> std::io::Result<OwnedFd> {
+    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c` is a valid NUL-terminated path; the flags ask for no I/O.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by open(2) and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl MountPoint {
+    /// Opens `dir`, which must be a directory (not a symbolic link to one).
+    pub fn open(dir: &Path) -> Result<MountPoint> {
+        cpath(dir)?;
+        let fd = open_dir_path(dir).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOTDIR) | Some(libc::ELOOP) if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_symlink()) => {
+                Error::invalid(format!("mount point '{}' is a symbolic link, not a directory", dir.display()))
+            }
+            Some(libc::ENOTDIR) | Some(libc::ELOOP) => Error::invalid(format!("mount point '{}' is not a directory", dir.display())),
+            _ => Error::io(format!("cannot open mount point '{}'", dir.display()), e),
+        })?;
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_else(|_| dir.to_path_buf());
+        Ok(MountPoint { fd, path })
+    }
+
+    /// The real path of the directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What `mount(2)` is given: the open directory itself where /proc is
+    /// there to name it.
+    fn target(&self) -> Result<CString> {
+        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()));
+        if by_fd.exists() {
+            cpath(&by_fd)
+        } else {
+            cpath(&self.path)
+        }
+    }
+
+    fn mode(&self) -> std::io::Result<u32> {
+        // SAFETY: fstat on a descriptor we own into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st.st_mode)
+    }
+}
+
+/// What [`mount_fuse`] mounts: the source shown in the mount table and the
+/// options that reach the kernel.
+pub(crate) struct KernelMount<'a> {
+    pub fsname: &'a str,
+    pub read_only: bool,
+    pub allow_other: bool,
+}
+
+/// Opens `/dev/fuse` and mounts a FUSE file system served through it on
+/// `at`. `Ok(None)`: the caller may not mount (`EPERM`); fusermount3 can.
+pub(crate) fn mount_fuse(at: &MountPoint, m: &KernelMount) -> Result<Option<OwnedFd>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open("/dev/fuse")
+        .map_err(|e| Error::io("cannot open /dev/fuse", e))?;
+    let mode = at.mode().map_err(|e| Error::io(format!("cannot stat mount point '{}'", at.path.display()), e))?;
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let mut data = format!("fd={},rootmode={:o},user_id={},group_id={},default_permissions", dev.as_raw_fd(), mode, uid, gid);
+    if m.allow_other {
+        data.push_str(",allow_other");
+    }
+    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    if m.read_only {
+        flags |= libc::MS_RDONLY;
+    }
+    let source = CString::new(m.fsname).map_err(|_| Error::invalid(format!("file system name '{}' contains a NUL byte", m.fsname.escape_debug())))?;
+    let target = at.target()?;
+    let data = CString::new(data).expect("made of numbers and option names");
+    // SAFETY: every pointer is a valid NUL-terminated string for the call.
+    let r = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), c"fuse.tarn".as_ptr(), flags, data.as_ptr().cast()) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EPERM) {
+            return Ok(None);
+        }
+        return Err(Error::io(format!("cannot mount '{}' on '{}'", m.fsname, at.path.display()), e));
+    }
+    Ok(Some(dev.into()))
+}
+
+/// The topmost mount at `dir` (`statx` of the directory reached through
+/// it: no request goes to a FUSE server).
+pub fn top_mount(dir: &Path) -> std::io::Result<MountId> {
+    let fd = open_dir_path(dir)?;
+    // SAFETY: a zeroed statx is a valid output buffer.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: statx of our own descriptor (empty path) into `stx`.
+    let r = unsafe { libc::statx(fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW, libc::STATX_MNT_ID, &mut stx) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "the kernel does not report mount ids (statx STATX_MNT_ID)"));
+    }
+    Ok(MountId { id: stx.stx_mnt_id, dev: (stx.stx_dev_major, stx.stx_dev_minor) })
+}
+
+/// Unmounts the mount `id` at `dir`, after checking that it is the topmost
+/// mount there (`None`: no identity was recorded; the kernel has no mount
+/// ids). `force`: abort the connection and detach even if busy.
+pub fn unmount(dir: &Path, id: Option<MountId>, force: bool) -> Result<()> {
+    if let Some(want) = id {
+        let top = top_mount(dir).map_err(|e| Error::io(format!("cannot unmount '{}': cannot look at the mount there", dir.display()), e))?;
+        if top != want {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "cannot unmount '{}': the mount there is not tarn's (mount id {}, device {}:{}; tarn's is {}, {}:{}): another file system is mounted over it, unmount that first",
+                    dir.display(),
+                    top.id,
+                    top.dev.0,
+                    top.dev.1,
+                    want.id,
+                    want.dev.0,
+                    want.dev.1
+                ),
+            ));
+        }
+    }
+    umount2(dir, force)
+}
+
+/// `umount2(UMOUNT_NOFOLLOW)` as root; `fusermount3 -u` for a mount made
+/// by an unprivileged user.
+fn umount2(dir: &Path, force: bool) -> Result<()> {
+    let c = cpath(dir)?;
+    let mut flags = libc::UMOUNT_NOFOLLOW;
+    if force {
+        flags |= libc::MNT_FORCE | libc::MNT_DETACH;
+    }
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EBUSY) => Err(Error::new(
+            ErrorKind::Busy,
+            format!("'{}' is busy: files are open or a process has its working directory there", dir.display()),
+        )),
+        Some(libc::EPERM) => {
+            let mut cmd = std::process::Command::new("fusermount3");
+            cmd.arg(if force { "-uz" } else { "-u" }).arg(dir);
+            let out = cmd.output().map_err(|e| Error::io(format!("running fusermount3 -u '{}'", dir.display()), e))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
+                let kind = if msg.contains("busy") { ErrorKind::Busy } else { ErrorKind::Io };
+                Err(Error::new(kind, format!("unmounting '{}': {}", dir.display(), msg)))
+            }
+        }
+        _ => Err(Error::io(format!("unmounting '{}'", dir.display()), e)),
+    }
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    pub id: u64,
+    pub parent: u64,
+    pub dev: (u32, u32),
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    pub source: String,
+}
+
+impl MountEntry {
+    /// A FUSE mount (`fuse`, `fuse.tarn`, `fuseblk`, …).
+    pub fn is_fuse(&self) -> bool {
+        self.fstype == "fuse" || self.fstype == "fuseblk" || self.fstype.starts_with("fuse.")
+    }
+
+    pub fn mount_id(&self) -> MountId {
+        MountId { id: self.id, dev: self.dev }
+    }
+}
+
+/// Every mount this process sees, in the kernel's order (a mount stacked
+/// over another at the same place comes after it).
+pub fn mount_table() -> std::io::Result<Vec<MountEntry>> {
+    Ok(std::fs::read_to_string("/proc/self/mountinfo")?.lines().filter_map(parse_mountinfo_line).collect())
+}
+
+/// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw`: id,
+/// parent id, major:minor, root, mount point, options, optional fields up
+/// to `-`, type, source, super options.
+fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
+    let mut f = line.split(' ');
+    let id = f.next()?.parse().ok()?;
+    let parent = f.next()?.parse().ok()?;
+    let (major, minor) = f.next()?.split_once(':')?;
+    let dev = (major.parse().ok()?, minor.parse().ok()?);
+    let _root = f.next()?;
+    let mount_point = PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(f.next()?)));
+    let mut rest = f.skip_while(|x| *x != "-").skip(1);
+    let fstype = String::from_utf8_lossy(&unescape(rest.next()?)).into_owned();
+    let source = String::from_utf8_lossy(&unescape(rest.next()?)).into_owned();
+    Some(MountEntry { id, parent, dev, mount_point, fstype, source })
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a space, `\012`
+/// for a newline) decoded.
+pub(crate) fn unescape(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines() {
+        let e = parse_mountinfo_line("92 91 0:43 / /tmp/a\\040b\\012c rw,nosuid,nodev,relatime shared:5 - fuse.tarn tank/x rw,user_id=0").unwrap();
+        assert_eq!((e.id, e.parent, e.dev), (92, 91, (0, 43)));
+        assert_eq!(e.mount_point, Path::new("/tmp/a b\nc"));
+        assert_eq!((e.fstype.as_str(), e.source.as_str()), ("fuse.tarn", "tank/x"));
+        assert!(e.is_fuse());
+        let t = parse_mountinfo_line("91 69 0:42 / /tmp/mt1/over rw,relatime - tmpfs tmpfs rw").unwrap();
+        assert!(!t.is_fuse() && t.mount_point == Path::new("/tmp/mt1/over"));
+        assert!(parse_mountinfo_line("garbage").is_none());
+        assert_eq!(unescape("/a\\040b/c"), b"/a b/c");
+        assert_eq!(unescape("/end\\04"), b"/end\\04");
+    }
+
+    #[test]
+    fn the_table_has_the_root() {
+        let t = mount_table().expect("/proc/self/mountinfo");
+        assert!(t.iter().any(|e| e.mount_point == Path::new("/")), "{:?}", t);
+    }
+}
