@@ -60,6 +60,28 @@ impl Error {
     }
 }
 
+/// Longest user-given value an error message shows whole, characters.
+const SHOWN_MAX_CHARS: usize = 120;
+
+/// `s` as an error message may show it: control characters escaped (a
+/// newline would make the one-line error two lines), and a value longer
+/// than `SHOWN_MAX_CHARS` cut, with its length said.
+pub fn printable(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == SHOWN_MAX_CHARS {
+            out.push_str(&format!("…({} bytes)", s.len()));
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.msg)
@@ -71,5 +93,17 @@ impl std::error::Error for Error {}
 impl From<DecodeError> for Error {
     fn from(e: DecodeError) -> Self {
         Error::corrupt(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn printable_values_stay_on_one_line_and_short() {
+        assert_eq!(super::printable("/a\nb\tc"), "/a\\nb\\tc");
+        assert_eq!(super::printable("/plain path"), "/plain path");
+        let long = "x".repeat(5000);
+        let p = super::printable(&long);
+        assert!(p.starts_with("xxx") && p.ends_with("…(5000 bytes)") && p.len() < 140, "{}", p);
     }
 }

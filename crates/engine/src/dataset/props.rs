@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-use crate::error::{Error, Result};
+use crate::error::{printable, Error, Result};
 use crate::io::CompressSetting;
 
 /// Where a property value comes from.
@@ -77,11 +77,40 @@ const SETTABLE: &[Def] = &[
     Def { name: "quota", default: "none", inherit: false, allowed: "none or a size (e.g. 10G)", check: is_size_or_none },
     Def { name: "reservation", default: "none", inherit: false, allowed: "none or a size (e.g. 10G)", check: is_size_or_none },
     Def { name: "readonly", default: "off", inherit: true, allowed: "on, off", check: |v| one_of(v, &["on", "off"]) },
-    Def { name: "mountpoint", default: "", inherit: true, allowed: "an absolute path, none or legacy", check: |v| v.starts_with('/') || v == "none" || v == "legacy" },
+    Def { name: "mountpoint", default: "", inherit: true, allowed: "an absolute path, none or legacy", check: |v| v == "none" || v == "legacy" || mountpoint_problem(v).is_none() },
     Def { name: "canmount", default: "on", inherit: false, allowed: "on, off, noauto", check: |v| one_of(v, &["on", "off", "noauto"]) },
+    Def { name: "overlay", default: "on", inherit: true, allowed: "on, off", check: |v| one_of(v, &["on", "off"]) },
     Def { name: "copies", default: "1", inherit: true, allowed: "1, 2, 3", check: |v| one_of(v, &["1", "2", "3"]) },
     Def { name: "snapdir", default: "hidden", inherit: true, allowed: "hidden, visible", check: |v| one_of(v, &["hidden", "visible"]) },
 ];
+
+/// Longest mount point path, bytes (Linux's `PATH_MAX` less its NUL).
+pub const MOUNTPOINT_MAX_BYTES: usize = 4095;
+/// Longest component of a mount point path, bytes (`NAME_MAX`).
+pub const MOUNTPOINT_COMPONENT_MAX_BYTES: usize = 255;
+
+/// What is wrong with `path` as a mount point on its face (before the
+/// daemon looks at the host): not absolute, a NUL or other control
+/// character (a newline would split the mount table's lines and every
+/// message naming it), longer than the kernel accepts. `None`: nothing.
+pub fn mountpoint_problem(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return Some("not an absolute path".into());
+    }
+    if path.contains('\0') {
+        return Some("it contains a NUL byte".into());
+    }
+    if path.chars().any(char::is_control) {
+        return Some("it contains a control character (newline, tab, …)".into());
+    }
+    if path.len() > MOUNTPOINT_MAX_BYTES {
+        return Some(format!("it is {} bytes long; the longest path is {} bytes", path.len(), MOUNTPOINT_MAX_BYTES));
+    }
+    if let Some(c) = path.split('/').find(|c| c.len() > MOUNTPOINT_COMPONENT_MAX_BYTES) {
+        return Some(format!("a component is {} bytes long; the longest name is {} bytes", c.len(), MOUNTPOINT_COMPONENT_MAX_BYTES));
+    }
+    None
+}
 
 /// Computed properties (source `-`).
 pub const READONLY: &[&str] = &[
@@ -107,7 +136,8 @@ pub fn validate(name: &str, value: &str) -> Result<String> {
         return Err(Error::invalid(format!("unknown property '{}'", name)));
     };
     if !(d.check)(value) {
-        return Err(Error::invalid(format!("bad value '{}' for property '{}': expected {}", value, name, d.allowed)));
+        let why = if name == "mountpoint" { mountpoint_problem(value).map(|w| format!("{}; ", w)) } else { None };
+        return Err(Error::invalid(format!("bad value '{}' for property '{}': {}expected {}", printable(value), name, why.unwrap_or_default(), d.allowed)));
     }
     Ok(value.to_string())
 }
@@ -159,7 +189,17 @@ mod tests {
         assert!(validate("bogus", "1").unwrap_err().msg.contains("unknown"));
         assert!(validate("compression", "zstd-7").is_ok());
         assert!(validate("quota", "10G").is_ok());
-        assert!(validate("mountpoint", "rel").is_err());
+        assert!(validate("mountpoint", "rel").unwrap_err().msg.contains("not an absolute path"));
+        assert!(validate("mountpoint", "/a b/c").is_ok() && validate("mountpoint", "none").is_ok());
+        let e = validate("mountpoint", "/a\nb").unwrap_err();
+        assert!(e.msg.contains("control character") && e.msg.contains("'/a\\nb'") && !e.msg.contains('\n'), "{}", e);
+        assert!(validate("mountpoint", "/a\0b").unwrap_err().msg.contains("NUL"));
+        let long = format!("/{}", "d/".repeat(2100));
+        let e = validate("mountpoint", &long).unwrap_err();
+        assert!(e.msg.contains("4201 bytes long") && e.msg.len() < 400, "the value is shortened: {}", e);
+        assert!(validate("mountpoint", &format!("/{}", "x".repeat(256))).unwrap_err().msg.contains("component is 256 bytes"));
+        assert!(validate("overlay", "off").is_ok() && validate("overlay", "maybe").is_err());
+        assert!(inherits("overlay") && default_of("overlay") == "on");
         assert!(validate("snapdir", "visible").is_ok() && validate("snapdir", "shown").is_err());
         assert!(inherits("snapdir") && default_of("snapdir") == "hidden");
     }
