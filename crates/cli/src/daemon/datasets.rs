@@ -34,9 +34,11 @@
 
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tarn_engine::dataset::{Datasets, Op, Types};
+use tarn_engine::dataset::{props, Datasets, Op, Types};
+use tarn_engine::error::printable;
 use tarn_engine::{Error, ErrorKind, Result};
 
 use super::state::{Out, State};
@@ -195,6 +197,12 @@ fn create(st: &mut State, parents: bool, props: Vec<String>, names: Vec<String>,
             None => by_pool.push((pool_of(n).to_string(), vec![(n.clone(), op)])),
         }
     }
+    for (pool, _) in &by_pool {
+        datasets_of(st, pool, out)?;
+    }
+    for n in &names {
+        check_new_mount(st, n, &props)?;
+    }
     for (pool, ops) in by_pool {
         run_ops(datasets_of(st, &pool, out)?, "create", ops)?;
     }
@@ -205,35 +213,114 @@ fn create(st: &mut State, parents: bool, props: Vec<String>, names: Vec<String>,
     Ok(())
 }
 
+/// Before `create` or `clone` of `name` with `props`: if it would be
+/// mounted at once (a mountpoint of its own, `canmount=on`), the place must
+/// pass `mounts::check_dir` — refused, nothing is created.
+fn check_new_mount(st: &State, name: &str, props: &[(String, String)]) -> Result<()> {
+    for (k, v) in props {
+        props::validate(k, v).map_err(|e| cannot("create", name, e))?;
+    }
+    let get = |k: &str| props.iter().rev().find(|(p, _)| p == k).map(|(_, v)| v.as_str());
+    let Some(mp) = get("mountpoint") else { return Ok(()) };
+    if mp == "none" || mp == "legacy" || get("canmount").unwrap_or("on") != "on" {
+        return Ok(());
+    }
+    let inherited = || {
+        let parent = name.rsplit_once('/')?.0;
+        st.pools.get(pool_of(name))?.pool.datasets().get(parent, "overlay").ok().map(|v| v.value == "on")
+    };
+    let overlay = get("overlay").map(|v| v == "on").or_else(inherited).unwrap_or(true);
+    mounts::check_dir(st, name, Path::new(mp), Some(overlay)).map(|_| ()).map_err(|e| {
+        let why = e.msg.strip_prefix(&format!("cannot mount '{}': ", name)).unwrap_or(&e.msg).to_string();
+        Error::new(e.kind, format!("cannot create '{}': it would be mounted now, and {}", name, why))
+    })
+}
+
 fn set(st: &mut State, assignment: &str, dataset: &str, out: &mut Out) -> Result<()> {
-    let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("cannot set property for '{}': expected PROP=VALUE, not '{}'", dataset, assignment)))?;
+    let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("cannot set property for '{}': expected PROP=VALUE, not '{}'", dataset, printable(assignment))))?;
     let ds = datasets_of(st, dataset, out)?;
+    if MOUNT_PROPS.contains(&k) && !dataset.contains('@') {
+        let op = Op::Set { name: dataset.to_string(), prop: k.to_string(), value: Some(v.to_string()) };
+        return change_mount_prop(st, dataset, k, Some(v), vec![(dataset.to_string(), op)], out);
+    }
     ds.set(dataset, k, v).map_err(|e| cannot("set property for", dataset, e))?;
-    after_prop_change(st, k, dataset, out)
+    after_prop_change(st, k, dataset);
+    Ok(())
 }
 
 fn inherit(st: &mut State, recursive: bool, prop: &str, dataset: &str, out: &mut Out) -> Result<()> {
     let ds = datasets_of(st, dataset, out)?;
     let targets = if recursive { ds.names(dataset, true, Types::FILESYSTEMS).map_err(|e| cannot("inherit", dataset, e))? } else { vec![dataset.to_string()] };
     let ops = targets.into_iter().map(|n| (n.clone(), Op::Set { name: n, prop: prop.to_string(), value: None })).collect();
+    if MOUNT_PROPS.contains(&prop) && !dataset.contains('@') {
+        return change_mount_prop(st, dataset, prop, None, ops, out);
+    }
     run_ops(ds, "inherit property for", ops)?;
-    after_prop_change(st, prop, dataset, out)
+    after_prop_change(st, prop, dataset);
+    Ok(())
 }
 
-/// Mount consequences of a property change on `dataset` (and below it).
-fn after_prop_change(st: &mut State, prop: &str, dataset: &str, out: &mut Out) -> Result<()> {
+/// Properties whose change mounts, unmounts or moves a dataset.
+const MOUNT_PROPS: [&str; 2] = ["mountpoint", "canmount"];
+
+/// A property served file systems apply at once (see
+/// `mounts::SERVED_PROPS`) changed on `dataset`.
+fn after_prop_change(st: &mut State, prop: &str, dataset: &str) {
     if mounts::SERVED_PROPS.contains(&prop) {
         mounts::served_props_changed(st, dataset);
     }
-    if prop != "mountpoint" && prop != "canmount" {
-        return Ok(());
+}
+
+/// `set`/`inherit` of `mountpoint` or `canmount` on `dataset` (`ops`: the
+/// changes, one per dataset with `inherit -r`), in OpenZFS's order: check
+/// where the dataset would be mounted now and refuse a place it may not be
+/// (see `mountdir`); unmount it and what is mounted below it (busy: the
+/// error, nothing changed); change the property (failed: mount again what
+/// was unmounted, where it was); then mount again what was mounted, and
+/// what now mounts by itself, where the new values say — a pool's root
+/// included (its cache entry follows its mountpoint). A dataset the change
+/// leaves unmountable (`canmount=off`, `mountpoint=none`) stays unmounted
+/// without a word; a remount that fails otherwise is a warning.
+fn change_mount_prop(st: &mut State, dataset: &str, prop: &str, value: Option<&str>, ops: Vec<(String, Op)>, out: &mut Out) -> Result<()> {
+    let verb = if value.is_some() { "set property for" } else { "inherit property for" };
+    let ds = datasets_of(st, dataset, out)?;
+    if !ds.exists(dataset) {
+        return Err(Error::not_found(format!("cannot {} '{}': dataset does not exist", verb, dataset)));
+    }
+    if let Some(v) = value {
+        props::validate(prop, v).map_err(|e| cannot(verb, dataset, e))?;
+    }
+    if let Some(dir) = mounts::planned_dir(st, dataset, prop, value).map_err(|e| cannot(verb, dataset, e))? {
+        mounts::check_dir(st, dataset, &dir, None).map_err(|e| {
+            let why = e.msg.strip_prefix(&format!("cannot mount '{}': ", dataset)).unwrap_or(&e.msg).to_string();
+            Error::new(e.kind, format!("cannot {} '{}': it would be mounted now, and {}", verb, dataset, why))
+        })?;
+    }
+    let was: Vec<(String, PathBuf)> = st.mounts.iter().filter(|(d, _)| mounts::below(d, dataset)).map(|(d, h)| (d.clone(), h.dir().to_path_buf())).collect();
+    let moved = mounts::unmount_below(st, dataset, false).map_err(|e| Error::new(e.kind, format!("cannot {} '{}': {}", verb, dataset, e.msg)))?;
+    if let Err(e) = run_ops(datasets_of(st, dataset, out)?, verb, ops) {
+        for (m, dir) in &was {
+            if let Err(e) = mounts::mount(st, m, dir) {
+                out.warnings.push(format!("'{}' is no longer mounted: {}", m, e));
+            }
+        }
+        return Err(e);
     }
     if prop == "mountpoint" && dataset == pool_of(dataset) {
         mounts::root_mountpoint_changed(st, dataset, out)?;
     }
-    let moved = mounts::unmount_below(st, dataset, false).map_err(|e| Error::new(e.kind, format!("cannot remount '{}': {}", dataset, e.msg)))?;
-    for m in moved.iter().filter(|m| m.as_str() != dataset) {
-        mounts::remount_default(st, m, out);
+    for m in &moved {
+        // A snapshot mounted on a directory of its own goes back there;
+        // the property changes nothing of it.
+        match was.iter().find(|(d, _)| d == m) {
+            Some((_, dir)) if m.contains('@') => {
+                if let Err(e) = mounts::mount(st, m, dir) {
+                    out.warnings.push(format!("'{}' is no longer mounted: {}", m, e));
+                }
+            }
+            _ if mounts::mountable(st, m) => mounts::remount_default(st, m, out),
+            _ => {}
+        }
     }
     mounts::auto_mount(st, dataset, out);
     mounts::refresh(st, &[dataset]);
@@ -304,10 +391,12 @@ fn rollback(st: &mut State, recursive: bool, snapshot: &str, out: &mut Out) -> R
 
 fn clone(st: &mut State, props: Vec<String>, origin: &str, name: &str, out: &mut Out) -> Result<()> {
     let props = split_assignments(&props, "-o")?;
-    let ds = datasets_of(st, origin, out)?;
+    datasets_of(st, origin, out)?;
     if pool_of(name) != pool_of(origin) {
         return Err(Error::invalid(format!("cannot create '{}': a clone must be in the pool of its origin '{}'", name, origin)));
     }
+    check_new_mount(st, name, &props)?;
+    let ds = datasets_of(st, origin, out)?;
     run_ops(ds, "create", vec![(name.to_string(), Op::Clone { origin: origin.to_string(), name: name.to_string(), props })])?;
     mounts::auto_mount(st, name, out);
     mounts::refresh(st, &[name]);

@@ -49,6 +49,7 @@
 
 pub mod datasets;
 mod dslist;
+mod mountdir;
 pub mod mounts;
 pub mod observe;
 pub mod pools;

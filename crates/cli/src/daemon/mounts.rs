@@ -56,10 +56,12 @@ use std::sync::Arc;
 
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use tarn_engine::error::printable;
 use tarn_engine::{Error, ErrorKind, Result};
-use tarn_fuse::{Kind, MountHandle, MountOptions};
+use tarn_fuse::{Kind, MountHandle, MountOptions, MountPoint, Splice};
 
 use super::datasets::pool_of;
+use super::mountdir::{self, Recorded};
 use super::served::{attachable, DatasetSplice};
 use super::{log, Out, State};
 use crate::cache::Cache;
@@ -176,21 +178,43 @@ pub fn served_props_changed(st: &State, dataset: &str) {
     }
 }
 
+/// The file system `name` belongs to (itself, or a snapshot's).
+fn filesystem_of(name: &str) -> &str {
+    name.split_once('@').map_or(name, |(fs, _)| fs)
+}
+
+/// Checks `dir` as the place of a mount of `dataset`'s own (see
+/// `mountdir`: the host's system directories, the daemon's files, a file,
+/// a non-empty directory with `overlay=off`; and not another mount's
+/// directory) and returns it resolved. Every mount goes through here
+/// first, and so does every command that would mount at once, before it
+/// changes anything. `overlay`: the value to judge by (a dataset not yet
+/// created); `None`: the dataset's own.
+pub fn check_dir(st: &State, dataset: &str, dir: &Path, overlay: Option<bool>) -> Result<PathBuf> {
+    let overlay = overlay.unwrap_or_else(|| {
+        let live = st.pools.get(pool_of(dataset));
+        live.is_none_or(|l| l.pool.datasets().get(filesystem_of(dataset), "overlay").is_ok_and(|v| v.value == "on"))
+    });
+    let real = mountdir::check(dir, overlay).map_err(|e| Error::new(e.kind, format!("cannot mount '{}': {}", dataset, e.msg)))?;
+    if let Some((other, _)) = st.mounts.iter().find(|(d, h)| h.dir() == real && d.as_str() != dataset) {
+        return Err(Error::new(ErrorKind::Exists, format!("cannot mount '{}': '{}' is already a mount point (of '{}')", dataset, mountdir::shown(&real), other)));
+    }
+    Ok(real)
+}
+
 /// Mounts `dataset` (file system or snapshot) of a live pool on `dir`, on
-/// a mount of its own. A file system served inside another mount is taken
-/// out of it first (busy: it stays, and this fails).
+/// a mount of its own, after [`check_dir`]. A file system served inside
+/// another mount is taken out of it first (busy: it stays, and this fails).
 pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
     let pool = pool_of(dataset);
     let dsl = st.pools.get(pool).ok_or_else(|| Error::not_found(format!("no such pool '{}'", pool)))?.pool.datasets().clone();
     if let Some(h) = st.mounts.get(dataset) {
         return Err(Error::new(ErrorKind::Exists, format!("'{}' is already mounted on '{}'", dataset, h.dir().display())));
     }
-    if let Some((other, _)) = st.mounts.iter().find(|(_, h)| h.dir() == dir) {
-        return Err(Error::new(ErrorKind::Exists, format!("'{}' is already a mount point (of '{}')", dir.display(), other)));
+    if !dsl.exists(dataset) {
+        return Err(Error::not_found(format!("cannot mount '{}': no such dataset", dataset)));
     }
-    if !dir.is_absolute() {
-        return Err(Error::invalid(format!("mount point '{}' must be an absolute path", dir.display())));
-    }
+    let dir = check_dir(st, dataset, dir, None)?;
     let snapshot = dataset.contains('@');
     if !snapshot {
         for h in st.mounts.values() {
@@ -200,15 +224,15 @@ pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
     }
     let res = (|| {
         let fs = st.served.filesystem(&dsl, dataset)?;
-        detach_dead_mount(dir);
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating mount point '{}'", dir.display()), e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("cannot mount '{}': creating mount point '{}'", dataset, mountdir::shown(&dir)), e))?;
+        let at = MountPoint::open(&dir).map_err(|e| e.context(format!("cannot mount '{}'", dataset)))?;
+        if at.path() != dir {
+            let now = mountdir::shown(at.path());
+            return Err(Error::invalid(format!("cannot mount '{}': mount point '{}' changed while it was being mounted (it is now '{}')", dataset, mountdir::shown(&dir), now)));
+        }
         let opts = MountOptions { fsname: dataset.to_string(), allow_other: true, read_only: snapshot, ..Default::default() };
-        let h = if snapshot {
-            tarn_fuse::mount(fs, dir, &opts)
-        } else {
-            tarn_fuse::mount_spliced(fs, dir, &opts, Arc::new(DatasetSplice { dsl: dsl.clone(), served: st.served.clone() }))
-        };
-        let h = h.map_err(|e| e.context(format!("mounting '{}'", dataset)))?;
+        let splice = (!snapshot).then(|| Arc::new(DatasetSplice { dsl: dsl.clone(), served: st.served.clone() }) as Arc<dyn Splice>);
+        let h = tarn_fuse::mount_on(fs, at, &opts, splice).map_err(|e| e.context(format!("mounting '{}'", dataset)))?;
         if !snapshot && dsl.get(dataset, "readonly")?.value == "on" {
             h.set_readonly(dataset, true);
         }
@@ -218,6 +242,7 @@ pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
         Ok(h) => {
             log(&format!("mounted '{}' on '{}'", dataset, dir.display()));
             st.mounts.insert(dataset.to_string(), h);
+            record_mounts(st);
             Ok(())
         }
         Err(e) => {
@@ -229,14 +254,22 @@ pub fn mount(st: &mut State, dataset: &str, dir: &Path) -> Result<()> {
     }
 }
 
-/// Where `tarn mount DATASET` mounts a dataset: its mountpoint, unless that
-/// is none/legacy or canmount=off.
+/// Records the daemon's mounts for the next daemon (see `mountdir`).
+fn record_mounts(st: &State) {
+    let rec: Vec<Recorded> = st
+        .mounts
+        .iter()
+        .filter_map(|(d, h)| h.id().map(|id| Recorded { dataset: d.clone(), dir: h.dir().to_path_buf(), id: id.id, dev: id.dev }))
+        .collect();
+    mountdir::record(&rec);
+}
+
+/// Where `tarn mount DATASET` mounts a dataset: its mountpoint (a pool's
+/// root: where its cache entry says), unless that is none/legacy or
+/// canmount=off.
 fn default_dir(st: &mut State, dataset: &str, out: &mut Out) -> Result<PathBuf> {
     let pool = pool_of(dataset);
     let live = st.live(pool, out)?;
-    if dataset == pool {
-        return live.mountpoint.clone().ok_or_else(|| Error::invalid(format!("'{}' has mountpoint=none: give a directory", dataset)));
-    }
     if dataset.contains('@') {
         return Err(Error::invalid(format!("cannot mount '{}': a snapshot is mounted only on a directory given (tarn mount SNAP DIR)", dataset)));
     }
@@ -248,28 +281,91 @@ fn default_dir(st: &mut State, dataset: &str, out: &mut Out) -> Result<PathBuf> 
     if ds.get(dataset, "canmount").map_err(no_such)?.value == "off" {
         return Err(Error::invalid(format!("cannot mount '{}': 'canmount' property is set to 'off'", dataset)));
     }
+    if dataset == pool {
+        return live.mountpoint.clone().ok_or_else(|| Error::invalid(format!("cannot mount '{}': mountpoint=none: give a directory", dataset)));
+    }
     match ds.get(dataset, "mountpoint").map_err(no_such)?.value.as_str() {
         v @ ("none" | "legacy") => Err(Error::invalid(format!("cannot mount '{}': mountpoint={}: give a directory", dataset, v))),
         v => Ok(PathBuf::from(v)),
     }
 }
 
+/// Where `dataset` gets a mount of its own by itself, if it does: a
+/// pool's root at its cache entry's mountpoint, any other file system at a
+/// mountpoint set on itself; both with `canmount=on` (see the module
+/// comment).
+fn auto_dir(st: &State, dataset: &str) -> Option<PathBuf> {
+    let live = st.pools.get(pool_of(dataset))?;
+    let ds = live.pool.datasets();
+    if dataset.contains('@') || !ds.get(dataset, "canmount").is_ok_and(|c| c.value == "on") {
+        return None;
+    }
+    if dataset == pool_of(dataset) {
+        return live.mountpoint.clone();
+    }
+    let mp = ds.get(dataset, "mountpoint").ok()?;
+    (mp.source == tarn_engine::dataset::Source::Local && mp.value != "none" && mp.value != "legacy").then(|| PathBuf::from(mp.value))
+}
+
 /// Mounts a newly created, cloned, imported or re-propertied dataset if it
 /// gets a mount of its own (see the module comment); a failure is a warning.
 pub fn auto_mount(st: &mut State, dataset: &str, out: &mut Out) {
-    if st.mounts.contains_key(dataset) || dataset == pool_of(dataset) {
+    if st.mounts.contains_key(dataset) {
         return;
     }
-    let Some(live) = st.pools.get(pool_of(dataset)) else { return };
+    let Some(dir) = auto_dir(st, dataset) else { return };
+    if let Err(e) = mount(st, dataset, &dir) {
+        let what = if dataset == pool_of(dataset) { format!("pool '{}' is imported", dataset) } else { format!("'{}' is created", dataset) };
+        out.warnings.push(format!("{} but not mounted: {}", what, e));
+    }
+}
+
+/// Whether `dataset`'s properties let it be mounted at its default place
+/// at all (not `canmount=off`, not `mountpoint=none`/`legacy`; a root
+/// with a place in its cache entry).
+pub fn mountable(st: &State, dataset: &str) -> bool {
+    let Some(live) = st.pools.get(pool_of(dataset)) else { return false };
     let ds = live.pool.datasets();
-    let eager = ds.get(dataset, "canmount").is_ok_and(|c| c.value == "on");
-    let Ok(mp) = ds.get(dataset, "mountpoint") else { return };
-    if !eager || mp.source != tarn_engine::dataset::Source::Local || mp.value == "none" || mp.value == "legacy" {
-        return;
+    if !ds.get(dataset, "canmount").is_ok_and(|c| c.value != "off") {
+        return false;
     }
-    if let Err(e) = mount(st, dataset, Path::new(&mp.value)) {
-        out.warnings.push(format!("'{}' is created but not mounted: {}", dataset, e));
+    if dataset == pool_of(dataset) {
+        return live.mountpoint.is_some();
     }
+    ds.get(dataset, "mountpoint").is_ok_and(|m| m.value != "none" && m.value != "legacy")
+}
+
+/// Where `dataset` would get a mount of its own if `prop` (`mountpoint` or
+/// `canmount`) were changed to `value` (`None`: inherited): what `set` and
+/// `inherit` check before they change anything. A dataset that has a
+/// mount of its own now is mounted again unless `canmount=off`; one that
+/// has none, where [`auto_dir`] would put it.
+pub fn planned_dir(st: &State, dataset: &str, prop: &str, value: Option<&str>) -> Result<Option<PathBuf>> {
+    let Some(live) = st.pools.get(pool_of(dataset)) else { return Ok(None) };
+    let ds = live.pool.datasets();
+    let root = dataset == pool_of(dataset);
+    let canmount = match (prop, value) {
+        ("canmount", v) => v.unwrap_or("on").to_string(),
+        _ => ds.get(dataset, "canmount")?.value,
+    };
+    let (mp, local) = match (prop, value) {
+        ("mountpoint", Some(v)) => (v.to_string(), true),
+        ("mountpoint", None) if root => (format!("/{}", dataset), false),
+        ("mountpoint", None) => {
+            let (parent, short) = dataset.rsplit_once('/').expect("not a root");
+            let pmp = ds.get(parent, "mountpoint")?.value;
+            let mp = if pmp == "none" || pmp == "legacy" { pmp } else { format!("{}/{}", pmp.trim_end_matches('/'), short) };
+            (mp, false)
+        }
+        _ => {
+            let p = ds.get(dataset, "mountpoint")?;
+            let dir = if root { live.mountpoint.as_ref().map_or("none".to_string(), |d| d.display().to_string()) } else { p.value };
+            (dir, p.source == tarn_engine::dataset::Source::Local)
+        }
+    };
+    let mounted = st.mounts.contains_key(dataset);
+    let wanted = canmount != "off" && mp != "none" && mp != "legacy" && (mounted || (canmount == "on" && (root || local)));
+    Ok(wanted.then(|| PathBuf::from(mp)))
 }
 
 /// Mounts `dataset` again at its default place after a rename or a
@@ -292,8 +388,7 @@ pub fn remount_default(st: &mut State, dataset: &str, out: &mut Out) {
 /// the error is returned. The caller holds `name` (`Served::hold`) if it
 /// must not be served again meanwhile.
 pub fn unmount_below(st: &mut State, name: &str, force: bool) -> Result<Vec<String>> {
-    let mut mine: Vec<String> = st.mounts.keys().filter(|d| below(d, name)).cloned().collect();
-    mine.sort_by_key(|d| std::cmp::Reverse(d.len()));
+    let mine = unmount_order(st, st.mounts.keys().filter(|d| below(d, name)).cloned().collect());
     let mut done: Vec<(String, PathBuf)> = Vec::new();
     let mut failed = None;
     for d in &mine {
@@ -334,17 +429,27 @@ pub fn root_mountpoint_changed(st: &mut State, pool: &str, out: &mut Out) -> Res
     Ok(())
 }
 
-/// Detaches a FUSE mount whose server died (stat fails with ENOTCONN).
-fn detach_dead_mount(dir: &Path) {
-    if let Err(e) = std::fs::metadata(dir) {
-        if e.raw_os_error() == Some(libc::ENOTCONN) {
-            if let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) {
-                // SAFETY: `c` is a valid NUL-terminated path for the call.
-                let r = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-                log(&format!("detached a dead mount on '{}' ({})", dir.display(), if r == 0 { "ok" } else { "failed" }));
-            }
+/// `names` (datasets with a mount of their own) in the order to unmount
+/// them: a mount nested in another before it. Nesting is the kernel's
+/// mount tree (`/proc/self/mountinfo`: a mount's depth counts its
+/// ancestors, so one mounted inside another, or over it at the same
+/// directory, is deeper); where the kernel reports no mount ids, the depth
+/// of the mount's path.
+pub fn unmount_order(st: &State, mut names: Vec<String>) -> Vec<String> {
+    let table = tarn_fuse::mountpoint::mount_table().unwrap_or_default();
+    let parent: HashMap<u64, u64> = table.iter().map(|e| (e.id, e.parent)).collect();
+    let depth = |id: u64| {
+        let (mut d, mut cur) = (0usize, id);
+        // Bounded by the table: a cycle cannot make it loop.
+        while let Some(&p) = parent.get(&cur).filter(|&&p| p != cur && d <= table.len()) {
+            d += 1;
+            cur = p;
         }
-    }
+        d
+    };
+    let key = |n: &String| st.mounts.get(n).map_or((0, 0), |h| (h.id().map_or(0, |i| depth(i.id)), h.dir().components().count()));
+    names.sort_by_cached_key(|n| std::cmp::Reverse(key(n)));
+    names
 }
 
 /// Unmounts a dataset's own mount (with everything served inside it):
@@ -356,6 +461,7 @@ pub fn unmount(st: &mut State, dataset: &str, force: bool) -> Result<()> {
         log(&format!("unmounted '{}' from '{}'", dataset, h.dir().display()));
         st.mounts.remove(dataset);
         st.served.release_own(dataset);
+        record_mounts(st);
     }
     res.map_err(|e| match e.kind {
         ErrorKind::Busy => Error::new(ErrorKind::Busy, format!("cannot unmount '{}': {} (`tarn unmount -f` forces)", dataset, e.msg)),
@@ -421,7 +527,7 @@ pub fn handle_unmount(st: &mut State, a: UnmountArgs, _out: &mut Out) -> Result<
     let name = match inside {
         Some(s) => s.name,
         None if mount_path(st, &a.target).is_some() => a.target.clone(),
-        None => return Err(Error::not_found(format!("'{}' is not a mounted dataset or tarn mount point", a.target))),
+        None => return Err(Error::not_found(format!("'{}' is not a mounted dataset or tarn mount point", printable(&a.target)))),
     };
     let head = !name.contains('@');
     if head {

@@ -13,10 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tarn_engine::arc::l2::CacheDevStatus;
+use tarn_engine::dataset::props;
+use tarn_engine::error::printable;
 use tarn_engine::pool::{discover, PoolStatus};
 use tarn_engine::sys::{BlockDevice, FileDevice, ThrottledDevice};
 use tarn_engine::{tunables::parse_size, CreateOptions, Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
+use super::mounts;
 use super::state::{Out, State};
 use crate::cache::{abs, Cache, CachedPool};
 use crate::fmt;
@@ -90,12 +93,29 @@ fn forget_cached(name: &str) -> Result<()> {
     c.save()
 }
 
+/// `-m` of `pool create` and `pool import`, on its face.
 fn check_mountpoint(m: &Option<String>) -> Result<()> {
     match m.as_deref() {
         None | Some("none") => Ok(()),
-        Some(p) if Path::new(p).is_absolute() => Ok(()),
-        Some(p) => Err(Error::invalid(format!("bad mountpoint '{}': an absolute path or 'none'", p))),
+        Some(p) => match props::mountpoint_problem(p) {
+            None => Ok(()),
+            Some(why) => Err(Error::invalid(format!("bad mountpoint '{}': {}; an absolute path or 'none'", printable(p), why))),
+        },
     }
+}
+
+/// Before a pool is created or imported: where its root would be mounted
+/// at once (`mountpoint`, the default `/NAME`; not with `canmount` other
+/// than on) must pass `mounts::check_dir` — refused, nothing is done.
+fn check_root_mount(st: &State, name: &str, mountpoint: Option<&str>, canmount: &str, overlay: bool, verb: &str) -> Result<()> {
+    let Some(dir) = super::state::mountpoint_of(name, mountpoint) else { return Ok(()) };
+    if canmount != "on" {
+        return Ok(());
+    }
+    mounts::check_dir(st, name, &dir, Some(overlay)).map(|_| ()).map_err(|e| {
+        let why = e.msg.strip_prefix(&format!("cannot mount '{}': ", name)).unwrap_or(&e.msg).to_string();
+        Error::new(e.kind, format!("cannot {} pool '{}': its root would be mounted now, and {} (-m DIR mounts it elsewhere, -m none nowhere)", verb, name, why))
+    })
 }
 
 struct CreateArgs {
@@ -116,6 +136,9 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
         mountpoint = Some(root_props.remove(i).1);
     }
     check_mountpoint(&mountpoint)?;
+    let root_prop = |k: &str| root_props.iter().rev().find(|(p, _)| p == k).map(|(_, v)| v.clone());
+    let (canmount, overlay) = (root_prop("canmount").unwrap_or_else(|| "on".into()), root_prop("overlay").is_none_or(|v| v == "on"));
+    check_root_mount(st, &a.name, mountpoint.as_deref(), &canmount, overlay, "create")?;
     // The root dataset carries it too, so children inherit below it.
     if let Some(m) = &mountpoint {
         root_props.push(("mountpoint".into(), m.clone()));
@@ -314,6 +337,11 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
     }
     if p.state == "DESTROYED" && !a.force {
         return Err(Error::invalid(format!("pool '{}' was destroyed; use -f to import it anyway", p.name)));
+    }
+    // `-m` asks for a mount there: checked before the pool is opened (its
+    // own mountpoint is checked when it is mounted; refused, a warning).
+    if a.mountpoint.is_some() {
+        check_root_mount(st, &p.name, a.mountpoint.as_deref(), "on", true, "import")?;
     }
     let mut cache = Cache::load()?;
     let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();

@@ -95,30 +95,37 @@ impl State {
         Ok(())
     }
 
-    /// Makes an open pool live and mounts its root dataset.
+    /// Makes an open pool live and mounts its root dataset and the datasets
+    /// placed explicitly.
     pub fn add_live(&mut self, name: &str, pool: Pool, mountpoint: Option<&str>, out: &mut Out) {
         let mp = mountpoint_of(name, mountpoint);
-        self.pools.insert(name.to_string(), Live { pool, mountpoint: mp.clone() });
-        if let Some(dir) = mp {
-            if let Err(e) = mounts::mount(self, name, &dir) {
-                out.warnings.push(format!("pool '{}' is imported but not mounted: {}", name, e));
-            }
-        }
+        self.pools.insert(name.to_string(), Live { pool, mountpoint: mp });
         self.mount_explicit(name, out);
     }
 
-    /// Mounts the datasets of pool `name` that have a mountpoint of their own
-    /// (see `mounts`, "Which datasets are mounted"). Walks the pool's file
-    /// systems once, at import only.
+    /// Mounts the root of pool `name` and its datasets that have a
+    /// mountpoint of their own (see `mounts`, "Which datasets are
+    /// mounted"), those with fewer path components first, so that a mount
+    /// inside another's directory goes on top of it (as `zfs mount -a`
+    /// orders them). Walks the pool's file systems once, at import only.
     fn mount_explicit(&mut self, name: &str, out: &mut Out) {
         let Some(live) = self.pools.get(name) else { return };
         let ds = live.pool.datasets();
+        let root_depth = live.mountpoint.as_ref().map_or(0, |d| d.components().count());
         let fss = match ds.names(name, true, Types::FILESYSTEMS) {
             Ok(v) => v,
             Err(e) => return out.warnings.push(format!("cannot list the datasets of '{}' to mount them: {}", name, e)),
         };
-        let explicit: Vec<String> = fss.into_iter().filter(|f| f != name && ds.get(f, "mountpoint").is_ok_and(|m| m.source == Source::Local)).collect();
-        for f in explicit {
+        let mut explicit: Vec<(usize, String)> = fss
+            .into_iter()
+            .filter_map(|f| {
+                let m = ds.get(&f, "mountpoint").ok()?;
+                let depth = if f == name { root_depth } else { std::path::Path::new(&m.value).components().count() };
+                (f == name || m.source == Source::Local).then_some((depth, f))
+            })
+            .collect();
+        explicit.sort();
+        for (_, f) in explicit {
             mounts::auto_mount(self, &f, out);
         }
     }
@@ -155,6 +162,8 @@ impl Daemon {
         }
         let served = Arc::new(Served::new(test_memfs));
         let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), served };
+        // Before any mount: what a killed predecessor left mounted, dead.
+        super::mountdir::detach_recorded();
         match Cache::load() {
             Ok(cache) => {
                 for entry in &cache.pools {
@@ -217,7 +226,7 @@ impl Daemon {
         log("stopping");
         // Held until exit: no request runs after this point.
         let mut st = self.state.lock();
-        let datasets: Vec<String> = st.mounts.keys().cloned().collect();
+        let datasets = mounts::unmount_order(&st, st.mounts.keys().cloned().collect());
         for ds in datasets {
             if let Err(e) = mounts::unmount(&mut st, &ds, false) {
                 log(&format!("{}; forcing", e));
