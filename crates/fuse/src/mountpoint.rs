@@ -189,7 +189,12 @@ pub fn top_mount(dir: &Path) -> std::io::Result<MountId> {
 /// ids). `force`: abort the connection and detach even if busy.
 pub fn unmount(dir: &Path, id: Option<MountId>, force: bool) -> Result<()> {
     if let Some(want) = id {
-        let top = top_mount(dir).map_err(|e| Error::io(format!("cannot unmount '{}': cannot look at the mount there", dir.display()), e))?;
+        let top = top_mount(dir).map_err(|e| {
+            Error::new(
+                ErrorKind::Busy,
+                format!("cannot unmount '{}': the path does not lead to tarn's mount ({}): another file system is mounted over a directory above it, unmount that first", dir.display(), e),
+            )
+        })?;
         if top != want {
             return Err(Error::new(
                 ErrorKind::Busy,
@@ -268,7 +273,12 @@ impl MountEntry {
 /// Every mount this process sees, in the kernel's order (a mount stacked
 /// over another at the same place comes after it).
 pub fn mount_table() -> std::io::Result<Vec<MountEntry>> {
-    Ok(std::fs::read_to_string("/proc/self/mountinfo")?.lines().filter_map(parse_mountinfo_line).collect())
+    Ok(parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo")?))
+}
+
+/// The mounts listed in a mountinfo file's text (unreadable lines skipped).
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    text.lines().filter_map(parse_mountinfo_line).collect()
 }
 
 /// `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw`: id,

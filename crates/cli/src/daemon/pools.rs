@@ -338,13 +338,17 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
     if p.state == "DESTROYED" && !a.force {
         return Err(Error::invalid(format!("pool '{}' was destroyed; use -f to import it anyway", p.name)));
     }
-    // `-m` asks for a mount there: checked before the pool is opened (its
-    // own mountpoint is checked when it is mounted; refused, a warning).
-    if a.mountpoint.is_some() {
-        check_root_mount(st, &p.name, a.mountpoint.as_deref(), "on", true, "import")?;
+    let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
+    // `-m` asks for a mount there: checked before the pool is opened for
+    // writing. A directory with something in it is judged by the root's
+    // own `overlay`, read from a read-only open. (Without -m, the root's
+    // mountpoint is checked when it is mounted: refused, a warning.)
+    if let Some(m) = a.mountpoint.as_deref() {
+        let occupied = std::fs::read_dir(m).is_ok_and(|mut d| d.next().is_some());
+        let overlay = !occupied || root_overlay(&paths, &p.name, t);
+        check_root_mount(st, &p.name, Some(m), "on", overlay, "import")?;
     }
     let mut cache = Cache::load()?;
-    let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
     let opts = OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, ..Default::default() };
     let pool = match a.device_bandwidth.as_deref() {
         None => Pool::open(&paths, &opts)?,
@@ -360,6 +364,17 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
     }
     st.add_live(&p.name, pool, mountpoint.as_deref(), out);
     Ok(())
+}
+
+/// Whether the root dataset of the pool on `paths` has `overlay=on`,
+/// read without writing anything (on if it cannot be read: the import
+/// proper then says why).
+fn root_overlay(paths: &[PathBuf], name: &str, t: &Tunables) -> bool {
+    let opts = OpenOptions { readonly: true, tunables: t.clone(), ..Default::default() };
+    let Ok(pool) = Pool::open(paths, &opts) else { return true };
+    let on = pool.datasets().get(name, "overlay").map_or(true, |v| v.value == "on");
+    let _ = pool.close();
+    on
 }
 
 /// The root dataset's mountpoint as a cache-entry setting, when it was set

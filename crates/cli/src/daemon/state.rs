@@ -89,9 +89,17 @@ impl State {
     /// Opens a pool from its cache entry, makes it live and mounts its root
     /// dataset (a failed mount is a warning: the pool stays imported).
     pub fn import_cached(&mut self, entry: &CachedPool, t: &Tunables, out: &mut Out) -> Result<()> {
+        self.open_cached(entry, t)?;
+        self.mount_pools(&[&entry.name], out);
+        Ok(())
+    }
+
+    /// Opens a pool from its cache entry and makes it live, unmounted.
+    fn open_cached(&mut self, entry: &CachedPool, t: &Tunables) -> Result<()> {
         let paths: Vec<PathBuf> = entry.devices.iter().map(PathBuf::from).collect();
         let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false, ..Default::default() })?;
-        self.add_live(&entry.name, pool, entry.mountpoint.as_deref(), out);
+        let mp = mountpoint_of(&entry.name, entry.mountpoint.as_deref());
+        self.pools.insert(entry.name.clone(), Live { pool, mountpoint: mp });
         Ok(())
     }
 
@@ -100,30 +108,34 @@ impl State {
     pub fn add_live(&mut self, name: &str, pool: Pool, mountpoint: Option<&str>, out: &mut Out) {
         let mp = mountpoint_of(name, mountpoint);
         self.pools.insert(name.to_string(), Live { pool, mountpoint: mp });
-        self.mount_explicit(name, out);
+        self.mount_pools(&[name], out);
     }
 
-    /// Mounts the root of pool `name` and its datasets that have a
+    /// Mounts the roots of `pools` and their datasets that have a
     /// mountpoint of their own (see `mounts`, "Which datasets are
-    /// mounted"), those with fewer path components first, so that a mount
-    /// inside another's directory goes on top of it (as `zfs mount -a`
-    /// orders them). Walks the pool's file systems once, at import only.
-    fn mount_explicit(&mut self, name: &str, out: &mut Out) {
-        let Some(live) = self.pools.get(name) else { return };
-        let ds = live.pool.datasets();
-        let root_depth = live.mountpoint.as_ref().map_or(0, |d| d.components().count());
-        let fss = match ds.names(name, true, Types::FILESYSTEMS) {
-            Ok(v) => v,
-            Err(e) => return out.warnings.push(format!("cannot list the datasets of '{}' to mount them: {}", name, e)),
-        };
-        let mut explicit: Vec<(usize, String)> = fss
-            .into_iter()
-            .filter_map(|f| {
+    /// mounted"), all together in the order of their mount points' depth,
+    /// so that a mount inside another's directory — of another pool too —
+    /// goes on top of it, as `zfs mount -a` orders them. Walks the pools'
+    /// file systems once, at import only.
+    fn mount_pools(&mut self, pools: &[&str], out: &mut Out) {
+        let mut explicit: Vec<(usize, String)> = Vec::new();
+        for name in pools {
+            let Some(live) = self.pools.get(*name) else { continue };
+            let ds = live.pool.datasets();
+            let root_depth = live.mountpoint.as_ref().map_or(0, |d| d.components().count());
+            let fss = match ds.names(name, true, Types::FILESYSTEMS) {
+                Ok(v) => v,
+                Err(e) => {
+                    out.warnings.push(format!("cannot list the datasets of '{}' to mount them: {}", name, e));
+                    continue;
+                }
+            };
+            explicit.extend(fss.into_iter().filter_map(|f| {
                 let m = ds.get(&f, "mountpoint").ok()?;
-                let depth = if f == name { root_depth } else { std::path::Path::new(&m.value).components().count() };
-                (f == name || m.source == Source::Local).then_some((depth, f))
-            })
-            .collect();
+                let depth = if f == *name { root_depth } else { std::path::Path::new(&m.value).components().count() };
+                (f == *name || m.source == Source::Local).then_some((depth, f))
+            }));
+        }
         explicit.sort();
         for (_, f) in explicit {
             mounts::auto_mount(self, &f, out);
@@ -166,14 +178,21 @@ impl Daemon {
         super::mountdir::detach_recorded();
         match Cache::load() {
             Ok(cache) => {
+                // Every pool first, then every mount in depth order: one
+                // pool's root may lie inside another's.
+                let mut opened = Vec::new();
                 for entry in &cache.pools {
-                    let mut out = Out::default();
-                    match st.import_cached(entry, &tunables, &mut out) {
-                        Ok(()) => log(&format!("imported pool '{}'", entry.name)),
+                    match st.open_cached(entry, &tunables) {
+                        Ok(()) => {
+                            log(&format!("imported pool '{}'", entry.name));
+                            opened.push(entry.name.as_str());
+                        }
                         Err(e) => log(&format!("cannot import pool '{}' from the cache: {}", entry.name, e)),
                     }
-                    out.warnings.iter().for_each(|w| log(w));
                 }
+                let mut out = Out::default();
+                st.mount_pools(&opened, &mut out);
+                out.warnings.iter().for_each(|w| log(w));
             }
             Err(e) => log(&format!("cannot read the pool cache: {}", e)),
         }

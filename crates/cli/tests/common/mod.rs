@@ -1,6 +1,10 @@
 //! What the daemon tests share: a private daemon per test (own directory,
 //! socket and cache file; the `TARN_TEST_MEMFS` hook, or with `Env::real`
-//! the POSIX layer on the pool), and mount helpers.
+//! the POSIX layer on the pool; with `Env::private` inside a mount
+//! namespace of its own), and mount helpers.
+//!
+//! `TARN_TEST_BIN=/path/to/tarn` runs the tests against another build of
+//! the command (to see a regression test fail on the code before its fix).
 
 #![allow(dead_code)]
 
@@ -12,6 +16,13 @@ pub struct Env {
     pub dir: PathBuf,
     /// Datasets served from memory (the `TARN_TEST_MEMFS` hook).
     memfs: bool,
+    /// The process holding the test's private mount namespace (`Env::private`).
+    ns: Option<std::process::Child>,
+}
+
+/// The `tarn` command under test.
+pub fn tarn_bin() -> PathBuf {
+    std::env::var_os("TARN_TEST_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tarn")))
 }
 
 impl Env {
@@ -35,18 +46,126 @@ impl Env {
         let dir = std::env::temp_dir().join(format!("tarn-daemon-{}-{}", name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Some(Env { dir, memfs })
+        Some(Env { dir, memfs, ns: None })
+    }
+
+    /// As `new` (`memfs`) or `real`, with the daemon in a private mount
+    /// namespace of the test's own (`unshare -m --propagation private`):
+    /// what it mounts, and what the test mounts there (a tmpfs to mount
+    /// over), never reaches the host, and goes with the namespace when the
+    /// test ends, passed or failed. Commands enter it with `nsenter`; the
+    /// test reaches paths through the namespace's root ([`Env::at`]).
+    /// `None` (with the reason printed) where that is unavailable.
+    pub fn private(name: &str, memfs: bool) -> Option<Env> {
+        if memfs && !cfg!(debug_assertions) {
+            eprintln!("skipping {}: the TARN_TEST_MEMFS hook exists in debug builds only", name);
+            return None;
+        }
+        let mut e = Env::with(name, memfs)?;
+        let child = Command::new("unshare").args(["-m", "--propagation", "private", "sleep", "100000"]).stdin(std::process::Stdio::null()).spawn();
+        let Ok(child) = child else {
+            eprintln!("skipping {}: unshare cannot be run", name);
+            return None;
+        };
+        let pid = child.id();
+        e.ns = Some(child);
+        let ns_of = |p: &str| std::fs::read_link(format!("/proc/{}/ns/mnt", p)).ok();
+        let t = Instant::now();
+        while ns_of(&pid.to_string()).is_none() || ns_of(&pid.to_string()) == ns_of("self") {
+            if t.elapsed() > Duration::from_secs(10) {
+                eprintln!("skipping {}: no private mount namespace (unshare -m)", name);
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !Command::new("nsenter").args(["-t", &pid.to_string(), "-m", "true"]).status().is_ok_and(|s| s.success()) {
+            eprintln!("skipping {}: nsenter cannot enter the namespace", name);
+            return None;
+        }
+        Some(e)
+    }
+
+    /// `path` as the test process reaches it: through the root of the
+    /// test's mount namespace.
+    pub fn at(&self, path: &str) -> PathBuf {
+        match &self.ns {
+            Some(ns) => PathBuf::from(format!("/proc/{}/root{}", ns.id(), path)),
+            None => PathBuf::from(path),
+        }
+    }
+
+    /// Runs `script` with sh in the test's mount namespace; panics if it fails.
+    pub fn sh(&self, script: &str) -> String {
+        let mut c = match &self.ns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-t", &ns.id().to_string(), "-m", "--", "sh", "-c", script]);
+                c
+            }
+            None => {
+                let mut c = Command::new("sh");
+                c.args(["-c", script]);
+                c
+            }
+        };
+        let o = c.output().expect("sh runs");
+        assert!(o.status.success(), "{}: {}", script, String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The mounts the daemon sees (its namespace's), in the kernel's order.
+    pub fn mounts(&self) -> Vec<tarn_fuse::mountpoint::MountEntry> {
+        let file = match &self.ns {
+            Some(ns) => format!("/proc/{}/mountinfo", ns.id()),
+            None => "/proc/self/mountinfo".to_string(),
+        };
+        tarn_fuse::mountpoint::parse_mountinfo(&std::fs::read_to_string(file).unwrap_or_default())
+    }
+
+    /// The file system types mounted at `dir`, bottom first ("fuse" for
+    /// any FUSE mount).
+    pub fn mounted_types(&self, dir: &str) -> Vec<String> {
+        let dir = Path::new(dir);
+        self.mounts().into_iter().filter(|e| e.mount_point == dir).map(|e| if e.is_fuse() { "fuse".to_string() } else { e.fstype }).collect()
+    }
+
+    pub fn is_mounted(&self, dir: &str) -> bool {
+        !self.mounted_types(dir).is_empty()
     }
     pub fn path(&self, f: &str) -> String {
         self.dir.join(f).display().to_string()
     }
     pub fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tarn"));
+        let mut c = match &self.ns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-t", &ns.id().to_string(), "-m", "--"]).arg(tarn_bin());
+                c
+            }
+            None => Command::new(tarn_bin()),
+        };
         c.env("TARN_CACHE", self.dir.join("tarn.cache")).env("TARN_SOCKET", self.dir.join("tarn.sock"));
         if self.memfs {
             c.env("TARN_TEST_MEMFS", "1");
         }
         c
+    }
+    /// `cmd` with `dir` as the working directory (entering the namespace
+    /// would otherwise start at its root).
+    pub fn cmd_in(&self, dir: &Path) -> Command {
+        let mut c = self.cmd();
+        match &self.ns {
+            Some(ns) => {
+                let mut n = Command::new("nsenter");
+                n.args(["-t", &ns.id().to_string(), "-m"]).arg(format!("--wd={}", dir.display())).arg("--").arg(tarn_bin());
+                n.envs(c.get_envs().filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))));
+                n
+            }
+            None => {
+                c.current_dir(dir);
+                c
+            }
+        }
     }
     pub fn run(&self, args: &[&str]) -> Output {
         self.cmd().args(args).output().expect("tarn runs")
@@ -89,6 +208,11 @@ impl Drop for Env {
             let c = std::ffi::CString::new(m).unwrap();
             // SAFETY: a valid path; detaching whatever a failed test left.
             unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+        if let Some(mut ns) = self.ns.take() {
+            // The namespace, and every mount in it, goes with its last process.
+            let _ = ns.kill();
+            let _ = ns.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
