@@ -8,11 +8,12 @@
 //! # Life cycle
 //!
 //! ```text
-//!  start ──► lock <socket>.pid ──► import every pool in the cache file
-//!        ──► mount each root dataset (unless mountpoint=none)
+//!  start ──► lock <socket>.pid ──► detach the dead mounts <socket>.mounts records
+//!        ──► import every pool in the cache file
+//!        ──► mount the roots and explicitly placed datasets, shallowest first
 //!        ──► serve requests on <socket>          (TARN_SOCKET, /run/tarn/tarn.sock)
 //!  SIGTERM / SIGINT / `tarn daemon stop`
-//!        ──► unmount every mount (kernel write-back, then sync_all; forced if busy)
+//!        ──► unmount every mount, nested first (kernel write-back, then sync_all; forced if busy)
 //!        ──► close every pool (sync the open txg, release the devices)
 //!        ──► remove socket and pid file, exit 0
 //! ```
@@ -21,7 +22,8 @@
 //! start imports them again; only `pool export` and `pool destroy` remove
 //! them. A SIGKILL loses nothing that was fsynced — fsync waits for the txg
 //! that holds the data — and leaves dead FUSE mounts ("transport endpoint
-//! is not connected"), which the next start detaches before mounting there.
+//! is not connected"), which the next start detaches before it imports
+//! anything (`mountdir`: the mounts are recorded beside the socket).
 //!
 //! # Requests
 //!
@@ -36,7 +38,8 @@
 //! `pools` (pool create/import/export/destroy/list/status/get/set),
 //! `observe` (metrics snapshots, live tunables, the Prometheus endpoint,
 //! the write-test load), `mounts` (mount/unmount, and which datasets get a
-//! mount of their own), `served` (which mount serves each dataset, the
+//! mount of their own), `mountdir` (where the daemon may mount, dead
+//! mounts, the record of its mounts), `served` (which mount serves each dataset, the
 //! splice through which a mount serves child datasets and `.zfs`, and
 //! `Served::filesystem`, the one place that chooses the file system served
 //! for a dataset), `datasets` and

@@ -1,13 +1,35 @@
 //! `tarn mount` and `tarn unmount` in the daemon, and where each dataset
 //! is served.
 //!
-//! A mount of its own is made through `tarn_fuse::mount_spliced` with the
+//! A mount of its own is made through `tarn_fuse::mount_on` with the
 //! daemon's mount options: `allow_other` (the daemon runs as root; users
 //! reach their files with `default_permissions` checks), the dataset's
-//! name as the source in /proc/mounts, four worker threads, 1 MiB
-//! requests, write-back cache. Mount points are created if missing. A dead
-//! FUSE mount left at the mount point by a killed daemon ("transport
-//! endpoint is not connected") is detached first.
+//! name as the source in /proc/mounts (type `fuse.tarn`), four worker
+//! threads, 1 MiB requests, write-back cache. Every mount point passes
+//! [`check_dir`] first (`mountdir`: the host's system directories, the
+//! daemon's files, a file, `overlay=off` over a non-empty directory, a
+//! directory already mounted on; paths resolved), is created if missing,
+//! and is opened before the mount call, which is made on the open
+//! directory. Dead FUSE mounts on the way are detached first, and the
+//! daemon's mounts are recorded for the next daemon (`mountdir`).
+//!
+//! Unmounting removes exactly the mount made, once (`tarn_fuse`'s
+//! `mountpoint`: the topmost mount at the directory must still be the one
+//! recorded). Several at once go nested first ([`unmount_order`]: the
+//! kernel's mount tree, then path depth): export, destroy, rename, a
+//! property change, daemon stop.
+//!
+//! # Changes of `mountpoint` and `canmount`
+//!
+//! As OpenZFS's changelist: the place the dataset would be mounted at once
+//! is checked ([`planned_dir`], [`check_dir`]) before anything changes;
+//! then what is mounted at and below the dataset is unmounted (busy: the
+//! change is refused), the property changed, and what was mounted is
+//! mounted again where the new values say — a pool's root too, whose cache
+//! entry follows its `mountpoint` — plus whatever now mounts by itself
+//! ([`auto_mount`]). A property may name a place the daemon refuses as
+//! long as nothing is mounted there (`canmount=noauto`): the refusal is at
+//! mount time.
 //!
 //! # Which datasets are mounted, and how
 //!
@@ -17,7 +39,7 @@
 //! administrator placed explicitly, and serves every other file system
 //! inside its parent's mount, opened on first access:
 //! - a pool's root dataset is mounted at its mountpoint (`pool create -m`,
-//!   default /POOL);
+//!   default /POOL) if `canmount=on`;
 //! - a dataset whose `mountpoint` is set on the dataset itself (source
 //!   `local`, not `none`/`legacy`) and `canmount=on` gets its own mount
 //!   when it is created, cloned, the property is set, or the pool is
