@@ -153,6 +153,10 @@ fn bad_mount_points_are_refused_before_anything_changes() {
         assert!(err.contains("directory is not empty") && err.contains("overlay=off") && err.contains(&full), "{}: {}", what, err);
         assert_eq!(seen(&e), before, "{} changed something", what);
     }
+    // Remounting where it is mounted judges what it covers, not its own files.
+    std::fs::write(e.at(&format!("{}/f", own)), b"own").unwrap();
+    e.ok(&["inherit", "canmount", "tank/own"]);
+    assert!(e.is_mounted(&own));
     e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "imp"]);
     e.ok(&["set", "overlay=off", "imp"]);
     e.ok(&["pool", "export", "imp"]);

@@ -307,7 +307,9 @@ fn change_mount_prop(st: &mut State, dataset: &str, prop: &str, value: Option<&s
         return Err(e);
     }
     if prop == "mountpoint" && dataset == pool_of(dataset) {
-        mounts::root_mountpoint_changed(st, dataset, out)?;
+        if let Err(e) = mounts::root_mountpoint_changed(st, dataset, out) {
+            out.warnings.push(format!("the cache entry of pool '{}' still has its old mountpoint: {}", dataset, e));
+        }
     }
     for m in &moved {
         // A snapshot mounted on a directory of its own goes back there;

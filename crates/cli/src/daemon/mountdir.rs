@@ -164,8 +164,10 @@ fn hides_daemon_file(dir: &Path) -> Option<String> {
 
 /// Checks `dir` as a mount point (see the module comment) and returns it
 /// resolved: where the mount would go. Nothing is created or mounted; dead
-/// FUSE mounts on the way are detached. `overlay`: the dataset's property.
-pub fn check(dir: &Path, overlay: bool) -> Result<PathBuf> {
+/// FUSE mounts on the way are detached. `overlay`: the dataset's property;
+/// `current`: where the dataset is mounted now (a remount there looks at
+/// its own files, not what it covers, so `overlay` is not asked).
+pub fn check(dir: &Path, overlay: bool, current: Option<&Path>) -> Result<PathBuf> {
     let given = dir.to_string_lossy();
     if let Some(why) = mountpoint_problem(&given) {
         return Err(Error::invalid(format!("mount point '{}': {}", printable(&given), why)));
@@ -178,7 +180,7 @@ pub fn check(dir: &Path, overlay: bool) -> Result<PathBuf> {
     }
     match std::fs::symlink_metadata(&real) {
         Ok(m) if !m.is_dir() => return Err(Error::invalid(format!("mount point {} is not a directory", named))),
-        Ok(_) if !overlay && !is_empty_dir(&real)? => {
+        Ok(_) if !overlay && current != Some(real.as_path()) && !is_empty_dir(&real)? => {
             return Err(Error::invalid(format!("mount point {}: directory is not empty (overlay=off; set overlay=on to mount over it)", named)));
         }
         _ => {}

@@ -217,7 +217,8 @@ pub fn check_dir(st: &State, dataset: &str, dir: &Path, overlay: Option<bool>) -
         let live = st.pools.get(pool_of(dataset));
         live.is_none_or(|l| l.pool.datasets().get(filesystem_of(dataset), "overlay").is_ok_and(|v| v.value == "on"))
     });
-    let real = mountdir::check(dir, overlay).map_err(|e| Error::new(e.kind, format!("cannot mount '{}': {}", dataset, e.msg)))?;
+    let current = st.mounts.get(dataset).map(|h| h.dir());
+    let real = mountdir::check(dir, overlay, current).map_err(|e| Error::new(e.kind, format!("cannot mount '{}': {}", dataset, e.msg)))?;
     if let Some((other, _)) = st.mounts.iter().find(|(d, h)| h.dir() == real && d.as_str() != dataset) {
         return Err(Error::new(ErrorKind::Exists, format!("cannot mount '{}': '{}' is already a mount point (of '{}')", dataset, mountdir::shown(&real), other)));
     }
