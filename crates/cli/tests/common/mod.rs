@@ -62,7 +62,17 @@ impl Env {
             return None;
         }
         let mut e = Env::with(name, memfs)?;
-        let child = Command::new("unshare").args(["-m", "--propagation", "private", "sleep", "100000"]).stdin(std::process::Stdio::null()).spawn();
+        let mut holder = Command::new("unshare");
+        holder.args(["-m", "--propagation", "private", "sleep", "100000"]).stdin(std::process::Stdio::null());
+        // SAFETY: prctl is async-signal-safe. The holder dies with the test
+        // thread that made it, even if the test process is killed.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut holder, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = holder.spawn();
         let Ok(child) = child else {
             eprintln!("skipping {}: unshare cannot be run", name);
             return None;
