@@ -2,9 +2,9 @@
 //! export, import, destroy, bench, inspect — and every kind of bad input
 //! getting one clear line on stderr and exit status 1, never a panic.
 //! Pool commands go through a daemon of the test's own (TARN_SOCKET in its
-//! directory), started on first use and stopped when the test ends. The
-//! POSIX layer is not on this branch, so root datasets are not mounted
-//! (create and import warn about it).
+//! directory), started on first use and stopped when the test ends. Every
+//! pool is created with `-m` inside the test's directory: the default
+//! mountpoint (`/tank`) would mount on the host.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -62,7 +62,7 @@ fn exists(p: &str) -> bool {
 fn pool_lifecycle() {
     let e = Env::new("life");
     let (a, b) = (e.path("a.img"), e.path("b.img"));
-    e.ok(&["pool", "create", "-o", "comment=hello", "-O", "compression=zstd", "tank", &a, &b, "--size", "128M"]);
+    e.ok(&["pool", "create", "-m", &e.path("mnt"), "-o", "comment=hello", "-O", "compression=zstd", "tank", &a, &b, "--size", "128M"]);
     let list = e.ok(&["pool", "list", "-H", "-o", "name,health"]);
     assert_eq!(list.trim(), "tank\tONLINE");
     let status = e.ok(&["pool", "status", "tank"]);
@@ -104,7 +104,7 @@ fn bad_input_gets_clear_errors() {
     assert!(e.fails(&["pool", "create", "-O", "compression=gzip", "tank", &a, "--size", "128M"]).contains("compression"));
     assert!(e.fails(&["pool", "create", "-O", "recordsize=3000", "tank", &a, "--size", "128M"]).contains("recordsize"));
     assert!(e.fails(&["pool", "create", "-o", "ashift=20", "tank", &a, "--size", "128M"]).contains("ashift"));
-    e.ok(&["pool", "create", "tank", &a, "--size", "128M"]);
+    e.ok(&["pool", "create", "-m", &e.path("mnt"), "tank", &a, "--size", "128M"]);
     assert!(e.fails(&["pool", "create", "tank2", &a]).contains("part of active pool 'tank'"));
     assert!(e.fails(&["pool", "create", "tank", &e.path("c.img"), "--size", "128M"]).contains("already exists"));
     assert!(e.fails(&["pool", "status", "nosuch"]).contains("no such pool 'nosuch'"));
@@ -129,7 +129,7 @@ fn bad_input_gets_clear_errors() {
 fn a_held_pool_names_its_holder() {
     let e = Env::new("held");
     let a = e.path("a.img");
-    e.ok(&["pool", "create", "tank", &a, "--size", "256M"]);
+    e.ok(&["pool", "create", "-m", &e.path("mnt"), "tank", &a, "--size", "256M"]);
     e.ok(&["daemon", "stop"]);
     let mut child = e
         .cmd()
