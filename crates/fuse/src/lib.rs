@@ -52,9 +52,11 @@
 //!   before it anyway and POSIX locks stay in the kernel. Durability is
 //!   unchanged: `fsync(2)` and `O_SYNC`/`O_DSYNC` writes first write back the file's dirty pages,
 //!   then send FSYNC, which calls [`FileSystem::fsync`]; unmount writes back
-//!   everything before the file system's `sync_all`. Data in the page cache
-//!   that no one fsynced is lost on a crash of the host, as on any local
-//!   file system. `FOPEN_KEEP_CACHE` keeps a file's pages across opens.
+//!   everything before the file system's `sync_all`, and so do `sync(2)`
+//!   and `syncfs(2)` on a `fuseblk` mount (see `blk`: on a plain `fuse`
+//!   mount they never reach the file system). Data in the page cache that
+//!   no one fsynced or synced is lost on a crash of the host, as on any
+//!   local file system. `FOPEN_KEEP_CACHE` keeps a file's pages across opens.
 //! - `FUSE_HANDLE_KILLPRIV_V2`: the file system, not the kernel, drops
 //!   set-user-ID bits and `security.capability` when a file is written,
 //!   truncated, fallocated, copied into or chowned (the `FileSystem`
@@ -112,7 +114,15 @@
 //! unmounts. Nothing here calls `sync(2)` or `syncfs(2)` on the host: a
 //! loop device whose image lives on a tarn mount would make such a call
 //! wait on tarn itself.
+//!
+//! # Mount type
+//!
+//! Mounts are `fuseblk` where the host allows it (root, loop devices), so
+//! that the kernel sends FUSE_SYNCFS for `sync(2)` and `syncfs(2)`, which
+//! the glue answers with `sync_all`; see `blk` for the measurements and the
+//! loop device each mount gets, and [`MountHandle::sync_reaches_fs`].
 
+mod blk;
 mod inode;
 mod listing;
 pub mod memfs;
@@ -159,6 +169,9 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Let users other than the mounting one in (the daemon runs as root).
     pub allow_other: bool,
+    /// Mount as `fuseblk` where possible (root, loop devices), so that
+    /// `sync(2)` and `syncfs(2)` reach the file system (see `blk`).
+    pub fuseblk: bool,
 }
 
 impl Default for MountOptions {
@@ -174,6 +187,7 @@ impl Default for MountOptions {
             dirty_share_pct: 20,
             read_only: false,
             allow_other: false,
+            fuseblk: true,
         }
     }
 }
@@ -194,6 +208,9 @@ pub struct MountHandle {
     known: Arc<inode::Known>,
     notifier: Notifier,
     session: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
+    /// The loop device of a `fuseblk` mount (`sync(2)`/`syncfs(2)` reach
+    /// `sync_all`); `None` for a plain `fuse` mount.
+    blk_device: Option<PathBuf>,
 }
 
 /// A file system a mount serves (slot 0, or one it spliced in).
@@ -247,19 +264,49 @@ fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice:
     config.acl = if opts.allow_other { SessionACL::All } else { SessionACL::Owner };
     config.n_threads = Some(opts.threads);
     config.clone_fd = true;
-    let session = fuser::Session::new(glue, dir, &config).map_err(|e| Error::io(format!("cannot mount '{}' on '{}'", opts.fsname, dir.display()), e))?;
+    let (session, blk_device) = start_session(glue, dir, opts, config)?;
     let notifier = session.notifier();
     let _ = notifier_slot.set(notifier.clone());
     let thread = std::thread::Builder::new()
         .name("tarn-fuse".into())
         .spawn(move || session.run())
         .map_err(|e| Error::io(format!("cannot start the FUSE session for '{}'", dir.display()), e))?;
-    let handle = MountHandle { dir: dir.to_path_buf(), table, known, notifier, session: Mutex::new(Some(thread)) };
+    let handle = MountHandle { dir: dir.to_path_buf(), table, known, notifier, session: Mutex::new(Some(thread)), blk_device };
     if let Err(e) = tune_backing_device(dir, opts) {
         // Best effort (root only): the mount works, with the kernel's defaults.
         eprintln!("tarn: cannot tune the FUSE device of '{}' ({}); using the kernel's read-ahead and dirty limits", dir.display(), e);
     }
     Ok(handle)
+}
+
+/// Mounts `dir` and does the FUSE handshake: as `fuseblk` when
+/// `opts.fuseblk` and the host allows it, else (or when that fails) as a
+/// plain `fuse` mount, which `sync(2)` does not reach (logged). Returns
+/// the session and, for `fuseblk`, its loop device.
+fn start_session(glue: ops::Glue, dir: &Path, opts: &MountOptions, config: Config) -> Result<(fuser::Session<ops::Glue>, Option<PathBuf>)> {
+    let cannot = |e| Error::io(format!("cannot mount '{}' on '{}'", opts.fsname, dir.display()), e);
+    if opts.fuseblk {
+        match blk::mount(dir, &opts.fsname, opts.read_only, opts.allow_other) {
+            Ok(m) => {
+                let acl = config.acl;
+                return match fuser::Session::from_fd(glue, m.fuse, acl, config) {
+                    Ok(s) => Ok((s, Some(m.device))),
+                    Err(e) => {
+                        // Mounted, but the handshake failed: take it down.
+                        let _ = umount(dir, true);
+                        Err(cannot(e))
+                    }
+                };
+            }
+            Err(e) => eprintln!(
+                "tarn: '{}' is mounted as fuse, not fuseblk ({}): sync(2) and syncfs(2) will not make its data durable; fsync(2) and `tarn pool sync` do",
+                dir.display(),
+                e
+            ),
+        }
+    }
+    let session = fuser::Session::new(glue, dir, &config).map_err(cannot)?;
+    Ok((session, None))
 }
 
 /// The kernel gives a FUSE mount's backing device (bdi) two limits that no
@@ -276,11 +323,10 @@ fn mount_inner(fs: Arc<dyn FileSystem>, dir: &Path, opts: &MountOptions, splice:
 ///   as fast as without the write-back cache).
 fn tune_backing_device(dir: &Path, opts: &MountOptions) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir)?.dev();
-    let bdi = format!("/sys/class/bdi/{}:{}", libc::major(dev), libc::minor(dev));
-    std::fs::write(format!("{}/read_ahead_kb", bdi), (opts.max_write / 1024).to_string())?;
+    let bdi = blk::bdi_dir(std::fs::metadata(dir)?.dev());
+    std::fs::write(bdi.join("read_ahead_kb"), (opts.max_write / 1024).to_string())?;
     if opts.writeback_cache {
-        std::fs::write(format!("{}/max_ratio", bdi), opts.dirty_share_pct.to_string())?;
+        std::fs::write(bdi.join("max_ratio"), opts.dirty_share_pct.to_string())?;
     }
     Ok(())
 }
@@ -302,6 +348,18 @@ impl MountHandle {
     /// its session has not ended (as it does if someone else unmounted it).
     pub fn is_mounted(&self) -> bool {
         self.session.lock().as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Whether `sync(2)` and `syncfs(2)` on this mount reach the file
+    /// system's `sync_all` (a `fuseblk` mount; see `blk`).
+    pub fn sync_reaches_fs(&self) -> bool {
+        self.blk_device.is_some()
+    }
+
+    /// The loop device a `fuseblk` mount is mounted from (its source in
+    /// /proc/mounts).
+    pub fn block_device(&self) -> Option<&Path> {
+        self.blk_device.as_deref()
     }
 
     /// Inodes the kernel currently holds references to.

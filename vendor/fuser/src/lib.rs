@@ -1005,6 +1005,16 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// Synchronize the whole file system (`syncfs(2)`, `sync(2)`; tarn's
+    /// addition to fuser 0.18). `ino` is the mount's root. Linux sends it
+    /// only where the connection allows it (fuseblk and virtiofs mounts),
+    /// after writing back the mount's dirty pages; the error goes to the
+    /// caller of `syncfs(2)`. ENOSYS makes the kernel stop sending it.
+    fn syncfs(&self, _req: &Request, ino: INodeNo, reply: ReplyEmpty) {
+        warn!("[Not Implemented] syncfs(ino: {ino:#x?})");
+        reply.error(Errno::ENOSYS);
+    }
+
     /// macOS only: Rename the volume. Set `fuse_init_out.flags` during init to
     /// `FUSE_VOL_RENAME` to enable
     #[cfg(target_os = "macos")]

@@ -87,6 +87,7 @@ impl<'a> RequestWithSender<'a> {
                     | ll::Operation::Write(_)
                     | ll::Operation::FSync(_)
                     | ll::Operation::FSyncDir(_)
+                    | ll::Operation::SyncFs(_)
                     | ll::Operation::Release(_)
                     | ll::Operation::ReleaseDir(_) => {}
                     ll::Operation::ReadDirPlus(_) => {}
@@ -519,6 +520,9 @@ impl<'a> RequestWithSender<'a> {
                     x.flags(),
                     self.reply(),
                 );
+            }
+            ll::Operation::SyncFs(_) => {
+                filesystem.syncfs(self.request_header(), self.request.nodeid(), self.reply());
             }
             #[cfg(target_os = "macos")]
             ll::Operation::SetVolName(x) => {

@@ -3,8 +3,10 @@
 //!
 //! A mount of its own is made through `tarn_fuse::mount_spliced` with the
 //! daemon's mount options: `allow_other` (the daemon runs as root; users
-//! reach their files with `default_permissions` checks), the dataset's
-//! name as the source in /proc/mounts, four worker threads, 1 MiB
+//! reach their files with `default_permissions` checks), `fuseblk` over a
+//! loop device of its own so that `sync(2)` reaches the pool (`fuse` with
+//! the dataset's name as the source where that is impossible; see
+//! `tarn_fuse`'s `blk`), four worker threads, 1 MiB
 //! requests, write-back cache. Mount points are created if missing. A dead
 //! FUSE mount left at the mount point by a killed daemon ("transport
 //! endpoint is not connected") is detached first.
