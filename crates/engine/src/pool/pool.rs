@@ -1140,6 +1140,10 @@ impl Shared {
         let dirty0 = core.txg.dirty_of(txg);
         let io0 = self.device_writes();
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
+        // A device truncated or deleted since the last txg is not written
+        // to at all (writes past the end of a truncated file would grow it
+        // back with zeros).
+        self.check_devices()?;
         // Clones of this txg take their references before anything is freed.
         core.brt.apply(&core, txg)?;
         self.dsl.sync(txg, &group)?;
