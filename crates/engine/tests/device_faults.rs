@@ -53,7 +53,7 @@ fn assert_suspended(pool: &Pool, state: &str, why: &str) {
     assert_eq!(st.vdevs[0].state, state, "{:?}", st.vdevs[0]);
     let reason = st.vdevs[0].fault.clone().unwrap_or_default();
     assert!(reason.contains(why), "the device's fault says why ('{}'): {}", why, reason);
-    assert!(st.error.as_deref().unwrap_or("").contains(state), "the pool's error names the fault: {:?}", st.error);
+    assert!(st.error.as_deref().unwrap_or("").contains(why), "the pool's error says why: {:?}", st.error);
     assert!(pool.root().begin().is_err(), "a suspended pool takes no new transaction");
     let s = pool.suspension().expect("suspended");
     assert_eq!(s.synced_txg, pool.uberblock().txg);

@@ -122,8 +122,10 @@ struct State {
     last_sync_start: Instant,
     shutdown: bool,
     /// Set when a sync failed or a device faulted (`suspend`): the pool
-    /// takes no more writes. The first reason stays.
+    /// takes no more writes. A failed sync's reason (the txg, the
+    /// operation) replaces a fault's; after that the reason stays.
     failed: Option<String>,
+    failed_by_sync: bool,
     /// Dirty bytes of the syncing txg when its sync began, and, once it
     /// failed, how many of them had been written (lost all the same: no
     /// uberblock names them).
@@ -205,6 +207,7 @@ impl TxgEngine {
                 last_sync_start: now,
                 shutdown: false,
                 failed: None,
+                failed_by_sync: false,
                 syncing_dirty0: 0,
                 lost_written: 0,
                 opened_at: [now; TXG_SIZE],
@@ -443,11 +446,14 @@ impl TxgEngine {
     }
 
     /// Sync thread: `txg` could not be written. The pool refuses further
-    /// writes (the reason of an earlier `suspend` stays).
+    /// writes. The reason names the txg and what failed, so it replaces
+    /// that of a device fault found meanwhile (`suspend`), which is why the
+    /// sync failed.
     pub fn sync_failed(&self, txg: u64, why: String) {
         let mut st = self.st.lock();
-        if st.failed.is_none() {
+        if !st.failed_by_sync {
             st.failed = Some(format!("txg {}: {}", txg, why));
+            st.failed_by_sync = true;
         }
         let i = (txg & TXG_MASK) as usize;
         st.lost_written = st.syncing_dirty0.saturating_sub(st.dirty[i]);
@@ -457,9 +463,9 @@ impl TxgEngine {
         self.dirty_cv.notify_all();
     }
 
-    /// Suspends the pool from outside the sync thread (a device faulted):
-    /// writers and waiters get `Suspended` from now on, and the sync
-    /// thread stops before its next uberblock. The first reason stays.
+    /// Suspends the pool because a device faulted: writers and waiters get
+    /// `Suspended` from now on, and the sync thread stops before its next
+    /// uberblock. The first fault's reason stays (until a failed sync's).
     pub fn suspend(&self, why: String) {
         let mut st = self.st.lock();
         if st.failed.is_none() {
