@@ -367,7 +367,10 @@ impl TxgEngine {
         st.wanted = st.wanted.max(target);
         self.cv.notify_all();
         while st.synced < target {
-            if let Some(why) = &st.failed {
+            // A sync under way when a device faulted stops before its
+            // uberblock; waiting for it gives the caller its reason (the
+            // txg, what failed) rather than the fault's alone.
+            if let (Some(why), None) = (&st.failed, st.syncing) {
                 return Err(self.failed_error(why));
             }
             if st.shutdown {
