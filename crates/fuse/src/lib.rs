@@ -151,7 +151,9 @@ pub use table::Kind;
 /// How a file system is mounted. `Default` is what the daemon uses.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
-    /// Source shown in /proc/mounts (`tank`, `tank/home`).
+    /// The file system's name (`tank`, `tank/home`): the source in
+    /// /proc/mounts of a plain `fuse` mount, the loop device's backing file
+    /// name (`tarn:tank`) of a `fuseblk` one.
     pub fsname: String,
     /// Worker threads serving requests in parallel (1 … 64).
     pub threads: usize,
