@@ -114,6 +114,25 @@ fn a_truncated_image_suspends_and_export_f_closes_the_pool() {
     export_suspended(&e, "tp", &mnt, "shrank");
 }
 
+/// `daemon stop` with a suspended pool closes it without syncing, logs
+/// what was lost and takes it out of the cache file: the next daemon does
+/// not import it again unasked.
+#[test]
+fn daemon_stop_does_not_bring_a_suspended_pool_back() {
+    let Some(e) = Env::real("stop-suspended") else { return };
+    let mnt = e.dir.join("mnt");
+    let img = e.path("s.img");
+    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "sp", &img, "--size", "128M"]);
+    write_synced(&mnt.join("kept"), 1 << 20, 9).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16 << 20).unwrap();
+    fill_until_failure(&mnt, 1 << 20, 8);
+    let _ = e.run(&["daemon", "stop"]);
+    let log = e.log();
+    assert!(log.contains("pool 'sp' was suspended") && log.contains("discarded"), "the loss is logged: {}", log);
+    let list = e.ok(&["pool", "list", "-H", "-o", "name"]);
+    assert!(!list.lines().any(|l| l == "sp"), "a suspended pool is not imported again by the next daemon: {}", list);
+}
+
 /// The image lives on a 40 MiB tmpfs that fills up (ENOSPC of the host
 /// file system). The tmpfs, the daemon and its FUSE mount live in a
 /// private mount namespace of the test's thread (the daemon is started

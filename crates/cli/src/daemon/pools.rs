@@ -147,7 +147,7 @@ fn discard(st: &mut State, name: &str, force: bool, how: Closing, s: Suspension,
 }
 
 /// What a suspended pool cannot write, in words.
-fn lost_text(s: &Suspension) -> String {
+pub(super) fn lost_text(s: &Suspension) -> String {
     if s.last_lost_txg < s.first_lost_txg {
         return format!("nothing (no change since txg {})", s.synced_txg);
     }
@@ -172,7 +172,7 @@ fn drop_mounts(st: &mut State, name: &str) -> Result<()> {
     Ok(())
 }
 
-fn forget_cached(name: &str) -> Result<()> {
+pub(super) fn forget_cached(name: &str) -> Result<()> {
     let mut c = Cache::load()?;
     c.remove(name);
     c.save()

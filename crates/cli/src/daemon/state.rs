@@ -244,6 +244,18 @@ impl Daemon {
         }
         let mut code = 0;
         for (name, live) in std::mem::take(&mut st.pools) {
+            if let Some(lost) = live.pool.discard() {
+                // Its changes since the last synced txg can never be
+                // written. It leaves the cache file, so the next start
+                // does not bring it back as if nothing was lost; `pool
+                // import` does, at the txg on disk.
+                log(&format!("pool '{}' was suspended ({}): closed without syncing; on disk is txg {}; discarded {}", name, lost.reason, lost.synced_txg, pools::lost_text(&lost)));
+                if let Err(e) = pools::forget_cached(&name) {
+                    log(&format!("cannot remove suspended pool '{}' from the cache: {}", name, e));
+                }
+                code = 1;
+                continue;
+            }
             match live.pool.close() {
                 Ok(()) => log(&format!("closed pool '{}'", name)),
                 Err(e) => {
