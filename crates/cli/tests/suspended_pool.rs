@@ -100,17 +100,25 @@ fn mount_here(dir: &Path) -> bool {
     info.lines().any(|l| l.split(' ').nth(4) == dir.to_str())
 }
 
+/// Pool `name` on a 128 MiB image, mounted, with one file fsynced; then
+/// the image is truncated to 16 MiB and files are written until an fsync
+/// fails. Returns the mount point.
+fn truncated_and_suspended(e: &Env, name: &str) -> std::path::PathBuf {
+    let mnt = e.dir.join("mnt");
+    let img = e.path(&format!("{}.img", name));
+    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), name, &img, "--size", "128M"]);
+    write_synced(&mnt.join("kept"), 1 << 20, 7).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16 << 20).unwrap();
+    fill_until_failure(&mnt, 1 << 20, 8);
+    mnt
+}
+
 /// The image is truncated under the mounted pool: the next fsync fails,
 /// and so does everything after it; `export -f` works.
 #[test]
 fn a_truncated_image_suspends_and_export_f_closes_the_pool() {
     let Some(e) = Env::real("truncated") else { return };
-    let mnt = e.dir.join("mnt");
-    let img = e.path("t.img");
-    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "tp", &img, "--size", "128M"]);
-    write_synced(&mnt.join("kept"), 1 << 20, 7).unwrap();
-    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16 << 20).unwrap();
-    fill_until_failure(&mnt, 1 << 20, 8);
+    let mnt = truncated_and_suspended(&e, "tp");
     export_suspended(&e, "tp", &mnt, "shrank");
 }
 
@@ -120,12 +128,7 @@ fn a_truncated_image_suspends_and_export_f_closes_the_pool() {
 #[test]
 fn daemon_stop_does_not_bring_a_suspended_pool_back() {
     let Some(e) = Env::real("stop-suspended") else { return };
-    let mnt = e.dir.join("mnt");
-    let img = e.path("s.img");
-    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "sp", &img, "--size", "128M"]);
-    write_synced(&mnt.join("kept"), 1 << 20, 9).unwrap();
-    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16 << 20).unwrap();
-    fill_until_failure(&mnt, 1 << 20, 8);
+    truncated_and_suspended(&e, "sp");
     let _ = e.run(&["daemon", "stop"]);
     let log = e.log();
     assert!(log.contains("pool 'sp' was suspended") && log.contains("discarded"), "the loss is logged: {}", log);
