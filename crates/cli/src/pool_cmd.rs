@@ -61,7 +61,8 @@ pub enum PoolCmd {
     },
     /// Unmount, sync and close a pool, marking it exported
     Export {
-        /// Unmount even if busy
+        /// Unmount even if busy; a suspended pool: close it without syncing,
+        /// discarding what it could not write
         #[arg(short, long)]
         force: bool,
         name: String,

@@ -52,9 +52,11 @@
 //!   before it anyway and POSIX locks stay in the kernel. Durability is
 //!   unchanged: `fsync(2)` and `O_SYNC`/`O_DSYNC` writes first write back the file's dirty pages,
 //!   then send FSYNC, which calls [`FileSystem::fsync`]; unmount writes back
-//!   everything before the file system's `sync_all`. Data in the page cache
-//!   that no one fsynced is lost on a crash of the host, as on any local
-//!   file system. `FOPEN_KEEP_CACHE` keeps a file's pages across opens.
+//!   everything before the file system's `sync_all`, and so do `sync(2)`
+//!   and `syncfs(2)` on a `fuseblk` mount (see `blk`: on a plain `fuse`
+//!   mount they never reach the file system). Data in the page cache that
+//!   no one fsynced or synced is lost on a crash of the host, as on any
+//!   local file system. `FOPEN_KEEP_CACHE` keeps a file's pages across opens.
 //! - `FUSE_HANDLE_KILLPRIV_V2`: the file system, not the kernel, drops
 //!   set-user-ID bits and `security.capability` when a file is written,
 //!   truncated, fallocated, copied into or chowned (the `FileSystem`
@@ -115,7 +117,15 @@
 //! unmounts. Nothing here calls `sync(2)` or `syncfs(2)` on the host: a
 //! loop device whose image lives on a tarn mount would make such a call
 //! wait on tarn itself.
+//!
+//! # Mount type
+//!
+//! Mounts are `fuseblk` where the host allows it (root, loop devices), so
+//! that the kernel sends FUSE_SYNCFS for `sync(2)` and `syncfs(2)`, which
+//! the glue answers with `sync_all`; see `blk` for the measurements and the
+//! loop device each mount gets, and [`MountHandle::sync_reaches_fs`].
 
+mod blk;
 mod inode;
 mod listing;
 pub mod memfs;
@@ -144,7 +154,9 @@ pub use table::Kind;
 /// How a file system is mounted. `Default` is what the daemon uses.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
-    /// Source shown in /proc/mounts (`tank`, `tank/home`).
+    /// The file system's name (`tank`, `tank/home`): the source in
+    /// /proc/mounts of a plain `fuse` mount, the loop device's backing file
+    /// name (`tarn:tank`) of a `fuseblk` one.
     pub fsname: String,
     /// Worker threads serving requests in parallel (1 … 64).
     pub threads: usize,
@@ -162,6 +174,9 @@ pub struct MountOptions {
     pub read_only: bool,
     /// Let users other than the mounting one in (the daemon runs as root).
     pub allow_other: bool,
+    /// Mount as `fuseblk` where possible (root, loop devices), so that
+    /// `sync(2)` and `syncfs(2)` reach the file system (see `blk`).
+    pub fuseblk: bool,
 }
 
 impl Default for MountOptions {
@@ -177,6 +192,7 @@ impl Default for MountOptions {
             dirty_share_pct: 20,
             read_only: false,
             allow_other: false,
+            fuseblk: true,
         }
     }
 }
@@ -201,6 +217,9 @@ pub struct MountHandle {
     known: Arc<inode::Known>,
     notifier: Notifier,
     session: Mutex<Option<JoinHandle<std::io::Result<()>>>>,
+    /// The loop device of a `fuseblk` mount (`sync(2)`/`syncfs(2)` reach
+    /// `sync_all`); `None` for a plain `fuse` mount.
+    blk_device: Option<PathBuf>,
 }
 
 /// A file system a mount serves (slot 0, or one it spliced in).
@@ -258,13 +277,13 @@ pub fn mount_on(fs: Arc<dyn FileSystem>, at: MountPoint, opts: &MountOptions, sp
     config.n_threads = Some(opts.threads);
     config.clone_fd = true;
     let cannot = |e: std::io::Error| Error::io(format!("cannot mount '{}' on '{}'", opts.fsname, dir.display()), e);
-    let km = mountpoint::KernelMount { fsname: &opts.fsname, read_only: opts.read_only, allow_other: opts.allow_other };
-    let (session, id) = match mountpoint::mount_fuse(&at, &km)? {
-        Some(dev) => {
+    let km = mountpoint::KernelMount { fsname: &opts.fsname, read_only: opts.read_only, allow_other: opts.allow_other, fuseblk: opts.fuseblk };
+    let (session, id, blk_device) = match mountpoint::mount_fuse(&at, &km)? {
+        Some(made) => {
             let id = mountpoint::top_mount(&dir).ok();
             let acl = config.acl;
-            match fuser::Session::from_fd(glue, dev, acl, config) {
-                Ok(s) => (s, id),
+            match fuser::Session::from_fd(glue, made.fuse, acl, config) {
+                Ok(s) => (s, id, made.blk_device),
                 Err(e) => {
                     // The mount is there with no one to serve it.
                     if let Err(u) = mountpoint::unmount(&dir, id, true) {
@@ -274,10 +293,11 @@ pub fn mount_on(fs: Arc<dyn FileSystem>, at: MountPoint, opts: &MountOptions, sp
                 }
             }
         }
-        // Unprivileged: fuser mounts through fusermount3.
+        // Unprivileged: fuser mounts through fusermount3 (a plain `fuse`
+        // mount, which sync(2) does not reach).
         None => {
             let s = fuser::Session::new(glue, &dir, &config).map_err(cannot)?;
-            (s, mountpoint::top_mount(&dir).ok())
+            (s, mountpoint::top_mount(&dir).ok(), None)
         }
     };
     drop(at);
@@ -287,7 +307,7 @@ pub fn mount_on(fs: Arc<dyn FileSystem>, at: MountPoint, opts: &MountOptions, sp
         .name("tarn-fuse".into())
         .spawn(move || session.run())
         .map_err(|e| Error::io(format!("cannot start the FUSE session for '{}'", dir.display()), e))?;
-    let handle = MountHandle { dir: dir.clone(), id, table, known, notifier, session: Mutex::new(Some(thread)) };
+    let handle = MountHandle { dir: dir.clone(), id, table, known, notifier, session: Mutex::new(Some(thread)), blk_device };
     if let Err(e) = tune_backing_device(&dir, opts) {
         // Best effort (root only): the mount works, with the kernel's defaults.
         eprintln!("tarn: cannot tune the FUSE device of '{}' ({}); using the kernel's read-ahead and dirty limits", dir.display(), e);
@@ -309,11 +329,10 @@ pub fn mount_on(fs: Arc<dyn FileSystem>, at: MountPoint, opts: &MountOptions, sp
 ///   as fast as without the write-back cache).
 fn tune_backing_device(dir: &Path, opts: &MountOptions) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir)?.dev();
-    let bdi = format!("/sys/class/bdi/{}:{}", libc::major(dev), libc::minor(dev));
-    std::fs::write(format!("{}/read_ahead_kb", bdi), (opts.max_write / 1024).to_string())?;
+    let bdi = blk::bdi_dir(std::fs::metadata(dir)?.dev());
+    std::fs::write(bdi.join("read_ahead_kb"), (opts.max_write / 1024).to_string())?;
     if opts.writeback_cache {
-        std::fs::write(format!("{}/max_ratio", bdi), opts.dirty_share_pct.to_string())?;
+        std::fs::write(bdi.join("max_ratio"), opts.dirty_share_pct.to_string())?;
     }
     Ok(())
 }
@@ -340,6 +359,18 @@ impl MountHandle {
     /// its session has not ended (as it does if someone else unmounted it).
     pub fn is_mounted(&self) -> bool {
         self.session.lock().as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Whether `sync(2)` and `syncfs(2)` on this mount reach the file
+    /// system's `sync_all` (a `fuseblk` mount; see `blk`).
+    pub fn sync_reaches_fs(&self) -> bool {
+        self.blk_device.is_some()
+    }
+
+    /// The loop device a `fuseblk` mount is mounted from (its source in
+    /// /proc/mounts).
+    pub fn block_device(&self) -> Option<&Path> {
+        self.blk_device.as_deref()
     }
 
     /// Inodes the kernel currently holds references to.

@@ -11,8 +11,9 @@
 //! directory (`/proc/self/fd/N` as the target), so a symbolic link or a
 //! renamed directory swapped in after the check cannot redirect it.
 //!
-//! The glue calls `mount(2)` itself (fstype `fuse.tarn`, the dataset's name
-//! as the source; `fd=`, `rootmode=`, `user_id=`, `group_id=`,
+//! The glue calls `mount(2)` itself (fstype `fuseblk` over a loop device
+//! of its own where the host allows it — see `blk` for why — else
+//! `fuse.tarn` with the dataset's name as the source; `fd=`, `rootmode=`, `user_id=`, `group_id=`,
 //! `default_permissions`, `allow_other` when asked; `nosuid`, `nodev`, and
 //! `ro` for a read-only mount) and hands the `/dev/fuse` descriptor to
 //! fuser (`Session::from_fd`). A caller without the privilege to mount gets
@@ -129,11 +130,23 @@ pub(crate) struct KernelMount<'a> {
     pub fsname: &'a str,
     pub read_only: bool,
     pub allow_other: bool,
+    /// Mount as `fuseblk` over a loop device of its own where the host
+    /// allows it, so that `sync(2)`/`syncfs(2)` reach the file system
+    /// (see `blk`); else, or when that fails, as `fuse.tarn`.
+    pub fuseblk: bool,
+}
+
+/// A mount [`mount_fuse`] made.
+pub(crate) struct MadeMount {
+    /// The `/dev/fuse` descriptor to serve it with (INIT is queued).
+    pub fuse: OwnedFd,
+    /// The loop device of a `fuseblk` mount; `None` for `fuse.tarn`.
+    pub blk_device: Option<PathBuf>,
 }
 
 /// Opens `/dev/fuse` and mounts a FUSE file system served through it on
 /// `at`. `Ok(None)`: the caller may not mount (`EPERM`); fusermount3 can.
-pub(crate) fn mount_fuse(at: &MountPoint, m: &KernelMount) -> Result<Option<OwnedFd>> {
+pub(crate) fn mount_fuse(at: &MountPoint, m: &KernelMount) -> Result<Option<MadeMount>> {
     use std::os::unix::fs::OpenOptionsExt;
     let dev = std::fs::OpenOptions::new()
         .read(true)
@@ -152,8 +165,18 @@ pub(crate) fn mount_fuse(at: &MountPoint, m: &KernelMount) -> Result<Option<Owne
     if m.read_only {
         flags |= libc::MS_RDONLY;
     }
-    let source = CString::new(m.fsname).map_err(|_| Error::invalid(format!("file system name '{}' contains a NUL byte", m.fsname.escape_debug())))?;
     let target = at.target()?;
+    if m.fuseblk {
+        match mount_blk(&target, m.fsname, flags, &data) {
+            Ok(device) => return Ok(Some(MadeMount { fuse: dev.into(), blk_device: Some(device) })),
+            Err(e) => eprintln!(
+                "tarn: '{}' is mounted as fuse, not fuseblk ({}): sync(2) and syncfs(2) will not make its data durable; fsync(2) and `tarn pool sync` do",
+                at.path.display(),
+                e
+            ),
+        }
+    }
+    let source = CString::new(m.fsname).map_err(|_| Error::invalid(format!("file system name '{}' contains a NUL byte", m.fsname.escape_debug())))?;
     let data = CString::new(data).expect("made of numbers and option names");
     // SAFETY: every pointer is a valid NUL-terminated string for the call.
     let r = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), c"fuse.tarn".as_ptr(), flags, data.as_ptr().cast()) };
@@ -164,7 +187,25 @@ pub(crate) fn mount_fuse(at: &MountPoint, m: &KernelMount) -> Result<Option<Owne
         }
         return Err(Error::io(format!("cannot mount '{}' on '{}'", m.fsname, at.path.display()), e));
     }
-    Ok(Some(dev.into()))
+    Ok(Some(MadeMount { fuse: dev.into(), blk_device: None }))
+}
+
+/// Mounts `fuseblk` on `target` from a loop device of its own (`blk`);
+/// returns the loop device. Nothing is left behind on failure: the loop
+/// device detaches itself when its only descriptor, ours, closes.
+fn mount_blk(target: &CString, fsname: &str, flags: libc::c_ulong, data: &str) -> std::io::Result<PathBuf> {
+    let (loop_dev, device) = crate::blk::loop_source(fsname)?;
+    let src = CString::new(device.as_os_str().as_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let data = CString::new(format!("{},blksize={}", data, crate::blk::BLKSIZE)).expect("made of numbers and option names");
+    // SAFETY: every pointer is a valid NUL-terminated string for the call.
+    let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), c"fuseblk".as_ptr(), flags, data.as_ptr().cast()) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // The super block holds the loop device open now, and the loop device
+    // its backing file: our descriptor can go.
+    drop(loop_dev);
+    Ok(device)
 }
 
 /// The topmost mount at `dir` (`statx` of the directory reached through

@@ -602,6 +602,16 @@ impl Filesystem for Glue {
         reply.ok();
     }
 
+    fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
+        // sync(2) / syncfs(2) on a fuseblk mount (`blk`): the kernel has
+        // written back the mount's dirty pages and waited for the replies;
+        // everything they and earlier requests changed becomes durable
+        // now, in every file system this mount serves. An error (a
+        // suspended pool) goes to the syncfs(2) caller; sync(2) drops it.
+        try_reply!(reply, self.table.sync_all());
+        reply.ok();
+    }
+
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let fh = try_reply!(reply, guarded(|| self.open_dir(ino.0)));
         reply.opened(FileHandle(fh), FopenFlags::empty());

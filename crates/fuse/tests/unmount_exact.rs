@@ -85,6 +85,7 @@ fn unmount_leaves_the_file_system_below_mounted() {
     let top = stack(&dir).pop().unwrap();
     assert!(!dir.join("underneath").exists());
     let h_id = h.id();
+    let blk = h.block_device().map(|p| p.display().to_string());
     h.unmount().expect("unmount");
     drop(h);
     // The session thread has ended: any second unmount has happened.
@@ -93,7 +94,10 @@ fn unmount_leaves_the_file_system_below_mounted() {
     assert_eq!(std::fs::read(dir.join("underneath")).unwrap(), b"tmpfs file");
     umount(&dir);
     assert_eq!(h_id, Some(top.mount_id()), "the recorded identity is the mount made");
-    assert_eq!((top.fstype.as_str(), top.source.as_str()), ("fuse.tarn", "exact"), "typed fuse.tarn, the name as its source");
+    match blk {
+        Some(dev) => assert_eq!((top.fstype.as_str(), top.source.as_str()), ("fuseblk", dev.as_str()), "typed fuseblk, its loop device as the source"),
+        None => assert_eq!((top.fstype.as_str(), top.source.as_str()), ("fuse.tarn", "exact"), "typed fuse.tarn, the name as its source"),
+    }
 }
 
 #[test]

@@ -3,9 +3,10 @@
 //!
 //! A mount of its own is made through `tarn_fuse::mount_on` with the
 //! daemon's mount options: `allow_other` (the daemon runs as root; users
-//! reach their files with `default_permissions` checks), the dataset's
-//! name as the source in /proc/mounts (type `fuse.tarn`), four worker
-//! threads, 1 MiB requests, write-back cache. Every mount point passes
+//! reach their files with `default_permissions` checks), `fuseblk` over a
+//! loop device of its own so that `sync(2)` reaches the pool (`fuse.tarn`
+//! with the dataset's name as the source where that is impossible; see
+//! `tarn_fuse`'s `blk`), four worker threads, 1 MiB requests, write-back cache. Every mount point passes
 //! [`check_dir`] first (`mountdir`: the host's system directories, the
 //! daemon's files, a file, `overlay=off` over a non-empty directory, a
 //! directory already mounted on; paths resolved), is created if missing,

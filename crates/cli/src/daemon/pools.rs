@@ -15,7 +15,7 @@ use std::time::Duration;
 use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::dataset::props;
 use tarn_engine::error::printable;
-use tarn_engine::pool::{discover, PoolStatus};
+use tarn_engine::pool::{discover, PoolStatus, Suspension};
 use tarn_engine::sys::{BlockDevice, FileDevice, ThrottledDevice};
 use tarn_engine::{tunables::parse_size, CreateOptions, Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
@@ -39,19 +39,11 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let caches: Vec<_> = all.iter().map(|s| st.pools.get(&s.name).map(|l| l.pool.cache_devices()).unwrap_or_default()).collect();
             status(&all, &caches, json, out)
         }
-        PoolCmd::Export { force, name } => {
-            let pool = take_unmounted(st, &name, force, out)?;
-            pool.export()?;
-            forget_cached(&name)
-        }
+        PoolCmd::Export { force, name } => close(st, &name, force, Closing::Export, out),
         PoolCmd::Import { dirs, json, force, rewind, mountpoint, pool, device_bandwidth } => {
             import(st, ImportArgs { dirs, json, force, rewind, mountpoint, pool, device_bandwidth }, t, out)
         }
-        PoolCmd::Destroy { force, name } => {
-            let pool = take_unmounted(st, &name, force, out)?;
-            pool.destroy()?;
-            forget_cached(&name)
-        }
+        PoolCmd::Destroy { force, name } => close(st, &name, force, Closing::Destroy, out),
         PoolCmd::Get { scripted, parsable, fields, props, name } => get(st, scripted, parsable, fields, props, name, out),
         PoolCmd::Set { assignment, name } => {
             let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("expected PROP=VALUE, not '{}'", assignment)))?;
@@ -80,14 +72,110 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
     }
 }
 
-/// Unmounts a live pool's datasets and takes it out of the daemon.
-fn take_unmounted(st: &mut State, name: &str, force: bool, out: &mut Out) -> Result<Pool> {
-    st.live(name, out)?;
-    st.unmount_pool(name, force)?;
-    Ok(st.pools.remove(name).expect("made live above").pool)
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    Export,
+    Destroy,
 }
 
-fn forget_cached(name: &str) -> Result<()> {
+impl Closing {
+    fn verb(self) -> &'static str {
+        match self {
+            Closing::Export => "export",
+            Closing::Destroy => "destroy",
+        }
+    }
+}
+
+/// `export` and `destroy`: unmount, sync, write the labels, forget the
+/// pool. A suspended pool cannot sync (see `discard`). A close that fails
+/// on the way (the final sync or a label write suspends the pool) leaves
+/// the pool in the daemon, closed and suspended, so that `pool status`
+/// says what happened and no later command re-imports it from the cache
+/// file as if nothing had.
+fn close(st: &mut State, name: &str, force: bool, how: Closing, out: &mut Out) -> Result<()> {
+    st.live(name, out)?;
+    if let Some(s) = st.pools.get(name).and_then(|l| l.pool.suspension()) {
+        return discard(st, name, force, how, s, out);
+    }
+    st.unmount_pool(name, force)?;
+    let live = st.pools.get(name).expect("made live above");
+    let res = match how {
+        Closing::Export => live.pool.export(),
+        Closing::Destroy => live.pool.destroy(),
+    };
+    match res {
+        Ok(()) => {
+            st.forget(name);
+            forget_cached(name)
+        }
+        Err(e) => Err(e.context(format!("cannot {} pool '{}' (it stays imported; see `tarn pool status {}`)", how.verb(), name, name))),
+    }
+}
+
+/// `export -f` of a suspended pool: its changes since the last synced txg
+/// can never be written, so it is closed without syncing and without
+/// writing to its devices (they keep that txg, as after a crash), its
+/// mounts are dropped with a forced unmount, its devices released and its
+/// cache entry removed; the output says what is on disk and what was
+/// discarded. Without `-f`, and for `destroy` (which must write the
+/// labels), an error that says so.
+fn discard(st: &mut State, name: &str, force: bool, how: Closing, s: Suspension, out: &mut Out) -> Result<()> {
+    let lost = lost_text(&s);
+    if how == Closing::Destroy || !force {
+        return Err(Error::new(
+            ErrorKind::Suspended,
+            format!(
+                "cannot {} pool '{}': it is suspended ({}) and cannot write; `tarn pool export -f {}` closes it without syncing, discarding {}",
+                how.verb(),
+                name,
+                s.reason,
+                name,
+                lost
+            ),
+        ));
+    }
+    drop_mounts(st, name)?;
+    let live = st.pools.remove(name).expect("made live by the caller");
+    let s = live.pool.discard().unwrap_or(s);
+    // Dropping the pool releases its devices and their locks.
+    drop(live);
+    st.forget(name);
+    forget_cached(name)?;
+    super::log(&format!("exported suspended pool '{}' without syncing; discarded {}", name, lost_text(&s)));
+    out.line(format!("exported '{}' without syncing: it was suspended ({})", name, s.reason));
+    out.line(format!("on disk: txg {} of {}", s.synced_txg, super::utc(s.synced_time)));
+    out.line(format!("discarded: {}", lost_text(&s)));
+    Ok(())
+}
+
+/// What a suspended pool cannot write, in words.
+pub(super) fn lost_text(s: &Suspension) -> String {
+    if s.last_lost_txg < s.first_lost_txg {
+        return format!("nothing (no change since txg {})", s.synced_txg);
+    }
+    let txgs = if s.first_lost_txg == s.last_lost_txg { format!("txg {}", s.first_lost_txg) } else { format!("txgs {}–{}", s.first_lost_txg, s.last_lost_txg) };
+    format!("{} ({} of changes made after txg {})", txgs, fmt::size(s.lost_bytes), s.synced_txg)
+}
+
+/// Unmounts, forced, every mount of a suspended pool (deepest first). The
+/// final sync of each fails (the pool cannot write); a mount that is gone
+/// all the same is done with. One that stays mounted is an error.
+fn drop_mounts(st: &mut State, name: &str) -> Result<()> {
+    let mut mine: Vec<(String, usize)> = st.mounts.iter().filter(|(d, _)| super::mounts::below(d, name)).map(|(d, h)| (d.clone(), h.dir().components().count())).collect();
+    mine.sort_by_key(|(_, depth)| std::cmp::Reverse(*depth));
+    for (d, _) in mine {
+        if let Err(e) = super::mounts::unmount(st, &d, true) {
+            if st.mounts.contains_key(&d) {
+                return Err(e);
+            }
+            super::log(&format!("unmounted '{}' of suspended pool '{}'; its final sync failed: {}", d, name, e));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn forget_cached(name: &str) -> Result<()> {
     let mut c = Cache::load()?;
     c.remove(name);
     c.save()
@@ -234,9 +322,11 @@ fn list(statuses: &[PoolStatus], scripted: bool, parsable: bool, fields: Vec<Str
 fn print_status(s: &PoolStatus, out: &mut Out) {
     out.line(format!("  pool: {}", s.name));
     out.line(format!(" state: {}", s.state));
-    if let Some(e) = &s.error {
-        out.line(format!("status: The pool is suspended after an I/O failure: {}", e));
-        out.line("action: Check the devices, then export and re-import the pool.");
+    if let Some(sus) = &s.suspension {
+        out.line(format!("status: The pool is suspended and cannot write: {}.", sus.reason));
+        out.line(format!("        On disk is txg {} of {}; not written: {}.", sus.synced_txg, super::utc(sus.synced_time), lost_text(sus)));
+        out.line(format!("action: Restore or replace the device, then `tarn pool export -f {}` (closes the pool without syncing,", s.name));
+        out.line(format!("        discarding what was not written) and `tarn pool import {}`.", s.name));
     }
     out.line(format!("   txg: {}", s.txg));
     out.line("config:\n");
@@ -253,6 +343,9 @@ fn print_status(s: &PoolStatus, out: &mut Out) {
         ]);
     }
     out.text.push_str(&fmt::table(&["NAME", "STATE", "SIZE", "ALLOC", "READ", "WRITE", "CKSUM"], &rows, false));
+    for v in s.vdevs.iter().filter(|v| v.fault.is_some()) {
+        out.line(format!("  {} is {}: {}", v.path, v.state, v.fault.as_deref().unwrap_or("")));
+    }
     let errs: u64 = s.vdevs.iter().map(|v| v.read_errors + v.write_errors + v.checksum_errors).sum();
     out.line(format!("\nerrors: {}", if errs == 0 { "No known data errors".to_string() } else { format!("{} I/O or checksum errors", errs) }));
 }

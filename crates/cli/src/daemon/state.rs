@@ -8,7 +8,7 @@
 //!   (`mounts`) or a slot inside its parent's (`served::Served` arbitrates,
 //!   as the FUSE workers open slots without this lock).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,6 +45,9 @@ pub struct State {
     pub mounts: BTreeMap<String, MountHandle>,
     /// Which datasets are served where, shared with the FUSE workers.
     pub served: Arc<Served>,
+    /// Pools this daemon exported or destroyed: `live` never imports one
+    /// of them again from the cache file on its own (only `pool import`).
+    pub closed: BTreeSet<String>,
 }
 
 /// What a command prints, and warnings for the caller's stderr.
@@ -106,6 +109,7 @@ impl State {
     /// Makes an open pool live and mounts its root dataset and the datasets
     /// placed explicitly.
     pub fn add_live(&mut self, name: &str, pool: Pool, mountpoint: Option<&str>, out: &mut Out) {
+        self.closed.remove(name);
         let mp = mountpoint_of(name, mountpoint);
         self.pools.insert(name.to_string(), Live { pool, mountpoint: mp });
         self.mount_pools(&[name], out);
@@ -144,8 +148,13 @@ impl State {
 
     /// The live pool `name`, importing it from the cache file if it is
     /// there but not live (its import failed at start, e.g. a benchmark held
-    /// it; retrying here picks it up once it is free).
+    /// it; retrying here picks it up once it is free) — never one this
+    /// daemon exported or destroyed (`closed`): a cache entry that outlived
+    /// its export must not bring the pool back unasked.
     pub fn live(&mut self, name: &str, out: &mut Out) -> Result<&Live> {
+        if !self.pools.contains_key(name) && self.closed.contains(name) {
+            return Err(Error::not_found(format!("no such pool '{}': it was exported or destroyed; `tarn pool import {}` imports it again", name, name)));
+        }
         if !self.pools.contains_key(name) {
             let cache = Cache::load()?;
             let entry = cache.find(name)?.clone();
@@ -153,6 +162,13 @@ impl State {
             self.import_cached(&entry, &t, out).map_err(|e| e.context(format!("pool '{}' is in the cache but cannot be imported", name)))?;
         }
         self.pools.get(name).ok_or_else(|| Error::not_found(format!("no such pool '{}'", name)))
+    }
+
+    /// Pool `name` was exported or destroyed: not live, and not to be
+    /// imported again from the cache file unasked.
+    pub fn forget(&mut self, name: &str) {
+        self.pools.remove(name);
+        self.closed.insert(name.to_string());
     }
 
     /// Unmounts every mount of pool `name`; busy mounts fail unless `force`.
@@ -173,7 +189,7 @@ impl Daemon {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
         let served = Arc::new(Served::new(test_memfs));
-        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), served };
+        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), served, closed: BTreeSet::new() };
         // Before any mount: what a killed predecessor left mounted, dead.
         super::mountdir::detach_recorded();
         match Cache::load() {
@@ -256,6 +272,18 @@ impl Daemon {
         }
         let mut code = 0;
         for (name, live) in std::mem::take(&mut st.pools) {
+            if let Some(lost) = live.pool.discard() {
+                // Its changes since the last synced txg can never be
+                // written. It leaves the cache file, so the next start
+                // does not bring it back as if nothing was lost; `pool
+                // import` does, at the txg on disk.
+                log(&format!("pool '{}' was suspended ({}): closed without syncing; on disk is txg {}; discarded {}", name, lost.reason, lost.synced_txg, pools::lost_text(&lost)));
+                if let Err(e) = pools::forget_cached(&name) {
+                    log(&format!("cannot remove suspended pool '{}' from the cache: {}", name, e));
+                }
+                code = 1;
+                continue;
+            }
             match live.pool.close() {
                 Ok(()) => log(&format!("closed pool '{}'", name)),
                 Err(e) => {

@@ -18,6 +18,22 @@
 //! Invariants: every enqueued request completes exactly once (success or
 //! error), including when the leaf shuts down; a thread never holds the queue
 //! lock during a device call.
+//!
+//! # Faults
+//!
+//! A leaf is online until something shows its device cannot keep what is
+//! written to it; then it is faulted for good (the first reason stays) and
+//! its fault hook runs once (the pool suspends: without redundancy nothing
+//! it writes can be trusted to land). What faults it, as OpenZFS's
+//! vdev_file/vdev_disk fault a vdev on errors its probe confirms:
+//! - a failed write or cache flush (EIO, EROFS, ENOSPC of the file system
+//!   under an image file …): `FAULTED` with the error, or what the device's
+//!   `health()` says when that is more precise (a removed device);
+//! - a failed read or a checksum error when the device's `health()` is not
+//!   online (a truncated file reads short or zeros); a read error on a
+//!   healthy device is a bad sector: counted, not a fault;
+//! - `check()` finding it unhealthy (the sync thread asks before every
+//!   uberblock).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,7 +46,7 @@ use parking_lot::{Condvar, Mutex};
 use super::queue::{IoClass, IoKind, Issue, QueueLimits, QueueStats, QueuedIo, VdevQueue};
 use super::stats::LeafIo;
 use crate::sys::buf::AlignedBuf;
-use crate::sys::device::BlockDevice;
+use crate::sys::device::{BlockDevice, Health};
 
 /// Completion of a set of writes.
 pub struct WriteGroup {
@@ -137,6 +153,9 @@ pub struct LeafStats {
 /// Reports the pool's dirty level to the scheduler (async-write depth).
 pub type DirtyGauge = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
 
+/// Runs once, when a leaf becomes faulted, with its name and health.
+pub type FaultHook = Box<dyn Fn(&str, &Health) + Send + Sync>;
+
 struct Shared {
     name: String,
     dev: Arc<dyn BlockDevice>,
@@ -147,6 +166,49 @@ struct Shared {
     gauge: DirtyGauge,
     stats: LeafStats,
     io: LeafIo,
+    /// Set once, by the first fault (see the module docs).
+    fault: Mutex<Option<Health>>,
+    on_fault: Mutex<Option<FaultHook>>,
+}
+
+impl Shared {
+    /// Marks the leaf faulted with `h` unless it already is; the first
+    /// fault runs the hook.
+    fn fault(&self, h: Health) {
+        debug_assert!(h != Health::Online);
+        {
+            let mut f = self.fault.lock();
+            if f.is_some() {
+                return;
+            }
+            *f = Some(h.clone());
+        }
+        if let Some(hook) = self.on_fault.lock().as_ref() {
+            hook(&self.name, &h);
+        }
+    }
+
+    /// The device's own verdict, faulting the leaf if it is not online.
+    fn check(&self) -> Health {
+        if let Some(h) = self.fault.lock().clone() {
+            return h;
+        }
+        let h = self.dev.health();
+        if h != Health::Online {
+            self.fault(h.clone());
+        }
+        h
+    }
+
+    /// After a failed write or flush: faulted, with the device's verdict
+    /// if it has one, else the error.
+    fn fault_after(&self, what: &str, e: &io::Error) {
+        let h = match self.dev.health() {
+            Health::Online => Health::Faulted(format!("{} error: {}", what, e)),
+            h => h,
+        };
+        self.fault(h);
+    }
 }
 
 /// One leaf device with its scheduler and issue threads.
@@ -167,6 +229,8 @@ impl Leaf {
             gauge,
             stats: LeafStats::default(),
             io: LeafIo::default(),
+            fault: Mutex::new(None),
+            on_fault: Mutex::new(None),
         });
         let threads = (0..nthreads)
             .map(|i| {
@@ -236,23 +300,51 @@ impl Leaf {
 
     /// Flushes the device's write cache (not queued: it orders against every
     /// write that completed before it, which is all the sync path needs).
+    /// A failure faults the leaf.
     pub fn flush(&self) -> io::Result<()> {
         self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.sh.dev.flush()
+        self.sh.dev.flush().inspect_err(|e| self.sh.fault_after("cache flush", e))
     }
 
     /// Writes directly, outside the scheduler (labels and uberblocks, which the
-    /// sync path writes alone after everything else has completed).
+    /// sync path writes alone after everything else has completed). A
+    /// failure faults the leaf.
     pub fn write_now(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         self.sh.stats.write_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.sh.dev.write_at(buf, offset).inspect_err(|_| {
+        self.sh.dev.write_at(buf, offset).inspect_err(|e| {
             self.sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            self.sh.fault_after("write", e);
         })
     }
 
+    /// Counts a checksum error; a device that is no longer whole (a
+    /// truncated file reads zeros) is faulted.
     pub fn note_checksum_error(&self) {
         self.sh.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        self.sh.check();
+    }
+
+    /// Online, or the fault that took the leaf out (see the module docs).
+    pub fn health(&self) -> Health {
+        self.sh.fault.lock().clone().unwrap_or(Health::Online)
+    }
+
+    /// Asks the device whether it is still whole (faulting the leaf if
+    /// not) and returns the leaf's health.
+    pub fn check(&self) -> Health {
+        self.sh.check()
+    }
+
+    /// Faults the leaf from outside (the pool's own checks); the first
+    /// fault wins.
+    pub fn fault(&self, h: Health) {
+        self.sh.fault(h);
+    }
+
+    /// Sets what runs when the leaf becomes faulted (once).
+    pub fn set_fault_hook(&self, hook: FaultHook) {
+        *self.sh.on_fault.lock() = Some(hook);
     }
 
     /// Stops the issue threads after the queue drains.
@@ -357,10 +449,14 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     };
     record(sh, &issue, started);
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
-    if res.is_ok() {
-        sh.stats.write_bytes.fetch_add(issue.len, Ordering::Relaxed);
-    } else {
-        sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+    match &res {
+        Ok(()) => {
+            sh.stats.write_bytes.fetch_add(issue.len, Ordering::Relaxed);
+        }
+        Err(e) => {
+            sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
+            sh.fault_after("write", e);
+        }
     }
     let what = || format!("write of {} bytes at {} on {}", issue.len, issue.offset, sh.name);
     for (_, _, t) in issue.parts.iter() {
@@ -399,6 +495,9 @@ fn perform_read(sh: &Shared, issue: Issue<Timed>) {
         sh.stats.read_bytes.fetch_add(issue.len, Ordering::Relaxed);
     } else {
         sh.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+        // A short read of a truncated file or a vanished device faults it;
+        // a bad sector on a whole device does not.
+        sh.check();
     }
     let mut data = bufs.into_iter().zip(is_gap).filter(|(_, g)| !g).map(|(b, _)| b);
     for (_, _, t) in issue.parts.into_iter() {

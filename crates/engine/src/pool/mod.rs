@@ -52,4 +52,4 @@ pub mod spacemap;
 pub mod verify;
 
 pub(crate) use pool::{new_guid, objset_props, read_kv};
-pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};
+pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, Suspension, VdevStatus};

@@ -23,7 +23,7 @@ use crate::dataset::{Datasets, Rec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, WriteGroup, WriteProps};
 use crate::object::{Objset, ObjsetProps};
-use crate::sys::device::BlockDevice;
+use crate::sys::device::{BlockDevice, Health};
 use crate::sys::file::FileDevice;
 use crate::tunables::Tunables;
 use crate::txg::{ThrottleParams, TxgEngine};
@@ -78,7 +78,11 @@ const SAFE_REWIND_TXGS: u64 = 2;
 pub struct VdevStatus {
     pub id: u32,
     pub path: String,
+    /// ONLINE, FAULTED or REMOVED (`sys::device::Health`).
     pub state: String,
+    /// Why it is not online.
+    #[serde(default)]
+    pub fault: Option<String>,
     pub size: u64,
     pub allocated: u64,
     pub read_errors: u64,
@@ -98,7 +102,28 @@ pub struct PoolStatus {
     pub free: u64,
     pub fragmentation_pct: u32,
     pub vdevs: Vec<VdevStatus>,
+    /// Why the pool is suspended.
     pub error: Option<String>,
+    /// When suspended: the last txg on disk, its time, and what cannot be
+    /// written (see `Suspension`).
+    #[serde(default)]
+    pub suspension: Option<Suspension>,
+}
+
+/// What a suspended pool has on disk and what it cannot write any more:
+/// what `export -f` discards.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Suspension {
+    /// Why the pool is suspended.
+    pub reason: String,
+    /// The last txg on disk and when it was written (seconds since 1970).
+    pub synced_txg: u64,
+    pub synced_time: u64,
+    /// Txgs `first_lost_txg ..= last_lost_txg` and the bytes of changes
+    /// they held will never be written (no txg when last < first).
+    pub first_lost_txg: u64,
+    pub last_lost_txg: u64,
+    pub lost_bytes: u64,
 }
 
 /// What one txg's sync did (the raw material of `pool txgs`, issue 4).
@@ -558,17 +583,21 @@ impl Pool {
     pub fn status(&self) -> PoolStatus {
         let core = &self.sh.core;
         let space = core.alloc.lock().space();
-        let error = core.txg.failure();
-        let vdevs = core
+        let vdevs: Vec<VdevStatus> = core
             .vdevs
             .iter()
             .map(|v| {
                 let s = v.leaf.stats();
                 let vs = space.vdevs.iter().find(|(id, _)| *id == v.id).map(|(_, s)| *s).unwrap_or_default();
+                // The administrator asks: a device truncated or deleted
+                // while nothing was written is found now, not at the next
+                // write.
+                let health = v.leaf.check();
                 VdevStatus {
                     id: v.id,
                     path: v.path.clone(),
-                    state: if error.is_some() { "FAULTED".into() } else { "ONLINE".into() },
+                    state: health.state().into(),
+                    fault: health.reason().map(String::from),
                     size: vs.size,
                     allocated: vs.allocated,
                     read_errors: s.read_errors.load(Ordering::Relaxed),
@@ -578,6 +607,8 @@ impl Pool {
                 }
             })
             .collect();
+        // After the devices' checks, which may have suspended it.
+        let error = core.txg.failure();
         PoolStatus {
             name: core.name.clone(),
             guid: core.guid,
@@ -589,7 +620,24 @@ impl Pool {
             fragmentation_pct: space.total.fragmentation_pct,
             vdevs,
             error,
+            suspension: self.suspension(),
         }
+    }
+
+    /// What the pool has on disk and cannot write, when it is suspended.
+    pub fn suspension(&self) -> Option<Suspension> {
+        let reason = self.sh.core.txg.failure()?;
+        let lost = self.sh.core.txg.lost()?;
+        let ub = self.uberblock();
+        debug_assert_eq!(ub.txg, lost.synced);
+        Some(Suspension {
+            reason,
+            synced_txg: ub.txg,
+            synced_time: ub.timestamp,
+            first_lost_txg: lost.first,
+            last_lost_txg: lost.last,
+            lost_bytes: lost.dirty_bytes,
+        })
     }
 
     /// Pool properties as (name, value, source).
@@ -651,14 +699,31 @@ impl Pool {
         self.sh.core.brt.stats()
     }
 
-    /// Syncs, marks every label exported and closes.
-    pub fn export(self) -> Result<()> {
+    /// Syncs, marks every label exported and closes. On an error (the
+    /// final sync or a label write failed) the pool is closed and
+    /// suspended: `discard` is what remains to do.
+    pub fn export(&self) -> Result<()> {
         self.close_with(PoolState::Exported)
     }
 
-    /// Marks the pool destroyed in its labels and closes it.
-    pub fn destroy(self) -> Result<()> {
+    /// Marks the pool destroyed in its labels and closes it (on an error,
+    /// as `export`).
+    pub fn destroy(&self) -> Result<()> {
         self.close_with(PoolState::Destroyed)
+    }
+
+    /// Closes a suspended pool without syncing and without writing to its
+    /// devices (`export -f` of a suspended pool): the devices keep the last
+    /// txg that was synced, as after a crash, and their locks are released
+    /// when the pool is dropped. Returns what is discarded; `None` (and
+    /// nothing done) when the pool is not suspended.
+    pub fn discard(&self) -> Option<Suspension> {
+        self.sh.core.txg.failure()?;
+        // Suspended: close() skips the sync and only stops the threads
+        // (the sync thread has finished failing when it returns); its
+        // error is the suspension itself, which the report says.
+        let _ = self.close();
+        self.suspension()
     }
 
     fn close_with(&self, state: PoolState) -> Result<()> {
@@ -862,6 +927,11 @@ impl ShellShared {
             let t2 = txg.clone();
             let gauge: crate::io::DirtyGauge = Arc::new(move || (t2.dirty_total(), t2.params().dirty_max));
             let leaf = Leaf::new(path.clone(), dev, limits.clone(), tunables.tarn_vdev_threads, gauge);
+            // Without redundancy a faulted device takes the pool with it:
+            // suspended at once, so no writer or fsync is told that a
+            // change the pool can no longer keep was taken.
+            let t3 = txg.clone();
+            leaf.set_fault_hook(Box::new(move |name, h| t3.suspend(vdev_fault_message(name, h))));
             alloc
                 .add_vdev(leafcfg.id, label::LABELS_FRONT, leafcfg.asize, leafcfg.ashift)
                 .map_err(|e| Error::invalid(format!("vdev {} ('{}'): {}", leafcfg.id, path, e)))?;
@@ -1070,6 +1140,10 @@ impl Shared {
         let dirty0 = core.txg.dirty_of(txg);
         let io0 = self.device_writes();
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
+        // A device truncated or deleted since the last txg is not written
+        // to at all (writes past the end of a truncated file would grow it
+        // back with zeros).
+        self.check_devices()?;
         // Clones of this txg take their references before anything is freed.
         core.brt.apply(&core, txg)?;
         self.dsl.sync(txg, &group)?;
@@ -1112,6 +1186,7 @@ impl Shared {
         if cfg!(debug_assertions) {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         }
+        self.check_devices()?;
         self.write_uberblock(&ub)?;
         {
             let mut s = self.sync.lock();
@@ -1191,6 +1266,24 @@ impl Shared {
         Ok(out)
     }
 
+    /// Before an uberblock makes a txg count: every device must still be
+    /// the whole device the pool opened (`BlockDevice::health`: not
+    /// truncated, not deleted or removed) and the pool not suspended by a
+    /// fault found elsewhere meanwhile. A device that fails faults (and
+    /// suspends the pool through its hook); the txg is not written.
+    fn check_devices(&self) -> Result<()> {
+        for v in &self.core.vdevs {
+            let h = v.leaf.check();
+            if h != Health::Online {
+                return Err(Error::new(ErrorKind::Io, vdev_fault_message(&v.path, &h)));
+            }
+        }
+        match self.core.txg.failure() {
+            Some(f) => Err(Error::new(ErrorKind::Suspended, f)),
+            None => Ok(()),
+        }
+    }
+
     fn write_uberblock(&self, ub: &Uberblock) -> Result<()> {
         for v in &self.core.vdevs {
             let buf = uberblock_slot(ub, v.ashift);
@@ -1204,6 +1297,11 @@ impl Shared {
         }
         Ok(())
     }
+}
+
+/// Why a pool is suspended when device `name` faulted with `h`.
+fn vdev_fault_message(name: &str, h: &Health) -> String {
+    format!("device '{}' is {}: {}", name, h.state(), h.reason().unwrap_or("faulted"))
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {

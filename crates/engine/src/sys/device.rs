@@ -17,6 +17,17 @@
 //!   it on power loss).
 //!
 //! `check_io` implements the first two rules once so backends agree on them.
+//!
+//! # Health
+//!
+//! A device can stop being able to keep what is written to it without any
+//! write failing: an image file truncated under a live pool still accepts
+//! `pwrite` (it grows again, with zeros where the data was), and an
+//! unlinked one accepts writes until its last descriptor closes and the
+//! data goes with it. [`BlockDevice::health`] says whether the device is
+//! still the one the pool opened, whole: the pool asks before every
+//! uberblock write and after every I/O error (`pool::core` faults the vdev
+//! and suspends the pool on anything but [`Health::Online`]).
 
 use std::io;
 use std::sync::Arc;
@@ -61,6 +72,41 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
 
     /// Human-readable name for error messages, e.g. the path.
     fn name(&self) -> String;
+
+    /// Whether the device can still keep what is written to it (see the
+    /// module docs). Cheap enough for every txg (a few system calls).
+    fn health(&self) -> Health {
+        Health::Online
+    }
+}
+
+/// What [`BlockDevice::health`] found; the reasons name what happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    Online,
+    /// Still there but unusable: it shrank, or refuses writes.
+    Faulted(String),
+    /// Gone: the file was deleted, the block device removed.
+    Removed(String),
+}
+
+impl Health {
+    /// The state name `pool status` shows (as `zpool status`).
+    pub fn state(&self) -> &'static str {
+        match self {
+            Health::Online => "ONLINE",
+            Health::Faulted(_) => "FAULTED",
+            Health::Removed(_) => "REMOVED",
+        }
+    }
+
+    /// Why the device is not online (`None` when it is).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Health::Online => None,
+            Health::Faulted(r) | Health::Removed(r) => Some(r),
+        }
+    }
 }
 
 /// Lets a test keep an `Arc<FaultDevice>` handle while the pool owns another
@@ -87,6 +133,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Arc<T> {
     }
     fn name(&self) -> String {
         (**self).name()
+    }
+    fn health(&self) -> Health {
+        (**self).health()
     }
 }
 

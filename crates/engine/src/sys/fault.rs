@@ -26,6 +26,7 @@
 //! | read bit flip | `read_bitflip_rate` | one random bit of the *returned* data is flipped, stored data is intact (a retry may succeed) | bus / DMA / controller corruption |
 //! | write bit flip | `write_bitflip_rate` | one random bit of the *stored* data is flipped; the write reports success | bit rot / firmware bugs: silent corruption checksums must catch |
 //! | misdirected write | `misdirect_rate` | the whole write lands at another random sector-aligned offset; the intended range keeps its old data; success is reported | firmware/addressing bugs ("phantom" and misdirected writes) that only block-pointer checksums detect |
+//! | refused writes | `refuse_writes: Some(errno)` | every write and flush fails with that errno (EIO, EROFS, ENOSPC …) and changes nothing; reads still work | a disk that went read-only, a full file system under an image file: the pool must fault the device and suspend, never acknowledge a write it could not keep |
 //! | slow device | `bandwidth_bytes_per_sec`, `latency_us` | each op is served by a single-server queue: it starts at max(now, busy_until) and ends `bytes/bandwidth + latency` later; the caller sleeps until then | concurrent callers must *share* bandwidth, as on a real disk, so throughput tests and throttling are meaningful |
 //!
 //! Zones: `FaultConfig::zones` restrict the rate-based faults to offset ranges
@@ -69,6 +70,8 @@ pub struct FaultConfig {
     pub bandwidth_bytes_per_sec: Option<u64>,
     /// Fixed service time added to every op, in microseconds.
     pub latency_us: u64,
+    /// Every write and flush fails with this errno (reads still work).
+    pub refuse_writes: Option<i32>,
     /// Offset ranges with their own rates (see the module docs).
     pub zones: Vec<FaultZone>,
 }
@@ -104,6 +107,8 @@ pub struct FaultStats {
     /// Ops refused because the device lost power or crashed (including the
     /// write that triggered the power cut).
     pub dead_op_failures: u64,
+    /// Writes and flushes refused (`refuse_writes`).
+    pub refused_writes: u64,
 }
 
 /// splitmix64: tiny, fast, and good enough for fault decisions.
@@ -514,10 +519,23 @@ impl FaultDevice {
         Ok(())
     }
 
+    /// The configured refusal of writes and flushes, if any.
+    fn refused(&self, st: &mut State, op: &str) -> io::Result<()> {
+        match st.config.refuse_writes {
+            None => Ok(()),
+            Some(errno) => {
+                st.stats.refused_writes += 1;
+                let e = io::Error::from_raw_os_error(errno);
+                Err(io::Error::new(e.kind(), format!("{}: {op}: {e}", self.name)))
+            }
+        }
+    }
+
     fn write_locked(&self, st: &mut State, mut data: Vec<u8>, offset: u64) -> io::Result<()> {
         self.dead_error(st)?;
         let len = data.len();
         check_io(&self.name, "write", self.size, offset, len)?;
+        self.refused(st, "write")?;
         st.writes_since_config += 1;
         if let Some(n) = st.config.power_cut_after_writes {
             if st.writes_since_config >= n.max(1) {
@@ -612,6 +630,7 @@ impl BlockDevice for FaultDevice {
         let service = {
             let mut st = self.state.lock();
             self.dead_error(&mut st)?;
+            self.refused(&mut st, "flush")?;
             let st = &mut *st;
             st.durable.pages.extend(st.dirty.pages.drain());
             st.pending.clear();

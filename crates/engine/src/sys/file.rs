@@ -30,6 +30,13 @@
 //!   descriptor of any other `FileDevice` of a locked file when it is dropped,
 //!   closing it only when the lock holder goes away — otherwise dropping the
 //!   loser of a lock race would silently release the winner's lock.
+//! * **Health.** A truncated image file keeps accepting writes (they grow it
+//!   again, with zeros where the data was) and an unlinked one accepts them
+//!   until its last descriptor closes: no write fails. `health()` looks at
+//!   the open descriptor (`fstat`: link count, size; a block device's size)
+//!   and, for a block device, at its path (the node goes when the device is
+//!   removed); the pool asks before every uberblock and after every error.
+//!   A regular file renamed away keeps its data and stays online.
 //! * Errors always name the path and the attempted operation.
 
 use std::collections::BTreeMap;
@@ -44,7 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::buf::AlignedBuf;
-use super::device::{check_io, total_len, BlockDevice, SECTOR_SIZE};
+use super::device::{check_io, total_len, BlockDevice, Health, SECTOR_SIZE};
 
 /// Most iovecs Linux accepts in one `preadv`/`pwritev` call.
 const IOV_MAX: usize = 1024;
@@ -487,6 +494,54 @@ impl BlockDevice for FileDevice {
 
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn health(&self) -> Health {
+        // SAFETY: fstat writes one `stat` into the zeroed struct we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(self.fd, &mut st) } != 0 {
+            return Health::Faulted(format!("cannot fstat the open device: {}", io::Error::last_os_error()));
+        }
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => self.file_health(&st),
+            libc::S_IFBLK => self.block_health(&st),
+            _ => Health::Online,
+        }
+    }
+}
+
+/// `n` bytes for messages: exact, and in MiB when that is shorter to read.
+fn bytes(n: u64) -> String {
+    if n >= 1 << 20 {
+        format!("{} bytes ({:.1} MiB)", n, n as f64 / (1 << 20) as f64)
+    } else {
+        format!("{} bytes", n)
+    }
+}
+
+impl FileDevice {
+    fn file_health(&self, st: &libc::stat) -> Health {
+        if st.st_nlink == 0 {
+            return Health::Removed("the file was deleted while the pool was open; its data goes when the pool closes".into());
+        }
+        let now = st.st_size.max(0) as u64;
+        if now < self.size {
+            return Health::Faulted(format!("the file shrank from {} to {} while the pool was open (truncated)", bytes(self.size), bytes(now)));
+        }
+        Health::Online
+    }
+
+    fn block_health(&self, st: &libc::stat) -> Health {
+        match std::fs::metadata(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Health::Removed("the block device was removed (its node is gone)".into()),
+            Ok(m) if m.rdev() != st.st_rdev => return Health::Removed(format!("'{}' now names another device", self.name)),
+            _ => {}
+        }
+        match block_device_size(self.fd) {
+            Err(e) => Health::Faulted(format!("cannot read the block device's size: {e}")),
+            Ok(now) if now < self.size => Health::Faulted(format!("the block device shrank from {} to {}", bytes(self.size), bytes(now))),
+            Ok(_) => Health::Online,
+        }
     }
 }
 

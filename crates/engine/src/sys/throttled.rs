@@ -69,6 +69,9 @@ impl BlockDevice for ThrottledDevice {
     fn name(&self) -> String {
         self.inner.name()
     }
+    fn health(&self) -> super::device::Health {
+        self.inner.health()
+    }
 }
 
 #[cfg(test)]

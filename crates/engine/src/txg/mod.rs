@@ -121,8 +121,16 @@ struct State {
     kicked: bool,
     last_sync_start: Instant,
     shutdown: bool,
-    /// Set when a sync failed: the pool takes no more writes.
+    /// Set when a sync failed or a device faulted (`suspend`): the pool
+    /// takes no more writes. A failed sync's reason (the txg, the
+    /// operation) replaces a fault's; after that the reason stays.
     failed: Option<String>,
+    failed_by_sync: bool,
+    /// Dirty bytes of the syncing txg when its sync began, and, once it
+    /// failed, how many of them had been written (lost all the same: no
+    /// uberblock names them).
+    syncing_dirty0: u64,
+    lost_written: u64,
     /// Per txg slot: when it opened, how long it took to quiesce, and the
     /// transactions that were delayed or stalled at the limit joining it.
     opened_at: [Instant; TXG_SIZE],
@@ -143,6 +151,19 @@ pub struct TxgTiming {
     /// Transactions delayed by the throttle, and stalled at the dirty limit.
     pub delayed: u64,
     pub stalled: u64,
+}
+
+/// What a suspended pool cannot write (`TxgEngine::lost`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Lost {
+    /// The last txg on disk.
+    pub synced: u64,
+    /// The txgs whose changes are lost: `first ..= last` (empty when
+    /// `last < first`: nothing was changed after the last sync).
+    pub first: u64,
+    pub last: u64,
+    /// Bytes of changes they held.
+    pub dirty_bytes: u64,
 }
 
 /// The txg state machine, dirty accounting and throttle of one pool.
@@ -186,6 +207,9 @@ impl TxgEngine {
                 last_sync_start: now,
                 shutdown: false,
                 failed: None,
+                failed_by_sync: false,
+                syncing_dirty0: 0,
+                lost_written: 0,
                 opened_at: [now; TXG_SIZE],
                 open_ns: [0; TXG_SIZE],
                 quiesce_ns: [0; TXG_SIZE],
@@ -343,7 +367,10 @@ impl TxgEngine {
         st.wanted = st.wanted.max(target);
         self.cv.notify_all();
         while st.synced < target {
-            if let Some(why) = &st.failed {
+            // A sync under way when a device faulted stops before its
+            // uberblock; waiting for it gives the caller its reason (the
+            // txg, what failed) rather than the fault's alone.
+            if let (Some(why), None) = (&st.failed, st.syncing) {
                 return Err(self.failed_error(why));
             }
             if st.shutdown {
@@ -401,6 +428,7 @@ impl TxgEngine {
         st.quiesce_ns[i] = now.elapsed().as_nanos() as u64;
         st.quiescing = None;
         st.syncing = Some(txg);
+        st.syncing_dirty0 = st.dirty[i];
         txg
     }
 
@@ -420,14 +448,51 @@ impl TxgEngine {
         self.dirty_cv.notify_all();
     }
 
-    /// Sync thread: `txg` could not be written. The pool refuses further writes.
+    /// Sync thread: `txg` could not be written. The pool refuses further
+    /// writes. The reason names the txg and what failed, so it replaces
+    /// that of a device fault found meanwhile (`suspend`), which is why the
+    /// sync failed.
     pub fn sync_failed(&self, txg: u64, why: String) {
         let mut st = self.st.lock();
-        st.failed = Some(format!("txg {}: {}", txg, why));
+        if !st.failed_by_sync {
+            st.failed = Some(format!("txg {}: {}", txg, why));
+            st.failed_by_sync = true;
+        }
+        let i = (txg & TXG_MASK) as usize;
+        st.lost_written = st.syncing_dirty0.saturating_sub(st.dirty[i]);
         st.syncing = None;
         drop(st);
         self.cv.notify_all();
         self.dirty_cv.notify_all();
+    }
+
+    /// Suspends the pool because a device faulted: writers and waiters get
+    /// `Suspended` from now on, and the sync thread stops before its next
+    /// uberblock. The first fault's reason stays (until a failed sync's).
+    pub fn suspend(&self, why: String) {
+        let mut st = self.st.lock();
+        if st.failed.is_none() {
+            st.failed = Some(why);
+        }
+        drop(st);
+        self.cv.notify_all();
+        self.dirty_cv.notify_all();
+    }
+
+    /// What a suspended pool cannot write: every txg after the last synced
+    /// one, and the dirty bytes they held (those of a failed sync counted
+    /// whole, written or not). `None` while the pool is not suspended.
+    pub fn lost(&self) -> Option<Lost> {
+        let st = self.st.lock();
+        st.failed.as_ref()?;
+        let last = if st.dirty[(st.open & TXG_MASK) as usize] > 0 { st.open } else { st.open - 1 };
+        // A sync still under way (it stops before its uberblock) has
+        // retired what it wrote so far.
+        let written = match st.syncing {
+            Some(t) => st.syncing_dirty0.saturating_sub(st.dirty[(t & TXG_MASK) as usize]),
+            None => st.lost_written,
+        };
+        Some(Lost { synced: st.synced, first: st.synced + 1, last: last.max(st.synced), dirty_bytes: st.dirty_total + written })
     }
 
     /// The open and quiesce times and throttle counts of `txg`, valid while

@@ -1,0 +1,181 @@
+//! A pool whose device fails under a live mount, through the daemon
+//! (issue 11 items 6 and 12).
+//!
+//! Pins: a device that shrank or whose host file system filled up left
+//! fsyncs acknowledged or, once the pool suspended, could not be exported
+//! (`export` and `export -f` failed, as its status advised), and the next
+//! command silently imported it again from the cache file. Now the fsync
+//! that cannot be kept fails and so does every later one, `pool status`
+//! says what is on disk and what to do, `export` says to use `-f`,
+//! `export -f` closes the pool without syncing and prints what it
+//! discarded, the pool stays gone, and — where the image is intact — an
+//! import finds everything fsynced before the fault.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+
+use common::Env;
+
+/// `mount(2)`; the error names what failed.
+fn mount(src: &str, dir: &Path, fstype: &str, flags: libc::c_ulong, data: &str) -> std::io::Result<()> {
+    let c = |s: &str| std::ffi::CString::new(s).unwrap();
+    let (src, dir, fstype, data) = (c(src), c(dir.to_str().unwrap()), c(fstype), c(data));
+    // SAFETY: valid NUL-terminated strings for the duration of the call.
+    if unsafe { libc::mount(src.as_ptr(), dir.as_ptr(), fstype.as_ptr(), flags, data.as_ptr().cast()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// `len` incompressible bytes made from `seed` (xorshift).
+fn noise(len: usize, seed: u8) -> Vec<u8> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(seed);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Writes `len` bytes of `noise(seed)` to `path` and fsyncs it.
+fn write_synced(path: &Path, len: usize, seed: u8) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(&noise(len, seed))?;
+    f.sync_all()
+}
+
+/// Writes files until an fsync fails; returns the files that were synced.
+/// Every write or fsync after the first failure must fail too: nothing is
+/// acknowledged once the pool cannot keep it.
+fn fill_until_failure(mnt: &Path, len: usize, max: usize) -> Vec<(String, u8)> {
+    let mut synced = Vec::new();
+    for i in 0..max {
+        let name = format!("f{}", i);
+        match write_synced(&mnt.join(&name), len, i as u8 + 1) {
+            Ok(()) => synced.push((name, i as u8 + 1)),
+            Err(_) => {
+                for k in 0..3 {
+                    let r = write_synced(&mnt.join(format!("after{}", k)), 4096, 0xEE);
+                    assert!(r.is_err(), "a write and fsync after the fault was acknowledged");
+                }
+                return synced;
+            }
+        }
+    }
+    panic!("{} files of {} bytes fitted: the device never failed", max, len);
+}
+
+/// The status, export and export -f of a suspended pool, and that it stays
+/// gone. Returns the txg `export -f` said is on disk.
+fn export_suspended(e: &Env, pool: &str, mnt: &Path, why: &str) -> u64 {
+    let st = e.ok(&["pool", "status", pool]);
+    assert!(st.contains("state: SUSPENDED"), "{}", st);
+    assert!(st.contains("FAULTED") && st.contains(why), "the device's fault and why: {}", st);
+    assert!(st.contains(&format!("tarn pool export -f {}", pool)), "the action is one that works: {}", st);
+    let err = e.fails(&["pool", "export", pool]);
+    assert!(err.contains("suspended") && err.contains("export -f"), "{}", err);
+    let list = e.ok(&["pool", "list", "-H", "-o", "name,health"]);
+    assert!(list.contains(&format!("{}\tSUSPENDED", pool)), "still there, still suspended: {}", list);
+    let out = e.ok(&["pool", "export", "-f", pool]);
+    assert!(out.contains("without syncing"), "{}", out);
+    assert!(out.contains("discarded: txg"), "what was lost: {}", out);
+    let txg: u64 = out.split("on disk: txg ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("the txg on disk: {}", out));
+    assert!(!common::is_mounted(mnt.to_str().unwrap()) || !mount_here(mnt), "the mount is gone");
+    let list = e.ok(&["pool", "list", "-H", "-o", "name"]);
+    assert!(!list.lines().any(|l| l == pool), "an exported pool is not imported again unasked: {}", list);
+    let err = e.fails(&["pool", "status", pool]);
+    assert!(err.contains("no such pool"), "{}", err);
+    txg
+}
+
+/// Whether `dir` is a mount point in this thread's mount namespace.
+fn mount_here(dir: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap_or_default();
+    info.lines().any(|l| l.split(' ').nth(4) == dir.to_str())
+}
+
+/// Pool `name` on a 128 MiB image, mounted, with one file fsynced; then
+/// the image is truncated to 16 MiB and files are written until an fsync
+/// fails. Returns the mount point.
+fn truncated_and_suspended(e: &Env, name: &str) -> std::path::PathBuf {
+    let mnt = e.dir.join("mnt");
+    let img = e.path(&format!("{}.img", name));
+    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), name, &img, "--size", "128M"]);
+    write_synced(&mnt.join("kept"), 1 << 20, 7).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16 << 20).unwrap();
+    fill_until_failure(&mnt, 1 << 20, 8);
+    mnt
+}
+
+/// The image is truncated under the mounted pool: the next fsync fails,
+/// and so does everything after it; `export -f` works.
+#[test]
+fn a_truncated_image_suspends_and_export_f_closes_the_pool() {
+    let Some(e) = Env::real("truncated") else { return };
+    let mnt = truncated_and_suspended(&e, "tp");
+    export_suspended(&e, "tp", &mnt, "shrank");
+}
+
+/// `daemon stop` with a suspended pool closes it without syncing, logs
+/// what was lost and takes it out of the cache file: the next daemon does
+/// not import it again unasked.
+#[test]
+fn daemon_stop_does_not_bring_a_suspended_pool_back() {
+    let Some(e) = Env::real("stop-suspended") else { return };
+    truncated_and_suspended(&e, "sp");
+    let _ = e.run(&["daemon", "stop"]);
+    let log = e.log();
+    assert!(log.contains("pool 'sp' was suspended") && log.contains("discarded"), "the loss is logged: {}", log);
+    let list = e.ok(&["pool", "list", "-H", "-o", "name"]);
+    assert!(!list.lines().any(|l| l == "sp"), "a suspended pool is not imported again by the next daemon: {}", list);
+}
+
+/// The image lives on a 40 MiB tmpfs that fills up (ENOSPC of the host
+/// file system). The tmpfs, the daemon and its FUSE mount live in a
+/// private mount namespace of the test's thread (the daemon is started
+/// from it), so the host sees none of them; they go when the daemon stops.
+/// After `export -f` the tmpfs grows and the pool is imported again:
+/// every file fsynced before the fault is intact.
+#[test]
+fn a_full_host_file_system_suspends_and_the_pool_comes_back() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: mounting a tmpfs needs root");
+        return;
+    }
+    let Some(e) = Env::real("full") else { return };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: unshare affects only this thread and what it starts.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare: {}", std::io::Error::last_os_error());
+            mount("none", Path::new("/"), "", libc::MS_REC | libc::MS_PRIVATE, "").expect("private mounts");
+            let fs = e.dir.join("fs");
+            std::fs::create_dir_all(&fs).unwrap();
+            mount("tarn-test", &fs, "tmpfs", 0, "size=40m").expect("a tmpfs");
+            let mnt = e.dir.join("mnt");
+            let img = fs.join("f.img").display().to_string();
+            e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "fp", &img, "--size", "256M"]);
+            assert!(mount_here(&mnt));
+            let synced = fill_until_failure(&mnt, 4 << 20, 32);
+            assert!(!synced.is_empty(), "some files fitted before the fault");
+            let txg = export_suspended(&e, "fp", &mnt, "No space left on device");
+            mount("tarn-test", &fs, "tmpfs", libc::MS_REMOUNT, "size=512m").expect("growing the tmpfs");
+            e.ok(&["pool", "import", "-d", fs.to_str().unwrap(), "fp"]);
+            let got: u64 = e.ok(&["pool", "get", "-H", "-p", "-o", "value", "txg", "fp"]).trim().parse().unwrap();
+            assert!(got >= txg, "imported at txg {} or later (the import writes one), on disk was {}", got, txg);
+            for (name, seed) in &synced {
+                let data = std::fs::read(mnt.join(name)).unwrap_or_else(|err| panic!("fsynced '{}' lost: {}", name, err));
+                assert!(data == noise(4 << 20, *seed), "fsynced '{}' differs", name);
+            }
+            // The daemon (and with it the namespace's mounts) goes now,
+            // from inside the namespace.
+            e.ok(&["daemon", "stop"]);
+        });
+    });
+}

@@ -1,0 +1,195 @@
+//! Devices that stop keeping what is written to them (issue 11 item 6).
+//!
+//! Pins: an image file truncated or deleted under a live pool went
+//! unnoticed — writes and fsyncs were acknowledged and the pool stayed
+//! ONLINE, though nothing written could be kept (a truncated file grows
+//! back with zeros, a deleted one loses its data at close); a device that
+//! refused writes suspended the pool without saying which device or why.
+//! Now the device is FAULTED or REMOVED with the reason, the pool is
+//! SUSPENDED, the sync (fsync) and every later transaction fail, no
+//! uberblock is written after the fault, and what was synced before is
+//! intact when the pool is opened again (where the device still exists).
+//!
+//! The cases: writes refused by an in-memory device (EIO, EROFS, ENOSPC);
+//! an image file truncated, then found at the next sync and, without any
+//! write, by `status`; an image file deleted; an image file on a tiny
+//! tmpfs whose space runs out (ENOSPC of the host file system), mounted in
+//! a private mount namespace of the test's thread (root only).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{mem_devs, open, pattern, put, small_tunables};
+use tarn_engine::sys::FaultConfig;
+use tarn_engine::{CreateOptions, ErrorKind, OpenOptions, Pool};
+
+/// A directory of this test's own, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("tarn-device-faults-{}-{}", name, std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// After the fault: the pool is suspended, its (only) device is in
+/// `state` with a reason containing `why`, a sync fails, and no new
+/// transaction is taken.
+fn assert_suspended(pool: &Pool, state: &str, why: &str) {
+    let e = pool.sync().expect_err("a sync after the fault cannot succeed");
+    assert_eq!(e.kind, ErrorKind::Suspended, "{e}");
+    let st = pool.status();
+    assert_eq!(st.state, "SUSPENDED", "{:?}", st);
+    assert_eq!(st.vdevs[0].state, state, "{:?}", st.vdevs[0]);
+    let reason = st.vdevs[0].fault.clone().unwrap_or_default();
+    assert!(reason.contains(why), "the device's fault says why ('{}'): {}", why, reason);
+    assert!(st.error.as_deref().unwrap_or("").contains(why), "the pool's error says why: {:?}", st.error);
+    assert!(pool.root().begin().is_err(), "a suspended pool takes no new transaction");
+    let s = pool.suspension().expect("suspended");
+    assert_eq!(s.synced_txg, pool.uberblock().txg);
+    assert!(s.first_lost_txg == s.synced_txg + 1 && s.last_lost_txg >= s.first_lost_txg, "{:?}", s);
+    assert!(s.lost_bytes > 0, "the unsynced object counts as lost: {:?}", s);
+}
+
+/// One device per errno: it accepts a synced object, then refuses every
+/// write and flush. The second object's sync fails; reopened with writes
+/// allowed again, the device has the first object and not the second.
+#[test]
+fn refused_writes_fault_the_device_and_suspend_the_pool() {
+    for (i, errno) in [libc::EIO, libc::EROFS, libc::ENOSPC].into_iter().enumerate() {
+        let devs = mem_devs(1, 128 << 20, 70 + i as u64);
+        let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+        let pool = Pool::create_on("tank", common::as_dyn(&devs), vec![], &opts).unwrap();
+        let kept = pattern(300_000, 1);
+        let a = put(&pool, &kept);
+        pool.sync().unwrap();
+        let txg = pool.uberblock().txg;
+        devs[0].set_config(FaultConfig { refuse_writes: Some(errno), ..Default::default() });
+        let b = put(&pool, &pattern(200_000, 2));
+        let errtext = std::io::Error::from_raw_os_error(errno).to_string();
+        assert_suspended(&pool, "FAULTED", &errtext);
+        assert_eq!(pool.uberblock().txg, txg, "no uberblock after the fault");
+        let lost = pool.discard().expect("a suspended pool is discarded");
+        assert_eq!(lost.synced_txg, txg);
+        drop(pool);
+        devs[0].set_config(FaultConfig::default());
+        let pool = open(&devs).expect("the device still holds the synced pool");
+        assert_eq!(pool.uberblock().txg, txg);
+        assert_eq!(pool.root().read(a, 0, kept.len()).expect("the synced object"), kept);
+        assert!(pool.root().info(b).is_err(), "errno {}: the object whose sync failed is not there", errno);
+    }
+}
+
+/// A pool on an image file in `dir`, with one synced object: (pool, its
+/// object, the object's bytes, the image path).
+fn file_pool(dir: &Path) -> (Pool, u64, Vec<u8>, PathBuf) {
+    let img = dir.join("a.img");
+    let opts = CreateOptions { size: Some(128 << 20), tunables: small_tunables(), ..Default::default() };
+    let pool = Pool::create("tank", std::slice::from_ref(&img), &opts).unwrap();
+    let data = pattern(500_000, 3);
+    let obj = put(&pool, &data);
+    pool.sync().unwrap();
+    (pool, obj, data, img)
+}
+
+#[test]
+fn a_truncated_image_faults_at_the_next_sync() {
+    let d = TempDir::new("truncate");
+    let (pool, _, _, img) = file_pool(&d.0);
+    let txg = pool.uberblock().txg;
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(8 << 20).unwrap();
+    put(&pool, &pattern(100_000, 4));
+    assert_suspended(&pool, "FAULTED", "shrank");
+    assert_eq!(pool.uberblock().txg, txg, "no uberblock after the fault");
+    assert!(pool.discard().is_some());
+}
+
+#[test]
+fn a_truncated_image_is_found_by_status_without_a_write() {
+    let d = TempDir::new("truncate-idle");
+    let (pool, _, _, img) = file_pool(&d.0);
+    std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(8 << 20).unwrap();
+    let st = pool.status();
+    assert_eq!((st.state.as_str(), st.vdevs[0].state.as_str()), ("SUSPENDED", "FAULTED"), "{:?}", st);
+    assert!(pool.root().begin().is_err(), "a suspended pool takes no new transaction");
+}
+
+#[test]
+fn a_deleted_image_is_removed() {
+    let d = TempDir::new("unlink");
+    let (pool, _, _, img) = file_pool(&d.0);
+    std::fs::remove_file(&img).unwrap();
+    put(&pool, &pattern(100_000, 5));
+    assert_suspended(&pool, "REMOVED", "deleted");
+    assert!(pool.discard().is_some());
+}
+
+/// `mount(2)` as root; the error names what failed.
+fn mount(src: &str, dir: &Path, fstype: &str, flags: libc::c_ulong, data: &str) -> std::io::Result<()> {
+    let c = |s: &str| std::ffi::CString::new(s).unwrap();
+    let (src, dir, fstype, data) = (c(src), c(dir.to_str().unwrap()), c(fstype), c(data));
+    // SAFETY: valid NUL-terminated strings for the duration of the call.
+    if unsafe { libc::mount(src.as_ptr(), dir.as_ptr(), fstype.as_ptr(), flags, data.as_ptr().cast()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// An image file on a 6 MiB tmpfs: the host file system runs out of space
+/// under a sparse 128 MiB image. The tmpfs lives in a private mount
+/// namespace of this test's thread (and the pool's threads, which it
+/// starts), so the host never sees it and it goes with the thread. After
+/// the fault the tmpfs is grown again and the pool opened: at the last txg
+/// synced before the fault, with the first object intact.
+#[test]
+fn a_full_host_file_system_faults_the_image() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping a_full_host_file_system_faults_the_image: mounting a tmpfs needs root");
+        return;
+    }
+    let d = TempDir::new("enospc");
+    let spot = d.0.join("fs");
+    std::fs::create_dir_all(&spot).unwrap();
+    let done = std::thread::spawn(move || {
+        // SAFETY: unshare affects only this thread (and what it starts).
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNS) }, 0, "unshare: {}", std::io::Error::last_os_error());
+        mount("none", Path::new("/"), "", libc::MS_REC | libc::MS_PRIVATE, "").expect("making the namespace's mounts private");
+        mount("tarn-test", &spot, "tmpfs", 0, "size=6m").expect("mounting a tmpfs");
+        let img = spot.join("a.img");
+        let opts = CreateOptions { size: Some(128 << 20), tunables: small_tunables(), ..Default::default() };
+        let pool = Pool::create("tank", std::slice::from_ref(&img), &opts).unwrap();
+        let kept = pattern(1 << 20, 6);
+        let a = put(&pool, &kept);
+        pool.sync().unwrap();
+        // More than the tmpfs holds; a txg sync may fail (and suspend the
+        // pool) while these are written, after which no transaction opens.
+        let os = pool.root();
+        for k in 0..16 {
+            let Ok(tx) = os.begin() else { break };
+            let o = os.create(&tx, tarn_ondisk::ObjectType::PlainData).unwrap();
+            os.write(&tx, o, 0, &pattern(1 << 20, 100 + k)).unwrap();
+        }
+        assert_suspended(&pool, "FAULTED", "No space left on device");
+        // Txgs that fitted synced; none after the fault.
+        let txg = pool.discard().expect("suspended").synced_txg;
+        drop(pool);
+        mount("tarn-test", &spot, "tmpfs", libc::MS_REMOUNT, "size=128m").expect("growing the tmpfs");
+        let pool = Pool::open(std::slice::from_ref(&img), &OpenOptions { tunables: small_tunables(), ..Default::default() }).expect("the image still holds the synced pool");
+        assert_eq!(pool.uberblock().txg, txg);
+        assert_eq!(pool.root().read(a, 0, kept.len()).expect("the synced object"), kept);
+        pool.export().unwrap();
+    });
+    done.join().expect("the test's thread");
+}
