@@ -180,6 +180,6 @@ fn bad_cache_arguments_are_refused() {
     let c: Arc<dyn BlockDevice> = Arc::new(FaultDevice::new(64 << 20, 2));
     pool.add_cache_on("c", c.clone()).unwrap();
     assert!(pool.add_cache_on("c2", c).unwrap_err().to_string().contains("already"));
-    assert!(pool.add_cache(std::path::Path::new("/nonexistent/cache.img")).is_err());
+    assert!(pool.add_caches(&["/nonexistent/cache.img".into()], false).is_err());
     assert!(pool.remove_cache("nosuch").unwrap_err().to_string().contains("not a cache device"));
 }
