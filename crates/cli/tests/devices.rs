@@ -287,6 +287,13 @@ fn bad_devices_get_one_clear_error() {
     // Relative paths are the caller's, not the daemon's.
     e.ok(&["pool", "remove", "tank", "c.img"]);
     assert!(!e.ok(&["pool", "status", "tank"]).contains("cache:"));
+    // Import finds one device under two names once (it opened both and
+    // failed on its own lock).
+    e.ok(&["pool", "export", "tank"]);
+    std::os::unix::fs::symlink(e.path("tank.img"), e.path("tank-link.img")).unwrap();
+    let found = e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "-d", &e.path("tank.img")]);
+    assert_eq!(found.matches("tank.img").count() + found.matches("tank-link.img").count(), 1, "{}", found);
+    e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "tank"]);
 }
 
 /// Issue 11 item 14: `pool create p mirror a b` took `mirror` as a file

@@ -304,6 +304,9 @@ struct ImportArgs {
 fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<()> {
     check_mountpoint(&a.mountpoint)?;
     let dirs = if a.dirs.is_empty() { vec![PathBuf::from("/dev")] } else { a.dirs };
+    for d in &dirs {
+        std::fs::metadata(d).map_err(|e| Error::io(format!("cannot search '{}' for pools", d.display()), e))?;
+    }
     let found = discover(&dirs);
     let Some(want) = a.pool else {
         if a.json {

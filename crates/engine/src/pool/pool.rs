@@ -1228,7 +1228,15 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
         }
     }
     let mut pools: Vec<(DiscoveredPool, LabelConfig)> = Vec::new();
+    // One device under two names (a symlink, `-d` given twice) is one device:
+    // listing it twice would make the import open it twice.
+    let mut seen = Vec::new();
     for path in candidates {
+        let id = std::fs::metadata(&path).ok().and_then(|m| crate::sys::inuse::DeviceId::of(&m));
+        if id.is_some_and(|id| seen.contains(&id)) {
+            continue;
+        }
+        seen.extend(id);
         let Some(cfg) = probe(&path) else { continue };
         let entry = match pools.iter_mut().find(|(d, _)| d.guid == cfg.pool_guid) {
             Some(e) => e,

@@ -1079,6 +1079,29 @@ mod tests {
         assert!(third.is_locked());
     }
 
+    /// Issue 11 item 7: images were created 0644 (or wider, by the umask),
+    /// readable by every local user. And a lock conflict in this process
+    /// names what holds the device.
+    #[test]
+    fn created_images_are_private_and_holders_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempPath::new("mode");
+        let dev = FileDevice::create(&tmp.0, 4096).unwrap();
+        let mode = std::fs::metadata(&tmp.0).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, IMAGE_MODE);
+        assert_eq!(holder_in_process(dev.id()), None);
+        dev.lock_exclusive().unwrap();
+        assert_eq!(holder_in_process(dev.id()).as_deref(), Some("already open in this process"));
+        dev.set_lock_owner("part of active pool 'p'");
+        assert_eq!(holder_in_process(dev.id()).as_deref(), Some("part of active pool 'p'"));
+        let second = FileDevice::open(&tmp.0).unwrap();
+        let err = second.lock_exclusive().unwrap_err();
+        assert!(err.to_string().contains("it is part of active pool 'p'"), "{err}");
+        drop(second);
+        drop(dev);
+        assert_eq!(holder_in_process(DeviceId::of(&std::fs::metadata(&tmp.0).unwrap()).unwrap()), None);
+    }
+
     /// Whether /proc/locks lists a POSIX lock of this process on `dev`'s inode.
     fn posix_lock_visible(dev: &FileDevice) -> bool {
         let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
