@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
-use tarn_engine::sys::{BlockDevice, FileDevice};
+use tarn_engine::pool::vet::open_for_import;
+use tarn_engine::sys::BlockDevice;
 use tarn_engine::{Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
 use crate::cache::Cache;
@@ -268,8 +269,7 @@ pub fn open_wrapped(name: &str, t: &Tunables, wrap: &dyn Fn(Arc<dyn BlockDevice>
     let mut devs = Vec::new();
     let mut locks = Vec::new();
     for p in &entry.devices {
-        let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", p), e))?;
-        fd.lock_exclusive().map_err(|e| held_by_daemon(Error::new(ErrorKind::Busy, format!("pool '{}': {}", name, e)), name))?;
+        let fd = open_for_import(std::path::Path::new(p)).map_err(|e| held_by_daemon(e.context(format!("pool '{}'", name)), name))?;
         let fd = Arc::new(fd);
         locks.push(fd.clone());
         devs.push((p.clone(), wrap(fd as Arc<dyn BlockDevice>)));

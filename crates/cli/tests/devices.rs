@@ -294,6 +294,10 @@ fn bad_devices_get_one_clear_error() {
     let found = e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "-d", &e.path("tank.img")]);
     assert_eq!(found.matches("tank.img").count() + found.matches("tank-link.img").count(), 1, "{}", found);
     e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "tank"]);
+    // bench adds its --cache-device through the same checks.
+    e.ok(&["daemon", "stop"]);
+    let err = e.fails(&["bench", "tank", "--size", "8M", "--cache-device", &e.path("tank-link.img")]);
+    assert!(err.contains("part of active pool 'tank'"), "{}", err);
 }
 
 /// Issue 11 item 14: `pool create p mirror a b` took `mirror` as a file
@@ -507,9 +511,14 @@ fn mounted_block_device_is_refused() {
     assert!(err.contains(&lo.0), "{}", err);
     e.ok(&["pool", "create", "-f", "-m", "none", "p", &lo.0]);
     e.ok(&["pool", "export", "p"]);
-    // Import by device, while the device is open exclusively elsewhere? Not
-    // here: export released it, so the import works.
+    // Importing the pool through its image while the loop device over it
+    // exists would let two pools write one disk (two names, two locks).
+    let err = e.fails(&["pool", "import", "-d", &img, "p"]);
+    assert!(err.contains(&img) && err.contains(&format!("backing file of {}", lo.0)), "{}", err);
     e.ok(&["pool", "import", "-d", &lo.0, "p"]);
+    // While imported, the kernel keeps mkfs off the device.
+    let o = sh(&format!("mkfs.ext4 -q {}", lo.0));
+    assert!(!o.status.success(), "mkfs.ext4 wrote over a pool's device");
     e.ok(&["pool", "destroy", "p"]);
 }
 

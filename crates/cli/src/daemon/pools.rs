@@ -15,8 +15,8 @@ use std::time::Duration;
 use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::dataset::props;
 use tarn_engine::error::printable;
-use tarn_engine::pool::{discover, PoolStatus};
-use tarn_engine::sys::{BlockDevice, FileDevice, ThrottledDevice};
+use tarn_engine::pool::{discover, vet::open_for_import, PoolStatus};
+use tarn_engine::sys::{BlockDevice, ThrottledDevice};
 use tarn_engine::{tunables::parse_size, CreateOptions, Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
 use super::mounts;
@@ -391,8 +391,7 @@ fn open_throttled(paths: &[PathBuf], bw: &str, opts: &OpenOptions) -> Result<Poo
     let mut devs = Vec::new();
     let mut locks = Vec::new();
     for p in paths {
-        let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
-        fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, format!("'{}': {}", p.display(), e)))?;
+        let fd = open_for_import(p)?;
         let fd = Arc::new(fd);
         locks.push(fd.clone());
         devs.push((p.display().to_string(), Arc::new(ThrottledDevice::new(fd, bw, Duration::ZERO)) as Arc<dyn BlockDevice>));

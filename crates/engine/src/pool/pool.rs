@@ -403,11 +403,11 @@ impl Pool {
         let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
         let mut locks = Vec::new();
         for p in paths {
-            let fd = if opts.readonly { FileDevice::open_read_only(p) } else { FileDevice::open(p) };
-            let fd = fd.map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
-            if !opts.readonly {
-                fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
-            }
+            let fd = if opts.readonly {
+                FileDevice::open_read_only(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?
+            } else {
+                super::vet::open_for_import(p)?
+            };
             let fd = Arc::new(fd);
             locks.push(fd.clone());
             devs.push((p.display().to_string(), fd));

@@ -132,6 +132,27 @@ fn vet_one(p: &Path, role: Role, create_size: Option<u64>, seen: &mut Vec<(Devic
     lock(p, dev, role, false)
 }
 
+/// Opens a device of a pool being imported read-write, and locks it, after
+/// steps 3 and 4: a device held by a pool of this process, or used on the
+/// host (a loop device over the same image, a mount, swap), would be
+/// written under its user — two imports of one image through two names
+/// take two different locks.
+pub fn open_for_import(p: &Path) -> Result<FileDevice> {
+    let path = p.display();
+    let meta = std::fs::metadata(p).map_err(|e| Error::io(format!("cannot open '{}'", path), e))?;
+    if let Some(id) = DeviceId::of(&meta) {
+        if let Some(owner) = holder_in_process(id) {
+            return Err(Error::new(ErrorKind::Busy, format!("'{}' is {}", path, owner)));
+        }
+        if let Some(why) = inuse::busy(p, id) {
+            return Err(Error::new(ErrorKind::Busy, format!("'{}' is {}", path, why)));
+        }
+    }
+    let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", path), e))?;
+    fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
+    Ok(fd)
+}
+
 fn given_twice(first: &str, again: &str) -> Error {
     if first == again {
         Error::invalid(format!("'{}' is given twice: each device can be used once", first))
