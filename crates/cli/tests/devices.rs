@@ -18,76 +18,26 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-struct Env {
-    dir: PathBuf,
-    /// Run every command inside this process's mount namespace (`nsenter`).
-    ns: Option<u32>,
+mod common;
+
+use common::Env;
+
+/// A private daemon whose commands run in its directory (relative paths).
+fn env(name: &str) -> Env {
+    let mut e = Env::plain(&format!("devices-{}", name));
+    e.cwd = Some(e.dir.clone());
+    e
 }
 
-impl Env {
-    fn new(name: &str) -> Env {
-        let dir = std::env::temp_dir().join(format!("tarn-devices-{}-{}", name, std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Env { dir, ns: None }
-    }
-    fn path(&self, f: &str) -> String {
-        self.dir.join(f).display().to_string()
-    }
-    fn cmd(&self) -> Command {
-        let exe = env!("CARGO_BIN_EXE_tarn");
-        let mut c = match self.ns {
-            Some(pid) => {
-                let mut c = Command::new("nsenter");
-                c.args(["-t", &pid.to_string(), "-m", "--", exe]);
-                c
-            }
-            None => Command::new(exe),
-        };
-        c.env("TARN_CACHE", self.dir.join("tarn.cache")).env("TARN_SOCKET", self.dir.join("tarn.sock")).env_remove("TARN_TEST_MEMFS");
-        c.current_dir(&self.dir);
-        c
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().expect("tarn runs")
-    }
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        assert!(o.status.success(), "tarn {:?} failed: {}", args, String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-    /// Runs a command that must fail cleanly; returns its one error line.
-    fn fails(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert_eq!(o.status.code(), Some(1), "tarn {:?} should exit 1; stderr: {}", args, err);
-        assert!(err.starts_with("tarn: ") && err.trim_end().lines().count() == 1, "error is one 'tarn: ' line: {}", err);
-        assert!(!err.contains("panicked"), "tarn {:?} panicked: {}", args, err);
-        err
-    }
-    /// A 128 MiB pool on `NAME.img`, not mounted.
-    fn pool(&self, name: &str) -> String {
-        let img = self.path(&format!("{}.img", name));
-        self.ok(&["pool", "create", "-m", "none", name, &img, "--size", "128M"]);
-        img
-    }
-    fn cache_file(&self) -> String {
-        std::fs::read_to_string(self.dir.join("tarn.cache")).unwrap_or_default()
-    }
+/// A 128 MiB pool on `NAME.img`, not mounted.
+fn pool(e: &Env, name: &str) -> String {
+    let img = e.path(&format!("{}.img", name));
+    e.ok(&["pool", "create", "-m", "none", name, &img, "--size", "128M"]);
+    img
 }
 
-impl Drop for Env {
-    fn drop(&mut self) {
-        let _ = self.run(&["daemon", "stop"]);
-        let pid = std::fs::read_to_string(self.dir.join("tarn.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
-        if let Some(pid) = pid {
-            // SAFETY: signalling the pid our own test's daemon wrote; a
-            // daemon that did stop has left it stale, and a stale pid of
-            // ours is gone (the directory is private to this test).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+fn cache_file(e: &Env) -> String {
+    std::fs::read_to_string(e.dir.join("tarn.cache")).unwrap_or_default()
 }
 
 /// FNV-1a of a whole file: "nothing changed" means the same digest.
@@ -113,15 +63,15 @@ fn sparse(path: &str, bytes: u64) {
 /// image (its label 0 overwritten) and other live pools' devices.
 #[test]
 fn cache_add_refuses_devices_of_pools() {
-    let e = Env::new("cache-pools");
-    let own = e.pool("l2t");
+    let e = env("cache-pools");
+    let own = pool(&e, "l2t");
     let err = e.fails(&["pool", "add", "l2t", "cache", &own]);
     assert!(err.contains(&own) && err.contains("part of active pool 'l2t'"), "{}", err);
     let err = e.fails(&["pool", "add", "-f", "l2t", "cache", &own]);
     assert!(err.contains("part of active pool 'l2t'"), "-f never takes an imported pool's device: {}", err);
 
     // Another live pool's data and cache devices: never, not even with -f.
-    let other = e.pool("other");
+    let other = pool(&e, "other");
     let other_cache = e.path("other-cache.img");
     sparse(&other_cache, 32 << 20);
     e.ok(&["pool", "add", "other", "cache", &other_cache]);
@@ -136,7 +86,7 @@ fn cache_add_refuses_devices_of_pools() {
     }
 
     // An exported pool's device: refused without -f, its bytes untouched.
-    let victim = e.pool("victim");
+    let victim = pool(&e, "victim");
     e.ok(&["pool", "export", "victim"]);
     let before = digest(&victim);
     let err = e.fails(&["pool", "add", "l2t", "cache", &victim]);
@@ -155,7 +105,7 @@ fn cache_add_refuses_devices_of_pools() {
 /// partition table, another pool's label) is refused without -f, naming it.
 #[test]
 fn create_refuses_signatures_without_force() {
-    let e = Env::new("sigs");
+    let e = env("sigs");
     let mut tried = 0;
     let cases: &[(&str, &str, &str)] = &[
         ("mkfs.ext4", "mkfs.ext4 -q -F {}", "an ext4 file system"),
@@ -198,8 +148,8 @@ fn create_refuses_signatures_without_force() {
 /// without -f; a live pool's device is refused even with -f.
 #[test]
 fn create_refuses_devices_of_pools() {
-    let e = Env::new("create-pools");
-    let live = e.pool("live");
+    let e = env("create-pools");
+    let live = pool(&e, "live");
     for f in [&[][..], &["-f"][..]] {
         let mut args = vec!["pool", "create"];
         args.extend_from_slice(f);
@@ -212,7 +162,7 @@ fn create_refuses_devices_of_pools() {
     e.ok(&["pool", "add", "live", "cache", &cache]);
     let err = e.fails(&["pool", "create", "-f", "-m", "none", "p", &cache]);
     assert!(err.contains(&cache) && err.contains("cache device of active pool 'live'"), "{}", err);
-    let old = e.pool("old");
+    let old = pool(&e, "old");
     e.ok(&["pool", "export", "old"]);
     let before = digest(&old);
     let err = e.fails(&["pool", "create", "-m", "none", "p", &old]);
@@ -228,8 +178,8 @@ fn create_refuses_devices_of_pools() {
 /// half-applied.
 #[test]
 fn bad_devices_get_one_clear_error() {
-    let e = Env::new("bad");
-    e.pool("tank");
+    let e = env("bad");
+    pool(&e, "tank");
     let dir = e.path("adir");
     std::fs::create_dir(&dir).unwrap();
     let small = e.path("small.img");
@@ -238,7 +188,7 @@ fn bad_devices_get_one_clear_error() {
     sparse(&tiny, 4096);
     let missing = e.path("missing.img");
     let bad: &[(&str, &str)] = &[("/", "is a directory"), (&dir, "is a directory"), (&missing, "No such file"), ("/dev/null", "character device")];
-    let cache_before = e.cache_file();
+    let cache_before = cache_file(&e);
     for (dev, why) in bad {
         let err = e.fails(&["pool", "create", "-m", "none", "p", dev]);
         assert!(err.contains(dev) && err.contains(why), "create {}: {}", dev, err);
@@ -255,7 +205,7 @@ fn bad_devices_get_one_clear_error() {
     assert!(err.contains(&tiny) && err.contains("too small"), "{}", err);
     let err = e.fails(&["pool", "import", "-d", &missing, "tank2"]);
     assert!(err.contains(&missing), "{}", err);
-    assert_eq!(e.cache_file(), cache_before, "a refused command changed the cache file");
+    assert_eq!(cache_file(&e), cache_before, "a refused command changed the cache file");
 
     // The same device twice, however it is named.
     let a = e.path("a.img");
@@ -304,7 +254,7 @@ fn bad_devices_get_one_clear_error() {
 /// name and built a three-device stripe when such a file existed.
 #[test]
 fn vdev_keywords_are_keywords() {
-    let e = Env::new("keywords");
+    let e = env("keywords");
     for f in ["mirror", "a.img", "b.img", "raidz", "spare"] {
         sparse(&e.path(f), 80 << 20);
     }
@@ -330,7 +280,7 @@ fn vdev_keywords_are_keywords() {
         e.fails(&add);
     }
     assert_eq!(digest(&e.path("mirror")), before);
-    assert!(!e.cache_file().contains("\"p\""), "no pool was made");
+    assert!(!cache_file(&e).contains("\"p\""), "no pool was made");
     // `cache` is a keyword that works, at create too.
     e.ok(&["pool", "create", "-m", "none", "p", "a.img", "cache", "b.img"]);
     let status = e.ok(&["pool", "status", "p"]);
@@ -349,7 +299,7 @@ fn vdev_keywords_are_keywords() {
 /// daemon inherits the starting command's umask, so set a permissive one.
 #[test]
 fn images_and_state_files_are_private() {
-    let e = Env::new("modes");
+    let e = env("modes");
     let img = e.path("p.img");
     let mut c = e.cmd();
     // SAFETY: umask is async-signal-safe and only changes the child's mask.
@@ -392,52 +342,26 @@ fn can_use_loop_devices(test: &str) -> bool {
     true
 }
 
-/// A loop device over a file, detached when dropped.
-struct Loop(String);
+/// A loop device over a file, detached (and the file's directory removed)
+/// when dropped.
+struct Loop(String, PathBuf);
 
 impl Loop {
-    fn attach(file: &str) -> Option<Loop> {
+    fn attach(file: &str, dir: &Path) -> Option<Loop> {
         let o = sh(&format!("losetup -f --show {}", file));
         if !o.status.success() {
             eprintln!("losetup failed: {}", String::from_utf8_lossy(&o.stderr));
+            let _ = std::fs::remove_dir_all(dir);
             return None;
         }
-        Some(Loop(String::from_utf8_lossy(&o.stdout).trim().to_string()))
+        Some(Loop(String::from_utf8_lossy(&o.stdout).trim().to_string(), dir.to_path_buf()))
     }
 }
 
 impl Drop for Loop {
     fn drop(&mut self) {
         let _ = sh(&format!("losetup -d {}", self.0));
-    }
-}
-
-/// A private mount namespace kept alive by a sleeping process; its mounts
-/// vanish with it. Killed when dropped.
-struct Namespace(std::process::Child);
-
-impl Namespace {
-    fn new() -> Namespace {
-        let child = Command::new("unshare").args(["-m", "--propagation", "private", "sleep", "600"]).spawn().expect("unshare runs");
-        // Wait until the child has entered its namespace (it has exec'd sleep).
-        for _ in 0..200 {
-            let comm = std::fs::read_to_string(format!("/proc/{}/comm", child.id())).unwrap_or_default();
-            if comm.trim() == "sleep" {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        Namespace(child)
-    }
-    fn run(&self, cmd: &str) -> Output {
-        Command::new("nsenter").args(["-t", &self.0.id().to_string(), "-m", "--", "sh", "-c", cmd]).output().expect("nsenter runs")
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
     }
 }
 
@@ -462,25 +386,24 @@ fn mounted_block_device_is_refused() {
     if !can_use_loop_devices("mounted_block_device_is_refused") {
         return;
     }
-    let e = Env::new("mounted");
-    let img = e.path("ext4.img");
+    let img_dir = std::env::temp_dir().join(format!("tarn-devices-mounted-{}", std::process::id()));
+    std::fs::create_dir_all(&img_dir).unwrap();
+    let img = img_dir.join("ext4.img").display().to_string();
     sparse(&img, 128 << 20);
     let o = sh(&format!("mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 {}", img));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let Some(lo) = Loop::attach(&img) else {
+    let Some(lo) = Loop::attach(&img, &img_dir) else {
         eprintln!("skipping mounted_block_device_is_refused: no free loop device");
         return;
     };
-    let ns = Namespace::new();
-    // Dropped in field order: the daemon stops (inside the namespace), the
-    // namespace and its mount go, then the loop device is detached.
-    let mut s = Scene { e, ns, lo };
-    s.e.ns = Some(s.ns.0.id());
-    let Scene { e, ns, lo } = &s;
+    // Declared after the loop device, so dropped before it: the daemon
+    // stops, the namespace and the ext4 mounted in it go, then the loop
+    // device is detached and the image removed.
+    let Some(mut e) = Env::private("devices-mounted", false) else { return };
+    e.cwd = Some(e.dir.clone());
     let mnt = e.path("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let o = ns.run(&format!("mount -o noatime {} {} && echo precious > {}/file && sync", lo.0, mnt, mnt));
-    assert!(o.status.success(), "mount: {}", String::from_utf8_lossy(&o.stderr));
+    e.sh(&format!("mount -o noatime {} {} && echo precious > {}/file && sync", lo.0, mnt, mnt));
     let before = ends(&lo.0);
     for args in [
         vec!["pool", "create", "-m", "none", "p", lo.0.as_str()],
@@ -493,14 +416,13 @@ fn mounted_block_device_is_refused() {
         let err = e.fails(&args);
         assert!(err.contains(&img) && err.contains(&lo.0) && err.contains(&format!("mounted on {}", mnt)), "{:?}: {}", args, err);
     }
-    e.pool("tank");
+    pool(&e, "tank");
     for dev in [lo.0.as_str(), img.as_str()] {
         let err = e.fails(&["pool", "add", "-f", "tank", "cache", dev]);
         assert!(err.contains(dev) && err.contains("mounted on"), "{}", err);
     }
     assert_eq!(ends(&lo.0), before, "the mounted device was written");
-    let o = ns.run(&format!("cat {}/file && umount {}", mnt, mnt));
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "precious", "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(e.sh(&format!("cat {}/file && umount {}", mnt, mnt)).trim(), "precious");
     let o = sh(&format!("e2fsck -fn {}", lo.0));
     assert!(o.status.success(), "the ext4 is damaged: {}", String::from_utf8_lossy(&o.stdout));
     // Unmounted, it is a signature: -f is the operator's choice.
@@ -514,17 +436,10 @@ fn mounted_block_device_is_refused() {
     // Importing the pool through its image while the loop device over it
     // exists would let two pools write one disk (two names, two locks).
     let err = e.fails(&["pool", "import", "-d", &img, "p"]);
-    assert!(err.contains(&img) && err.contains(&format!("backing file of {}", lo.0)), "{}", err);
+    assert!(err.contains(&img) && err.contains("backing file of") && err.contains(&lo.0), "{}", err);
     e.ok(&["pool", "import", "-d", &lo.0, "p"]);
     // While imported, the kernel keeps mkfs off the device.
     let o = sh(&format!("mkfs.ext4 -q {}", lo.0));
     assert!(!o.status.success(), "mkfs.ext4 wrote over a pool's device");
     e.ok(&["pool", "destroy", "p"]);
-}
-
-/// What the mounted-device test holds, in the order it must be let go.
-struct Scene {
-    e: Env,
-    ns: Namespace,
-    lo: Loop,
 }
