@@ -154,10 +154,13 @@ fn head(signature: Signature, offset: usize, len: usize) -> Found {
     Found { signature, window: Window::Head, offset, len }
 }
 
+/// One family of formats: looks at the head and tail windows.
+type Check = fn(&[u8], &[u8]) -> Option<Found>;
+
 /// The first signature found in the head or tail window (see the table in
 /// the module docs for the order).
 pub fn identify(head_bytes: &[u8], tail_bytes: &[u8]) -> Option<Found> {
-    let checks: [fn(&[u8], &[u8]) -> Option<Found>; 8] = [tarn, zfs, at_zero, ext, at_superblock_offsets, raid_or_lvm, swap, boot_sector];
+    let checks: [Check; 8] = [tarn, zfs, at_zero, ext, at_superblock_offsets, raid_or_lvm, swap, boot_sector];
     checks.iter().find_map(|c| c(head_bytes, tail_bytes))
 }
 
