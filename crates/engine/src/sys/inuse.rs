@@ -31,6 +31,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::mountinfo::{mount_table, unescape, MountEntry};
+
 /// What a path is, for telling two names of one device apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceId {
@@ -104,63 +106,20 @@ fn file_busy(id: DeviceId) -> Option<String> {
     })
 }
 
-/// A mount from mountinfo: the device number of its file system and where
-/// it is mounted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Mount {
-    pub dev: u64,
-    pub point: String,
+fn mounts() -> Vec<MountEntry> {
+    mount_table().unwrap_or_default()
 }
 
-fn mounts() -> Vec<Mount> {
-    std::fs::read_to_string("/proc/self/mountinfo").map(|t| parse_mountinfo(&t)).unwrap_or_default()
-}
-
-fn mounted_on(mounts: &[Mount], rdev: u64) -> Option<&str> {
-    mounts.iter().find(|m| m.dev == rdev).map(|m| m.point.as_str())
-}
-
-/// Parses `/proc/self/mountinfo`: field 3 is `MAJ:MIN`, field 5 the mount
-/// point (with spaces and the like escaped as `\040`). Malformed lines are
-/// skipped.
-pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split(' ');
-            let dev = parse_dev(f.nth(2)?)?;
-            let point = unescape(f.nth(1)?);
-            Some(Mount { dev, point })
-        })
-        .collect()
+/// Where the file system on device `rdev` is mounted, if it is.
+fn mounted_on(mounts: &[MountEntry], rdev: u64) -> Option<String> {
+    let dev = (libc::major(rdev), libc::minor(rdev));
+    mounts.iter().find(|m| m.dev == dev).map(|m| m.mount_point.display().to_string())
 }
 
 /// `MAJ:MIN` as a device number.
 fn parse_dev(s: &str) -> Option<u64> {
     let (maj, min) = s.trim().split_once(':')?;
     Some(libc::makedev(maj.parse().ok()?, min.parse().ok()?))
-}
-
-/// Undoes the kernel's octal escapes (`\040` space, `\011` tab, `\012`
-/// newline, `\134` backslash) in mountinfo and /proc/swaps.
-pub fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
-                out.push(v as u8);
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether /proc/swaps lists a swap area that is `id`.
@@ -171,7 +130,7 @@ fn is_swap(id: DeviceId) -> bool {
 
 /// The paths of /proc/swaps (after its header line).
 pub fn swap_paths(text: &str) -> Vec<String> {
-    text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(unescape).collect()
+    text.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(|p| String::from_utf8_lossy(&unescape(p)).into_owned()).collect()
 }
 
 fn sysfs_dir(rdev: u64) -> PathBuf {
@@ -249,30 +208,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mountinfo_lines_give_device_and_mount_point() {
+    fn mounts_are_found_by_device_number() {
         let text = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
-                    36 22 7:3 / /mnt/with\\040space rw - ext4 /dev/loop3 rw\n\
-                    37 22 0:45 / /proc rw - proc proc rw\n\
-                    garbage\n";
-        let m = parse_mountinfo(text);
-        assert_eq!(m.len(), 3);
-        assert_eq!(m[0], Mount { dev: libc::makedev(8, 1), point: "/".into() });
-        assert_eq!(m[1], Mount { dev: libc::makedev(7, 3), point: "/mnt/with space".into() });
-        assert_eq!(mounted_on(&m, libc::makedev(7, 3)), Some("/mnt/with space"));
+                    36 22 7:3 / /mnt/with\\040space rw - ext4 /dev/loop3 rw\n";
+        let m = crate::sys::mountinfo::parse_mountinfo(text);
+        assert_eq!(mounted_on(&m, libc::makedev(7, 3)).as_deref(), Some("/mnt/with space"));
+        assert_eq!(mounted_on(&m, libc::makedev(8, 1)).as_deref(), Some("/"));
         assert_eq!(mounted_on(&m, libc::makedev(7, 4)), None);
+        assert_eq!(parse_dev("7:3\n"), Some(libc::makedev(7, 3)));
+        assert_eq!(parse_dev("7"), None);
     }
 
     #[test]
     fn swaps_are_unescaped() {
         let text = "Filename\t\t\t\tType\t\tSize\tUsed\tPriority\n/dev/dm-1 partition 1000 0 -2\n/swap\\040file file 10 0 -3\n";
         assert_eq!(swap_paths(text), vec!["/dev/dm-1".to_string(), "/swap file".to_string()]);
-        assert_eq!(unescape("a\\134b\\0"), "a\\b\\0");
     }
 
     #[test]
-    fn this_process_root_is_busy_or_not_a_block_device() {
-        // Whatever / is mounted from, a file on it is not a loop backing
-        // file or swap, and an unused temporary file is free.
+    fn an_unused_file_is_free_and_a_directory_is_no_device() {
+        // A new temporary file backs no loop device and is no swap file.
         let f = std::env::temp_dir().join(format!("tarn-inuse-{}", std::process::id()));
         std::fs::write(&f, b"x").unwrap();
         let id = DeviceId::of(&std::fs::metadata(&f).unwrap()).unwrap();
