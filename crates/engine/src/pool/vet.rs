@@ -97,6 +97,7 @@ pub fn open_devices(devs: &[(PathBuf, Role)], create_size: Option<u64>, force: b
         }
         return Err(e);
     }
+    assert_eq!(out.len(), devs.len(), "every device vetted, none twice");
     Ok(out)
 }
 

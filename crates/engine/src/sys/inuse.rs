@@ -219,6 +219,24 @@ mod tests {
         assert_eq!(parse_dev("7"), None);
     }
 
+    /// Partitions and holders as sysfs lists them, in a made-up tree (this
+    /// test machine's loop devices cannot be partitioned).
+    #[test]
+    fn partitions_and_holders_from_sysfs() {
+        let sys = std::env::temp_dir().join(format!("tarn-inuse-sys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&sys);
+        std::fs::create_dir_all(sys.join("sda1")).unwrap();
+        std::fs::write(sys.join("sda1/partition"), "1\n").unwrap();
+        std::fs::write(sys.join("sda1/dev"), "8:1\n").unwrap();
+        std::fs::create_dir_all(sys.join("queue")).unwrap();
+        std::fs::create_dir_all(sys.join("holders/dm-0")).unwrap();
+        std::fs::create_dir_all(sys.join("holders/md127")).unwrap();
+        assert_eq!(partitions(&sys), vec![("sda1".to_string(), libc::makedev(8, 1))]);
+        assert_eq!(holders(&sys), vec!["dm-0".to_string(), "md127".to_string()]);
+        std::fs::remove_dir_all(&sys).unwrap();
+        assert!(partitions(&sys).is_empty() && holders(&sys).is_empty());
+    }
+
     #[test]
     fn swaps_are_unescaped() {
         let text = "Filename\t\t\t\tType\t\tSize\tUsed\tPriority\n/dev/dm-1 partition 1000 0 -2\n/swap\\040file file 10 0 -3\n";
