@@ -168,6 +168,20 @@ fn create_refuses_devices_of_pools() {
     let err = e.fails(&["pool", "create", "-m", "none", "p", &old]);
     assert!(err.contains(&old) && err.contains("exported pool 'old'") && err.contains("-f"), "{}", err);
     assert_eq!(digest(&old), before);
+    // A pool never exported whose daemon is gone and which nothing here
+    // holds (another host's, or a crashed one's): its labels say ACTIVE.
+    let crashed = pool(&e, "crashed");
+    let pid = e.pid().expect("the daemon's pid");
+    // SAFETY: signalling the daemon our own test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // SAFETY: signal 0 only asks whether the process exists.
+    common::wait_for("the daemon to die", || unsafe { libc::kill(pid, 0) } != 0);
+    std::fs::remove_file(e.dir.join("tarn.cache")).unwrap();
+    let before = digest(&crashed);
+    let err = e.fails(&["pool", "create", "-m", "none", "p", &crashed]);
+    assert!(err.contains(&crashed) && err.contains("may be part of active pool 'crashed'") && err.contains("-f"), "{}", err);
+    assert_eq!(digest(&crashed), before);
+    e.ok(&["pool", "create", "-f", "-m", "none", "p", &crashed]);
 }
 
 /// The bad devices every device-taking command must refuse, one clear line
