@@ -220,7 +220,7 @@ fn open(a: &BenchArgs, t: &Tunables) -> Result<Pool> {
     if let Some(c) = &a.cache_device {
         let name = c.display().to_string();
         if !pool.cache_devices().iter().any(|d| d.path == name) {
-            pool.add_cache(c)?;
+            pool.add_caches(std::slice::from_ref(c), false)?;
         }
     }
     Ok(pool)

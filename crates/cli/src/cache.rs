@@ -45,10 +45,11 @@ impl Cache {
         if let Some(dir) = p.parent() {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating '{}'", dir.display()), e))?;
         }
-        let tmp = p.with_extension("tmp");
         let data = serde_json::to_vec_pretty(self).map_err(|e| Error::invalid(e.to_string()))?;
-        std::fs::write(&tmp, data).map_err(|e| Error::io(format!("writing '{}'", tmp.display()), e))?;
-        std::fs::rename(&tmp, &p).map_err(|e| Error::io(format!("replacing '{}'", p.display()), e))
+        // Readable by all (it names pools and devices, nothing secret, as
+        // zpool.cache), writable by root only whatever the umask: whoever
+        // can write it chooses the devices the daemon imports.
+        write_atomic(&p, &p.with_extension("tmp"), &data, 0o644)
     }
 
     pub fn find(&self, name: &str) -> Result<&CachedPool> {
@@ -81,6 +82,27 @@ impl Cache {
     pub fn remove(&mut self, name: &str) {
         self.pools.retain(|p| p.name != name);
     }
+}
+
+/// Replaces `path` with `data` through `tmp` (written, then renamed over
+/// it), so a reader sees the old file or the new one; the new file has
+/// exactly `mode`, whatever the umask.
+pub fn write_atomic(path: &Path, tmp: &Path, data: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let _ = std::fs::remove_file(tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(tmp)
+        .and_then(|mut f| {
+            // The umask may have taken bits of `mode` away at creation.
+            f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+            f.write_all(data)
+        });
+    written.map_err(|e| Error::io(format!("writing '{}'", tmp.display()), e))?;
+    std::fs::rename(tmp, path).map_err(|e| Error::io(format!("replacing '{}'", path.display()), e))
 }
 
 pub fn abs(p: &Path) -> String {

@@ -7,6 +7,7 @@
 //! line.
 
 use std::io::BufReader;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command as Process, Stdio};
@@ -74,7 +75,8 @@ pub fn start_with(tunables: &[String], daemon_args: &[String]) -> Result<u32> {
     if let Some(dir) = log_path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| cannot(format!("creating '{}': {}", dir.display(), e)))?;
     }
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| cannot(format!("opening '{}': {}", log_path.display(), e)))?;
+    // Owner only: the log names datasets, files and devices.
+    let log = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path).map_err(|e| cannot(format!("opening '{}': {}", log_path.display(), e)))?;
     let log2 = log.try_clone().map_err(|e| cannot(e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| cannot(format!("finding the tarn executable: {}", e)))?;
     let mut cmd = Process::new(exe);

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
-use tarn_engine::sys::{BlockDevice, FileDevice};
+use tarn_engine::pool::vet::open_for_import;
+use tarn_engine::sys::BlockDevice;
 use tarn_engine::{Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
 use crate::cache::Cache;
@@ -17,9 +18,11 @@ use crate::daemon::proto;
 
 #[derive(Debug, Subcommand, Serialize, Deserialize)]
 pub enum PoolCmd {
-    /// Create a pool striped over files or block devices
+    /// Create a pool striped over files or block devices (`cache DEVICE...`
+    /// after them adds cache devices)
     Create {
-        /// Use devices even if they belong to another pool
+        /// Use devices that hold a file system, swap, a partition table or an
+        /// exported pool (never a mounted or busy one, or an imported pool's)
         #[arg(short, long)]
         force: bool,
         /// Pool property (repeatable): ashift=N, comment=TEXT
@@ -117,11 +120,14 @@ pub enum PoolCmd {
     },
     /// Add cache devices (L2ARC): `pool add POOL cache DEVICE...`
     Add {
+        /// Use devices that hold a file system, swap, a partition table or an
+        /// exported pool (never a mounted or busy one, or an imported pool's)
+        #[arg(short, long)]
+        force: bool,
         name: String,
         /// The vdev type; only `cache` is supported
         #[arg(value_name = "cache")]
         kind: String,
-        #[arg(required = true)]
         devices: Vec<PathBuf>,
     },
     /// Remove cache devices (by path or guid)
@@ -169,13 +175,71 @@ impl PoolCmd {
     /// Makes the paths in the command absolute: the daemon does not share
     /// the caller's working directory.
     pub fn absolutize(&mut self) {
-        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        // `components` drops the `.` of `./mirror` once it is inside a path.
+        let cwd = Absolute(here);
         match self {
-            PoolCmd::Create { devices, .. } => devices.iter_mut().for_each(|d| *d = cwd.join(&*d)),
+            // Vdev keywords stay words; `./mirror` is a file.
+            PoolCmd::Create { devices, .. } | PoolCmd::Add { devices, .. } => devices.iter_mut().filter(|d| vdev_keyword(d).is_none()).for_each(|d| *d = cwd.join(&*d)),
             PoolCmd::Import { dirs, .. } => dirs.iter_mut().for_each(|d| *d = cwd.join(&*d)),
-            PoolCmd::Add { devices, .. } => devices.iter_mut().for_each(|d| *d = cwd.join(&*d)),
+            // A device to remove is a path or a guid: a name that exists
+            // here is the caller's path.
+            PoolCmd::Remove { devices, .. } => devices.iter_mut().filter(|d| std::path::Path::new(d.as_str()).exists()).for_each(|d| *d = cwd.join(std::path::Path::new(d.as_str())).display().to_string()),
             _ => {}
         }
+    }
+}
+
+/// The vdev kinds of zpool's command line; a bare word among the devices
+/// is one of these, never a file name (write `./mirror` for that file).
+const VDEV_KEYWORDS: &[&str] = &["mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup"];
+
+/// The keyword `arg` is (`raidz2` is `raidz`, `draid2:4d:1s` is `draid`),
+/// if it is one.
+pub fn vdev_keyword(arg: &std::path::Path) -> Option<&'static str> {
+    let s = arg.to_str()?;
+    let kw = VDEV_KEYWORDS.iter().find(|k| s.starts_with(**k))?;
+    let rest = &s[kw.len()..];
+    let ok = match *kw {
+        "raidz" => matches!(rest, "" | "1" | "2" | "3"),
+        // draid[PARITY][:DATAd][:CHILDRENc][:SPARESs]
+        "draid" => rest.chars().all(|c| c.is_ascii_alphanumeric() || c == ':') && rest.chars().next().is_none_or(|c| c.is_ascii_digit() || c == ':'),
+        _ => rest.is_empty(),
+    };
+    ok.then_some(*kw)
+}
+
+/// The devices of `pool create` or `pool add`, split at the `cache` keyword:
+/// (data devices, cache devices). Every other keyword is an error that says
+/// what tarn has.
+pub fn split_vdevs(args: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let (mut data, mut cache) = (Vec::new(), Vec::new());
+    let mut in_cache = false;
+    for a in args {
+        match vdev_keyword(a) {
+            Some("cache") => in_cache = true,
+            Some(kw) => {
+                return Err(Error::invalid(format!(
+                    "'{}' is a vdev type, and tarn has no {} vdevs yet: a pool is a stripe of plain devices, with `cache DEVICE...` for cache devices (a file named '{}' is './{}')",
+                    a.display(),
+                    kw,
+                    a.display(),
+                    a.display()
+                )))
+            }
+            None if in_cache => cache.push(a.clone()),
+            None => data.push(a.clone()),
+        }
+    }
+    Ok((data, cache))
+}
+
+/// The caller's working directory, joining paths without `.` components.
+struct Absolute(PathBuf);
+
+impl Absolute {
+    fn join(&self, p: &std::path::Path) -> PathBuf {
+        self.0.join(p).components().collect()
     }
 }
 
@@ -206,8 +270,7 @@ pub fn open_wrapped(name: &str, t: &Tunables, wrap: &dyn Fn(Arc<dyn BlockDevice>
     let mut devs = Vec::new();
     let mut locks = Vec::new();
     for p in &entry.devices {
-        let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", p), e))?;
-        fd.lock_exclusive().map_err(|e| held_by_daemon(Error::new(ErrorKind::Busy, format!("pool '{}': {}", name, e)), name))?;
+        let fd = open_for_import(std::path::Path::new(p)).map_err(|e| held_by_daemon(e.context(format!("pool '{}'", name)), name))?;
         let fd = Arc::new(fd);
         locks.push(fd.clone());
         devs.push((p.clone(), wrap(fd as Arc<dyn BlockDevice>)));

@@ -72,9 +72,8 @@ pub fn save(entries: &[(String, String)]) -> Result<()> {
     for (k, v) in entries {
         text.push_str(&format!("{}={}\n", k, v));
     }
-    let tmp = p.with_extension("tunables.tmp");
-    std::fs::write(&tmp, text).map_err(|e| Error::io(format!("writing '{}'", tmp.display()), e))?;
-    std::fs::rename(&tmp, &p).map_err(|e| Error::io(format!("replacing '{}'", p.display()), e))
+    // Readable by all, writable by root only: it sets how every pool runs.
+    crate::cache::write_atomic(&p, &p.with_extension("tunables.tmp"), text.as_bytes(), 0o644)
 }
 
 /// The names `--tunable NAME=VALUE` settings name.

@@ -327,11 +327,16 @@ fn l2arc() {
     smoke("l2arc");
 }
 
+#[test]
+fn probe() {
+    smoke("probe");
+}
+
 /// Every target has a test above (a new target without one fails here).
 #[test]
 fn every_target_is_smoked() {
     let tested =
-        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc", "brt"];
+        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc", "brt", "probe"];
     let names: Vec<&str> = fuzzing::TARGETS.iter().map(|t| t.name).collect();
     assert_eq!(names, tested);
 }

@@ -110,9 +110,9 @@ fn evicted_blocks_come_from_the_cache_device_and_survive_import() {
     assert!(main_reads(&main, &pool) - reads0 < (OBJ_BYTES / BS / 4) as u64 + 16);
 
     // Removing the cache device forgets it, here and at the next import.
-    pool.remove_cache("cache0").unwrap();
+    pool.remove_caches(&["cache0".to_string()]).unwrap();
     assert_eq!(pool.core().l2.entries(), 0);
-    assert!(pool.remove_cache("cache0").is_err());
+    assert!(pool.remove_caches(&["cache0".to_string()]).is_err());
     pool.export().unwrap();
     let pool = Pool::open_on(as_dyn(&main), vec![], &opts).unwrap();
     assert!(pool.cache_devices().is_empty());
@@ -180,6 +180,6 @@ fn bad_cache_arguments_are_refused() {
     let c: Arc<dyn BlockDevice> = Arc::new(FaultDevice::new(64 << 20, 2));
     pool.add_cache_on("c", c.clone()).unwrap();
     assert!(pool.add_cache_on("c2", c).unwrap_err().to_string().contains("already"));
-    assert!(pool.add_cache(std::path::Path::new("/nonexistent/cache.img")).is_err());
-    assert!(pool.remove_cache("nosuch").unwrap_err().to_string().contains("not a cache device"));
+    assert!(pool.add_caches(&["/nonexistent/cache.img".into()], false).is_err());
+    assert!(pool.remove_caches(&["nosuch".to_string()]).unwrap_err().to_string().contains("not a cache device"));
 }

@@ -15,15 +15,15 @@ use std::time::Duration;
 use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::dataset::props;
 use tarn_engine::error::printable;
-use tarn_engine::pool::{discover, PoolStatus, Suspension};
-use tarn_engine::sys::{BlockDevice, FileDevice, ThrottledDevice};
+use tarn_engine::pool::{discover, vet::open_for_import, PoolStatus, Suspension};
+use tarn_engine::sys::{BlockDevice, ThrottledDevice};
 use tarn_engine::{tunables::parse_size, CreateOptions, Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
 use super::mounts;
 use super::state::{Out, State};
 use crate::cache::{abs, Cache, CachedPool};
 use crate::fmt;
-use crate::pool_cmd::{split_assignments, PoolCmd};
+use crate::pool_cmd::{split_assignments, split_vdevs, PoolCmd};
 
 pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Result<()> {
     match cmd {
@@ -49,17 +49,19 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("expected PROP=VALUE, not '{}'", assignment)))?;
             st.live(&name, out)?.pool.set_property(k, v)
         }
-        PoolCmd::Add { name, kind, devices } => {
-            if kind != "cache" {
-                return Err(Error::invalid(format!("cannot add '{}' to pool '{}': only cache devices can be added (pool add POOL cache DEVICE...)", kind, name)));
+        PoolCmd::Add { force, name, kind, devices } => {
+            let spec: Vec<PathBuf> = std::iter::once(PathBuf::from(&kind)).chain(devices).collect();
+            let (data, cache) = split_vdevs(&spec)?;
+            if let Some(d) = data.first() {
+                return Err(Error::invalid(format!("cannot add '{}' to pool '{}': tarn can add only cache devices (pool add POOL cache DEVICE...)", d.display(), name)));
+            }
+            if cache.is_empty() {
+                return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL cache DEVICE...)", name)));
             }
             let pool = &st.live(&name, out)?.pool;
-            devices.iter().try_for_each(|d| pool.add_cache(d).map_err(|e| e.context(format!("pool '{}'", name))))
+            pool.add_caches(&cache, force).map_err(|e| e.context(format!("cannot add to pool '{}'", name)))
         }
-        PoolCmd::Remove { name, devices } => {
-            let pool = &st.live(&name, out)?.pool;
-            devices.iter().try_for_each(|d| pool.remove_cache(&abs(Path::new(d))).or_else(|_| pool.remove_cache(d)))
-        }
+        PoolCmd::Remove { name, devices } => st.live(&name, out)?.pool.remove_caches(&devices),
         PoolCmd::Sync { names } => {
             let names = if names.is_empty() { st.pools.keys().cloned().collect() } else { names };
             names.iter().try_for_each(|n| st.live(n, out)?.pool.sync().map_err(|e| e.context(format!("cannot sync pool '{}'", n))))
@@ -231,7 +233,8 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
     if let Some(m) = &mountpoint {
         root_props.push(("mountpoint".into(), m.clone()));
     }
-    let mut opts = CreateOptions { force: a.force, tunables: t.clone(), root_props, ..Default::default() };
+    let (data, cache) = split_vdevs(&a.devices)?;
+    let mut opts = CreateOptions { force: a.force, cache, tunables: t.clone(), root_props, ..Default::default() };
     for (k, v) in split_assignments(&a.pool_props, "-o")? {
         if k == "ashift" {
             opts.ashift = v.parse().map_err(|_| Error::invalid(format!("bad ashift '{}': a number from 9 to 16", v)))?;
@@ -246,16 +249,10 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
     if cache.pools.iter().any(|p| p.name == a.name) || st.pools.contains_key(&a.name) {
         return Err(Error::new(ErrorKind::Exists, format!("pool '{}' already exists", a.name)));
     }
-    // The devices of a live pool are locked by this very process, so the
-    // lock cannot tell; the cache can.
-    for d in &a.devices {
-        let d = abs(d);
-        if let Some(p) = cache.pools.iter().find(|p| st.pools.contains_key(&p.name) && p.devices.contains(&d)) {
-            return Err(Error::new(ErrorKind::Busy, format!("{} is part of active pool '{}'", d, p.name)));
-        }
-    }
-    let pool = Pool::create(&a.name, &a.devices, &opts)?;
-    let entry = CachedPool { name: a.name.clone(), guid: pool.guid(), devices: a.devices.iter().map(|d| abs(d)).collect(), mountpoint: mountpoint.clone() };
+    // A device of a live pool of this daemon is refused by Pool::create
+    // (its lock records the pool), as is any busy or signed device.
+    let pool = Pool::create(&a.name, &data, &opts)?;
+    let entry = CachedPool { name: a.name.clone(), guid: pool.guid(), devices: data.iter().map(|d| abs(d)).collect(), mountpoint: mountpoint.clone() };
     cache.add(entry)?;
     if let Err(e) = cache.save() {
         let _ = pool.close();
@@ -400,6 +397,9 @@ struct ImportArgs {
 fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<()> {
     check_mountpoint(&a.mountpoint)?;
     let dirs = if a.dirs.is_empty() { vec![PathBuf::from("/dev")] } else { a.dirs };
+    for d in &dirs {
+        std::fs::metadata(d).map_err(|e| Error::io(format!("cannot search '{}' for pools", d.display()), e))?;
+    }
     let found = discover(&dirs);
     let Some(want) = a.pool else {
         if a.json {
@@ -484,8 +484,7 @@ fn open_throttled(paths: &[PathBuf], bw: &str, opts: &OpenOptions) -> Result<Poo
     let mut devs = Vec::new();
     let mut locks = Vec::new();
     for p in paths {
-        let fd = FileDevice::open(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
-        fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, format!("'{}': {}", p.display(), e)))?;
+        let fd = open_for_import(p)?;
         let fd = Arc::new(fd);
         locks.push(fd.clone());
         devs.push((p.display().to_string(), Arc::new(ThrottledDevice::new(fd, bw, Duration::ZERO)) as Arc<dyn BlockDevice>));

@@ -18,6 +18,8 @@ pub struct Env {
     memfs: bool,
     /// The process holding the test's private mount namespace (`Env::private`).
     ns: Option<std::process::Child>,
+    /// Every command runs in this directory (relative device paths), when set.
+    pub cwd: Option<PathBuf>,
 }
 
 /// The `tarn` command under test.
@@ -43,10 +45,16 @@ impl Env {
             eprintln!("skipping {}: /dev/fuse cannot be opened ({})", name, e);
             return None;
         }
+        let mut e = Env::plain(name);
+        e.memfs = memfs;
+        Some(e)
+    }
+    /// A daemon for pools that are never mounted (`-m none`): no FUSE needed.
+    pub fn plain(name: &str) -> Env {
         let dir = std::env::temp_dir().join(format!("tarn-daemon-{}-{}", name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Some(Env { dir, memfs, ns: None })
+        Env { dir, memfs: false, ns: None, cwd: None }
     }
 
     /// As `new` (`memfs`) or `real`, with the daemon in a private mount
@@ -146,6 +154,12 @@ impl Env {
         self.dir.join(f).display().to_string()
     }
     pub fn cmd(&self) -> Command {
+        match &self.cwd {
+            Some(dir) => self.cmd_in(dir),
+            None => self.cmd_here(),
+        }
+    }
+    fn cmd_here(&self) -> Command {
         let mut c = match &self.ns {
             Some(ns) => {
                 let mut c = Command::new("nsenter");
@@ -163,7 +177,7 @@ impl Env {
     /// `cmd` with `dir` as the working directory (entering the namespace
     /// would otherwise start at its root).
     pub fn cmd_in(&self, dir: &Path) -> Command {
-        let mut c = self.cmd();
+        let mut c = self.cmd_here();
         match &self.ns {
             Some(ns) => {
                 let mut n = Command::new("nsenter");

@@ -60,6 +60,8 @@ use crate::sys::device::BlockDevice;
 
 const HEADER_BYTES: u64 = 4096;
 const ALIGN: u64 = 4096;
+/// Smallest cache device: the header and a ring of 16 blocks.
+pub const MIN_DEVICE_BYTES: u64 = HEADER_BYTES + 16 * ALIGN;
 const MAGIC: &[u8; 8] = b"TARNL2C1";
 const LOG_MAGIC: &[u8; 8] = b"TARNL2LG";
 /// Log block header: magic, lap, entry count, prev offset, prev length, prev checksum.
@@ -333,7 +335,7 @@ impl L2Arc {
     /// just added); otherwise rebuild the index from its log blocks.
     pub fn add_device(&self, guid: u64, path: &str, dev: Arc<dyn BlockDevice>, fresh: bool) -> Result<()> {
         let size = dev.size_bytes() / ALIGN * ALIGN;
-        if size < HEADER_BYTES + 16 * ALIGN {
+        if size < MIN_DEVICE_BYTES {
             return Err(Error::invalid(format!("cache device {} is too small ({} bytes)", path, size)));
         }
         if self.devs.read().iter().any(|d| d.guid == guid || d.path == path) {

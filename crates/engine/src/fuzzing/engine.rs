@@ -259,3 +259,27 @@ fn check_indirect(b: &IndBlock, raw: &[u8]) {
         assert_eq!(BlockPtr::decode(chunk).as_ref(), Ok(bp));
     }
 }
+
+/// The device signature prober (`sys::probe::identify`). The first byte
+/// picks the window: even, the rest is the head; odd, the tail. Whatever
+/// it reports must lie inside its window, and zeroing the reported magic
+/// must make that report go away (a report names its real cause).
+pub fn probe(data: &[u8]) -> Outcome {
+    use crate::sys::probe::{identify, Window};
+    let Some((&pick, rest)) = data.split_first() else { return Outcome::Rejected };
+    let (h, t): (&[u8], &[u8]) = if pick & 1 == 0 { (rest, &[]) } else { (&[], rest) };
+    let Some(found) = identify(h, t) else { return Outcome::Rejected };
+    let window = match found.window {
+        Window::Head => h,
+        Window::Tail => t,
+    };
+    assert!(found.len > 0 && found.offset + found.len <= window.len(), "{found:?} outside its window of {} bytes", window.len());
+    let mut zeroed = window.to_vec();
+    zeroed[found.offset..found.offset + found.len].fill(0);
+    let again = match found.window {
+        Window::Head => identify(&zeroed, t),
+        Window::Tail => identify(h, &zeroed),
+    };
+    assert_ne!(again, Some(found), "zeroing the magic left the same report");
+    Outcome::Accepted
+}

@@ -2,7 +2,8 @@
 //! cargo-fuzz harnesses in `fuzz/` and the stable `tests/fuzz_smoke.rs`.
 //!
 //! ## Purpose
-//! Everything tarn reads from a device may be damaged, so every decoder must
+//! Everything tarn reads from a device may be damaged (or, for the device
+//! signature prober, be anything at all), so every decoder must
 //! turn any byte string into a value or an error: never a panic, never an
 //! allocation out of proportion to its input, never an unbounded loop. Each
 //! body here feeds one fuzz input to one family of decoders and, when a
@@ -38,7 +39,7 @@ mod engine;
 mod ondisk;
 mod seeds;
 
-pub use engine::{block_decode, indirect, l2arc, spacelog, FUZZ_LSIZE_MAX};
+pub use engine::{block_decode, indirect, l2arc, probe, spacelog, FUZZ_LSIZE_MAX};
 pub use ondisk::{blockptr, brt, dnode, kv, label, uberblock};
 
 /// What a body did with its input.
@@ -146,6 +147,13 @@ pub const TARGETS: &[Target] = &[
         run: brt,
         seeds: seeds::brt,
         alloc_limit_bytes: |_| ALLOC_FIXED_BYTES,
+    },
+    // One copy of the probed window.
+    Target {
+        name: "probe",
+        run: probe,
+        seeds: seeds::probe,
+        alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + n,
     },
 ];
 

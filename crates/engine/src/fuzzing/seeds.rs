@@ -314,3 +314,32 @@ pub fn brt() -> Vec<Vec<u8>> {
         encode_bucket(&full),
     ]
 }
+
+/// A window for each signature `sys::probe` knows, behind the window byte
+/// (0: head, 1: tail).
+pub fn probe() -> Vec<Vec<u8>> {
+    let at = |pick: u8, len: usize, parts: &[(usize, &[u8])]| {
+        let mut v = vec![0u8; 1 + len];
+        v[0] = pick;
+        for (o, m) in parts {
+            v[1 + o..1 + o + m.len()].copy_from_slice(m);
+        }
+        v
+    };
+    // ext4: 100 inodes, 32768 blocks per group, the magic, extents|filetype.
+    let ext4 = at(0, 2048, &[(1024, &[100, 0, 0, 0]), (1024 + 32, &[0, 0x80, 0, 0]), (1024 + 56, &[0x53, 0xef]), (1024 + 96, &[0x42, 0, 0, 0])]);
+    vec![
+        at(0, 8, &[(0, b"TARNLBL1")]),
+        at(1, 8, &[(0, b"TARNLBL1")]),
+        at(0, 8, &[(0, b"TARNL2C1")]),
+        at(0, (128 << 10) + 8, &[(128 << 10, &0x00ba_b10c_u64.to_le_bytes())]),
+        at(0, 8, &[(0, b"XFSB"), (4, &4096u32.to_be_bytes())]),
+        ext4,
+        at(0, (64 << 10) + 72, &[((64 << 10) + 64, b"_BHRfS_M")]),
+        at(0, 4096, &[(4086, b"SWAPSPACE2")]),
+        at(0, 512, &[(82, b"FAT32   "), (510, &[0x55, 0xaa])]),
+        at(0, 1024, &[(512, b"EFI PART")]),
+        at(0, 512, &[(446, &[0x80]), (450, &[0x83]), (458, &[0, 8, 0, 0]), (510, &[0x55, 0xaa])]),
+        at(0, 1024, &[(512, b"LABELONE"), (536, b"LVM2 001")]),
+    ]
+}

@@ -7,19 +7,26 @@
 //! missing or carries another header is left out with a note (a cache is
 //! never needed for correctness), as OpenZFS leaves an unavailable cache
 //! device out of the pool.
+//!
+//! A cache device file is locked like a data device, and the lock says
+//! whose cache it is, so no pool of this process or another can take it
+//! (`pool::vet`). Adding and removing are all-or-none: every device named
+//! is checked before the first is written or forgotten.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tarn_ondisk::kv::{self, KvMap};
 
 use super::core::PoolCore;
+use super::vet::{self, Role, Vetted};
 use super::Pool;
 use crate::arc::l2::{read_cache_label, CacheDevStatus};
 use crate::arc::L2Params;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::device::BlockDevice;
 use crate::sys::file::FileDevice;
+use crate::sys::inuse::DeviceId;
 use crate::tunables::Tunables;
 
 const KEY_PREFIX: &str = "cache:";
@@ -56,11 +63,8 @@ pub(crate) fn open_recorded(core: &Arc<PoolCore>, props: &KvMap, given: &[(Strin
             .iter()
             .find(|(_, d)| read_cache_label(d.as_ref()) == Some((core.guid, guid)))
             .map(|(_, d)| d.clone())
-            .or_else(|| FileDevice::open(&path).ok().map(|f| Arc::new(f) as Arc<dyn BlockDevice>));
-        let Some(dev) = dev else {
-            eprintln!("tarn: pool '{}': cache device {} is unavailable; importing without it", core.name, path);
-            continue;
-        };
+            .or_else(|| open_locked(core, &path));
+        let Some(dev) = dev else { continue };
         if read_cache_label(dev.as_ref()) != Some((core.guid, guid)) {
             eprintln!("tarn: pool '{}': {} is no longer this pool's cache device; importing without it", core.name, path);
             continue;
@@ -74,51 +78,137 @@ pub(crate) fn open_recorded(core: &Arc<PoolCore>, props: &KvMap, given: &[(Strin
     }
 }
 
+/// Opens and locks a recorded cache device file, or says why not (a cache
+/// is never needed for correctness: the pool imports without it).
+fn open_locked(core: &PoolCore, path: &str) -> Option<Arc<dyn BlockDevice>> {
+    let f = match FileDevice::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("tarn: pool '{}': cache device {} is unavailable ({}); importing without it", core.name, path, e);
+            return None;
+        }
+    };
+    if let Err(e) = f.lock_exclusive() {
+        eprintln!("tarn: pool '{}': cache device {} is in use ({}); importing without it", core.name, path, e.holder_desc);
+        return None;
+    }
+    f.set_lock_owner(format!("a cache device of active pool '{}'", core.name));
+    Some(Arc::new(f))
+}
+
 impl Pool {
-    /// `pool add POOL cache PATH`: adds a file or block device as a cache.
-    pub fn add_cache(&self, path: &Path) -> Result<()> {
-        let f = FileDevice::open(path).map_err(|e| Error::io(format!("cannot open '{}'", path.display()), e))?;
-        self.add_cache_on(&path.display().to_string(), Arc::new(f))
+    /// `pool add POOL cache PATH...`: vets every device (`pool::vet`; `force`
+    /// takes one with a signature or an exported pool's label, never a busy
+    /// one), then adds them all or none.
+    pub fn add_caches(&self, paths: &[PathBuf], force: bool) -> Result<()> {
+        self.core().check_writable()?;
+        let roles: Vec<(PathBuf, Role)> = paths.iter().map(|p| (p.clone(), Role::Cache)).collect();
+        let vetted = vet::open_devices(&roles, None, force, Some(self.guid()))?;
+        self.attach_caches(vetted)
     }
 
-    /// Adds an opened device as a cache, recorded under `name`.
-    pub fn add_cache_on(&self, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
-        let core = self.core();
-        core.check_writable()?;
-        if let Some((pool, _)) = read_cache_label(dev.as_ref()) {
-            if pool == core.guid {
-                return Err(Error::new(ErrorKind::Exists, format!("{} is already a cache device of '{}'", name, core.name)));
-            }
+    /// Adds vetted devices as cache devices: each gets a fresh header, then
+    /// one pool-directory update records them all. On failure every device
+    /// added so far is taken out again.
+    pub(crate) fn attach_caches(&self, vetted: Vec<Vetted>) -> Result<()> {
+        if vetted.is_empty() {
+            return Ok(());
         }
-        let guid = super::pool::new_guid(name);
-        core.l2.add_device(guid, name, dev, true)?;
+        let owner = format!("a cache device of active pool '{}'", self.name());
+        let devs: Vec<(String, Arc<dyn BlockDevice>)> = vetted
+            .into_iter()
+            .map(|v| {
+                assert_eq!(v.role, Role::Cache);
+                v.dev.set_lock_owner(owner.clone());
+                (v.path, v.dev as Arc<dyn BlockDevice>)
+            })
+            .collect();
+        self.attach(devs)
+    }
+
+    /// Adds an opened device as a cache, recorded under `name` (in-memory
+    /// devices in tests; files go through `add_caches`).
+    pub fn add_cache_on(&self, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
+        self.core().check_writable()?;
+        vet::check_contents(name, dev.as_ref(), Role::Cache, false, Some(self.guid()))?;
+        self.attach(vec![(name.to_string(), dev)])
+    }
+
+    fn attach(&self, devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<()> {
+        let core = self.core();
+        let mut added: Vec<(u64, String)> = Vec::new();
+        let undo = |added: &[(u64, String)]| added.iter().for_each(|(g, _)| {
+            core.l2.remove_device(*g);
+        });
+        for (name, dev) in devs {
+            if let Some((pool, guid)) = read_cache_label(dev.as_ref()) {
+                if pool == core.guid && core.l2.devices().iter().any(|d| d.guid == guid) {
+                    undo(&added);
+                    return Err(Error::new(ErrorKind::Exists, format!("'{}' is already a cache device of pool '{}'", name, core.name)));
+                }
+            }
+            let guid = super::pool::new_guid(&name);
+            if let Err(e) = core.l2.add_device(guid, &name, dev, true) {
+                undo(&added);
+                return Err(e);
+            }
+            added.push((guid, name));
+        }
         let res = self.update_pool_dir(|props| {
-            kv::put_str(props, &format!("{}{}", KEY_PREFIX, guid), name);
+            added.iter().for_each(|(guid, name)| kv::put_str(props, &format!("{}{}", KEY_PREFIX, guid), name));
             Ok(())
         });
         if let Err(e) = res {
-            core.l2.remove_device(guid);
+            undo(&added);
             return Err(e);
         }
         core.l2.start_feeding(&core.cache);
         Ok(())
     }
 
-    /// `pool remove POOL DEVICE`: removes a cache device (by path or guid).
-    pub fn remove_cache(&self, which: &str) -> Result<()> {
+    /// `pool remove POOL DEVICE...`: removes cache devices (by path, any
+    /// name of the same file, or guid) — all of them or, if one is not a
+    /// cache device of the pool or is named twice, none.
+    pub fn remove_caches(&self, which: &[String]) -> Result<()> {
         let core = self.core();
-        let Some(d) = core.l2.devices().into_iter().find(|d| d.path == which || d.guid.to_string() == which) else {
-            return Err(Error::not_found(format!("'{}' is not a cache device of pool '{}'", which, core.name)));
-        };
+        let devices = core.l2.devices();
+        let mut chosen: Vec<u64> = Vec::new();
+        for w in which {
+            let Some(d) = devices.iter().find(|d| names_cache_device(w, &d.path, d.guid)) else {
+                return Err(self.not_a_cache_device(w));
+            };
+            if chosen.contains(&d.guid) {
+                return Err(Error::invalid(format!("'{}' is given twice: cache device {} of pool '{}'", w, d.path, core.name)));
+            }
+            chosen.push(d.guid);
+        }
         self.update_pool_dir(|props| {
-            props.remove(&format!("{}{}", KEY_PREFIX, d.guid));
+            chosen.iter().for_each(|g| drop(props.remove(&format!("{}{}", KEY_PREFIX, g))));
             Ok(())
         })?;
-        core.l2.remove_device(d.guid);
+        chosen.iter().for_each(|g| {
+            core.l2.remove_device(*g);
+        });
         Ok(())
+    }
+
+    fn not_a_cache_device(&self, which: &str) -> Error {
+        let data = self.core().vdevs.iter().any(|v| names_cache_device(which, &v.path, v.guid));
+        let why = if data { "a data device, and only cache devices can be removed" } else { "not a cache device of the pool" };
+        Error::not_found(format!("'{}' is not a cache device of pool '{}': it is {}", which, self.name(), why))
     }
 
     pub fn cache_devices(&self) -> Vec<CacheDevStatus> {
         self.core().l2.devices()
     }
+}
+
+/// Whether `which` (a path, another name of the same file, or a guid)
+/// names the device recorded as `path` with `guid`.
+fn names_cache_device(which: &str, path: &str, guid: u64) -> bool {
+    if which == path || which == guid.to_string() {
+        return true;
+    }
+    let id = |p: &str| std::fs::metadata(p).ok().and_then(|m| DeviceId::of(&m));
+    matches!((id(which), id(path)), (Some(a), Some(b)) if a == b)
 }

@@ -50,6 +50,7 @@ pub mod metrics;
 mod pool;
 pub mod spacemap;
 pub mod verify;
+pub mod vet;
 
 pub(crate) use pool::{new_guid, objset_props, read_kv};
 pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, Suspension, VdevStatus};

@@ -18,6 +18,7 @@ use super::alloc::metaslab::{AllocConfig, Allocator};
 use super::core::{PoolCore, TopVdev};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
 use super::spacemap;
+use super::vet::{Role, Vetted};
 use crate::arc::BlockCache;
 use crate::dataset::{Datasets, Rec};
 use crate::error::{Error, ErrorKind, Result};
@@ -40,8 +41,13 @@ pub struct CreateOptions {
     pub ashift: u8,
     /// Create the files (sparse) with this size; otherwise they must exist.
     pub size: Option<u64>,
-    /// Use devices that carry another pool's labels.
+    /// Use devices that carry an exported pool's labels, another pool's
+    /// cache header or a file-system signature (never a busy device; see
+    /// `pool::vet`).
     pub force: bool,
+    /// Cache devices (L2ARC) to add once the pool exists (`pool create …
+    /// cache DEV`); vetted with the data devices, before anything is written.
+    pub cache: Vec<PathBuf>,
     pub tunables: Tunables,
     /// Properties of the root dataset (`-O`).
     pub root_props: Vec<(String, String)>,
@@ -51,7 +57,7 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { ashift: 12, size: None, force: false, tunables: Tunables::default(), root_props: vec![], pool_props: vec![] }
+        CreateOptions { ashift: 12, size: None, force: false, cache: vec![], tunables: Tunables::default(), root_props: vec![], pool_props: vec![] }
     }
 }
 
@@ -291,31 +297,31 @@ pub fn set_dataset_prop(rec: &mut KvMap, name: &str, value: &str) -> Result<()> 
 }
 
 impl Pool {
-    /// Creates a pool on files or block devices at `paths`.
+    /// Creates a pool on files or block devices at `paths`, with the cache
+    /// devices `opts.cache`. Every device is vetted first (`pool::vet`): a
+    /// refusal leaves every device as it was.
     pub fn create(name: &str, paths: &[PathBuf], opts: &CreateOptions) -> Result<Pool> {
         validate_pool_name(name)?;
         if paths.is_empty() {
             return Err(Error::invalid("a pool needs at least one device"));
         }
-        let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
-        let mut locks = Vec::new();
-        let mut created: Vec<&PathBuf> = Vec::new();
-        let res = (|| {
-            for p in paths {
-                let fd = match opts.size {
-                    Some(sz) => FileDevice::create(p, sz).inspect(|_| created.push(p)),
-                    None => FileDevice::open(p),
-                }
-                .map_err(|e| Error::io(format!("cannot use '{}'", p.display()), e))?;
-                fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
-                let fd = Arc::new(fd);
-                locks.push(fd.clone());
-                devs.push((p.display().to_string(), fd as Arc<dyn BlockDevice>));
+        let roles: Vec<(PathBuf, Role)> = paths.iter().map(|p| (p.clone(), Role::Data)).chain(opts.cache.iter().map(|p| (p.clone(), Role::Cache))).collect();
+        let vetted = super::vet::open_devices(&roles, opts.size, opts.force, None)?;
+        // Files this call created are removed again on failure; existing ones are left.
+        let created: Vec<String> = vetted.iter().filter(|v| v.created).map(|v| v.path.clone()).collect();
+        let (data, cache): (Vec<Vetted>, Vec<Vetted>) = vetted.into_iter().partition(|v| v.role == Role::Data);
+        let devs = data.iter().map(|v| (v.path.clone(), v.dev.clone() as Arc<dyn BlockDevice>)).collect();
+        let locks = data.iter().map(|v| v.dev.clone()).collect();
+        drop(data);
+        let res = Self::create_on(name, devs, locks, opts).and_then(|pool| match pool.attach_caches(cache) {
+            Ok(()) => Ok(pool),
+            Err(e) => {
+                // The pool was made but cannot have what was asked for: undo it.
+                let _ = pool.destroy();
+                Err(e)
             }
-            Self::create_on(name, std::mem::take(&mut devs), std::mem::take(&mut locks), opts)
-        })();
+        });
         if res.is_err() {
-            // Files this call created are removed again; existing ones are left.
             for p in created {
                 let _ = std::fs::remove_file(p);
             }
@@ -333,7 +339,7 @@ impl Pool {
         let pool_guid = new_guid(name);
         let mut leaves = Vec::new();
         for (i, (path, dev)) in devs.iter().enumerate() {
-            check_new_device(path, dev.as_ref(), opts.force)?;
+            super::vet::check_contents(path, dev.as_ref(), Role::Data, opts.force, None)?;
             let size = label::usable_device_size(dev.size_bytes());
             let asize = size - label::LABELS_FRONT - label::LABELS_BACK;
             let cfg = AllocConfig::for_vdev(asize, opts.ashift);
@@ -422,11 +428,11 @@ impl Pool {
         let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
         let mut locks = Vec::new();
         for p in paths {
-            let fd = if opts.readonly { FileDevice::open_read_only(p) } else { FileDevice::open(p) };
-            let fd = fd.map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?;
-            if !opts.readonly {
-                fd.lock_exclusive().map_err(|e| Error::new(ErrorKind::Busy, e.to_string()))?;
-            }
+            let fd = if opts.readonly {
+                FileDevice::open_read_only(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?
+            } else {
+                super::vet::open_for_import(p)?
+            };
             let fd = Arc::new(fd);
             locks.push(fd.clone());
             devs.push((p.display().to_string(), fd));
@@ -809,26 +815,6 @@ fn set_pool_prop(props: &mut KvMap, name: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_new_device(path: &str, dev: &dyn BlockDevice, force: bool) -> Result<()> {
-    if dev.size_bytes() < label::MIN_DEVICE_BYTES {
-        return Err(Error::invalid(format!(
-            "'{}' is too small: {} bytes, a device needs at least {} (65 MiB)",
-            path,
-            dev.size_bytes(),
-            label::MIN_DEVICE_BYTES
-        )));
-    }
-    if let Some(c) = read_labels(dev).config {
-        if c.state != PoolState::Destroyed && !force {
-            return Err(Error::new(
-                ErrorKind::Busy,
-                format!("'{}' is part of {} pool '{}'; use -f to overwrite it", path, c.state.name().to_lowercase(), c.pool_name),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Feature bits this version understands.
 const KNOWN_FEATURES_INCOMPAT: u64 = 0;
 const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING;
@@ -961,6 +947,11 @@ impl ShellShared {
             brt: Default::default(),
         });
         core.refresh_space();
+        // From now on a second use of these devices in this process is
+        // refused with the pool's name (`pool::vet`).
+        for l in &locks {
+            l.set_lock_owner(format!("part of active pool '{}'", config.pool_name));
+        }
         Ok(ShellShared {
             core,
             sync: Mutex::new(SyncState { ub, cp_chain: vec![], log_chain: vec![], logs_since_cp: 0 }),
@@ -1335,7 +1326,15 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
         }
     }
     let mut pools: Vec<(DiscoveredPool, LabelConfig)> = Vec::new();
+    // One device under two names (a symlink, `-d` given twice) is one device:
+    // listing it twice would make the import open it twice.
+    let mut seen = Vec::new();
     for path in candidates {
+        let id = std::fs::metadata(&path).ok().and_then(|m| crate::sys::inuse::DeviceId::of(&m));
+        if id.is_some_and(|id| seen.contains(&id)) {
+            continue;
+        }
+        seen.extend(id);
         let Some(cfg) = probe(&path) else { continue };
         let entry = match pools.iter_mut().find(|(d, _)| d.guid == cfg.pool_guid) {
             Some(e) => e,

@@ -30,6 +30,17 @@
 //!   descriptor of any other `FileDevice` of a locked file when it is dropped,
 //!   closing it only when the lock holder goes away — otherwise dropping the
 //!   loser of a lock race would silently release the winner's lock.
+//!   The registry also remembers what holds each lock ("part of active
+//!   pool 'tank'", set by the pool once it knows its name), so a second use
+//!   of a device in this process is refused with that reason
+//!   ([`holder_in_process`]), whatever name the device is given.
+//! * **Block devices are opened exclusively** (`O_EXCL`) when opened for
+//!   writing, as OpenZFS's vdev_disk does: while a pool uses a disk, the
+//!   kernel refuses it to mkfs, mount, swapon and other pools, and a disk
+//!   they hold is refused to tarn ("in use": `EBUSY`).
+//! * **Private images.** A device file tarn creates is mode 0600: it holds
+//!   every file's bytes, which the pool's permissions guard only through
+//!   the mount.
 //! * **Health.** A truncated image file keeps accepting writes (they grow it
 //!   again, with zeros where the data was) and an unlinked one accepts them
 //!   until its last descriptor closes: no write fails. `health()` looks at
@@ -52,6 +63,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::buf::AlignedBuf;
 use super::device::{check_io, total_len, BlockDevice, Health, SECTOR_SIZE};
+use super::inuse::DeviceId;
 
 /// Most iovecs Linux accepts in one `preadv`/`pwritev` call.
 const IOV_MAX: usize = 1024;
@@ -82,10 +94,31 @@ const BLKGETSIZE64: u32 = 0x4008_1272;
 )))]
 const BLKGETSIZE64: u32 = 0x8008_1272;
 
-/// Files locked by a `FileDevice` of this process, keyed by `(st_dev, st_ino)`,
-/// with the descriptors of other devices of the same file whose closing is
-/// deferred until the holder is dropped (closing them would drop the lock).
-static LOCKED_FILES: Mutex<BTreeMap<(u64, u64), Vec<File>>> = Mutex::new(BTreeMap::new());
+/// Mode of the device files tarn creates: owner only.
+const IMAGE_MODE: u32 = 0o600;
+
+/// A file locked by a `FileDevice` of this process.
+struct Held {
+    /// What holds it, completing "'PATH' is …" (e.g. "part of active pool
+    /// 'tank'"); `None` until the holder says.
+    owner: Option<String>,
+    id: DeviceId,
+    /// Descriptors of other devices of the same file whose closing is
+    /// deferred until the holder is dropped (closing them would drop the lock).
+    parked: Vec<File>,
+}
+
+/// Files locked by a `FileDevice` of this process, keyed by `(st_dev, st_ino)`.
+static LOCKED_FILES: Mutex<BTreeMap<(u64, u64), Held>> = Mutex::new(BTreeMap::new());
+
+/// What in this process holds the device `id` (see `FileDevice::set_lock_owner`),
+/// completing "'PATH' is …"; `None` if no `FileDevice` of it is locked. A
+/// block device is found under any of its device nodes.
+pub fn holder_in_process(id: DeviceId) -> Option<String> {
+    let registry = LOCKED_FILES.lock();
+    let held = registry.values().find(|h| h.id == id)?;
+    Some(held.owner.clone().unwrap_or_else(|| "already open in this process".to_string()))
+}
 
 /// A regular file or block device used as a pool disk.
 pub struct FileDevice {
@@ -102,6 +135,8 @@ pub struct FileDevice {
     align: u64,
     /// `(st_dev, st_ino)`: identity of the file for the lock registry.
     key: (u64, u64),
+    /// Identity of the file or (for a block device) of the device.
+    id: DeviceId,
     locked: AtomicBool,
     bounces: AtomicU64,
     /// Shared by plain writes, exclusive for read-modify-write of a partial block.
@@ -109,8 +144,9 @@ pub struct FileDevice {
 }
 
 impl FileDevice {
-    /// Creates a new sparse file of `size_bytes` (a multiple of 512) and opens
-    /// it. Fails with `AlreadyExists` if anything exists at `path`.
+    /// Creates a new sparse file of `size_bytes` (a multiple of 512), mode
+    /// 0600 whatever the umask, and opens it. Fails with `AlreadyExists` if
+    /// anything exists at `path`.
     pub fn create(path: impl AsRef<Path>, size_bytes: u64) -> io::Result<FileDevice> {
         let path = path.as_ref();
         if !size_bytes.is_multiple_of(SECTOR_SIZE) {
@@ -128,6 +164,7 @@ impl FileDevice {
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(IMAGE_MODE)
             .open(path)
             .map_err(|e| match e.kind() {
                 io::ErrorKind::AlreadyExists => io::Error::new(
@@ -179,7 +216,10 @@ impl FileDevice {
     }
 
     fn open_impl(path: &Path, try_direct: bool, writable: bool) -> io::Result<FileDevice> {
-        let (mut file, mut direct) = open_file(path, try_direct, writable)?;
+        // Exclusive for writing a block device; checked before opening so a
+        // regular file never gets O_EXCL (meaningless without O_CREAT).
+        let exclusive = writable && std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        let (mut file, mut direct) = open_file(path, try_direct, writable, exclusive)?;
         let meta = file.metadata().map_err(|e| annotate(path, "stat", e))?;
         let raw_size = if meta.file_type().is_block_device() {
             block_device_size(file.as_raw_fd()).map_err(|e| annotate(path, "BLKGETSIZE64", e))?
@@ -199,7 +239,12 @@ impl FileDevice {
                 Some(a) if size.is_multiple_of(a) => align = a,
                 // Direct I/O unusable here (or the tail is unaddressable with
                 // it): reopen through the page cache.
-                _ => (file, direct) = open_file(path, false, writable)?,
+                _ => {
+                    // The exclusive claim belongs to the descriptor: let it
+                    // go before reopening.
+                    drop(file);
+                    (file, direct) = open_file(path, false, writable, exclusive)?;
+                }
             }
         }
         Ok(FileDevice {
@@ -211,6 +256,7 @@ impl FileDevice {
             direct,
             align,
             key: (meta.dev(), meta.ino()),
+            id: DeviceId::of(&meta).expect("a regular file or block device, checked above"),
             locked: AtomicBool::new(false),
             bounces: AtomicU64::new(0),
             rmw: RwLock::new(()),
@@ -328,16 +374,16 @@ impl FileDevice {
         if self.locked.load(Ordering::Acquire) {
             return Ok(());
         }
-        if registry.contains_key(&self.key) {
-            return Err(self.lock_error(
-                i32::try_from(std::process::id()).ok(),
-                "already open in this process".to_string(),
-                None,
-            ));
+        if let Some(held) = registry.get(&self.key) {
+            let desc = match &held.owner {
+                Some(owner) => format!("it is {owner}"),
+                None => "already open in this process".to_string(),
+            };
+            return Err(self.lock_error(i32::try_from(std::process::id()).ok(), desc, None));
         }
         match set_whole_file_write_lock(self.fd) {
             Ok(()) => {
-                registry.insert(self.key, Vec::new());
+                registry.insert(self.key, Held { owner: None, id: self.id, parked: Vec::new() });
                 self.locked.store(true, Ordering::Release);
                 Ok(())
             }
@@ -347,6 +393,24 @@ impl FileDevice {
             }
             Err(e) => Err(self.lock_error(None, format!("fcntl(F_SETLK) failed: {e}"), Some(e))),
         }
+    }
+
+    /// Records what holds this device's lock ("part of active pool
+    /// 'tank'"), for [`holder_in_process`] and lock conflicts in this
+    /// process. Does nothing unless this device holds the lock.
+    pub fn set_lock_owner(&self, owner: impl Into<String>) {
+        if !self.locked.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(held) = LOCKED_FILES.lock().get_mut(&self.key) {
+            held.owner = Some(owner.into());
+        }
+    }
+
+    /// The identity of the file or block device (for telling two names of
+    /// one device apart).
+    pub fn id(&self) -> DeviceId {
+        self.id
     }
 
     /// True if this device holds the exclusive lock.
@@ -554,9 +618,9 @@ impl Drop for FileDevice {
             // descriptors of the same file can now be closed too.
             drop(registry.remove(&self.key));
             drop(file);
-        } else if let Some(parked) = registry.get_mut(&self.key) {
+        } else if let Some(held) = registry.get_mut(&self.key) {
             // Closing this descriptor would release the holder's POSIX lock.
-            parked.push(file);
+            held.parked.push(file);
         }
     }
 }
@@ -615,20 +679,30 @@ fn annotate(path: &Path, what: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {what}: {e}", path.display()))
 }
 
-/// Opens read-write, with O_DIRECT if asked and accepted. Returns whether
-/// O_DIRECT is set.
-fn open_file(path: &Path, direct: bool, writable: bool) -> io::Result<(File, bool)> {
+/// Opens read-write, with O_DIRECT if asked and accepted, and O_EXCL if
+/// `exclusive` (block devices). Returns whether O_DIRECT is set.
+fn open_file(path: &Path, direct: bool, writable: bool, exclusive: bool) -> io::Result<(File, bool)> {
     let mut options = OpenOptions::new();
     options.read(true).write(writable);
+    let excl = if exclusive { libc::O_EXCL } else { 0 };
     if direct {
-        match options.clone().custom_flags(libc::O_DIRECT).open(path) {
+        match options.clone().custom_flags(libc::O_DIRECT | excl).open(path) {
             Ok(file) => return Ok((file, true)),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => return Err(annotate(path, "open", e)),
+            Err(e) => return Err(open_error(path, e)),
         }
     }
-    let file = options.open(path).map_err(|e| annotate(path, "open", e))?;
+    let file = options.custom_flags(excl).open(path).map_err(|e| open_error(path, e))?;
     Ok((file, false))
+}
+
+fn open_error(path: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::EBUSY) {
+        // Only an exclusive open of a block device fails this way.
+        let why = "in use: the kernel refuses to open it exclusively (it is mounted, swap, or held by another program or pool)";
+        return io::Error::new(io::ErrorKind::ResourceBusy, format!("{}: {why}", path.display()));
+    }
+    annotate(path, "open", e)
 }
 
 /// Finds the alignment O_DIRECT needs on `fd` by trying a 512-byte read into a
@@ -1058,6 +1132,29 @@ mod tests {
         let third = FileDevice::open(&tmp.0).unwrap();
         third.lock_exclusive().unwrap();
         assert!(third.is_locked());
+    }
+
+    /// Issue 11 item 7: images were created 0644 (or wider, by the umask),
+    /// readable by every local user. And a lock conflict in this process
+    /// names what holds the device.
+    #[test]
+    fn created_images_are_private_and_holders_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = TempPath::new("mode");
+        let dev = FileDevice::create(&tmp.0, 4096).unwrap();
+        let mode = std::fs::metadata(&tmp.0).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, IMAGE_MODE);
+        assert_eq!(holder_in_process(dev.id()), None);
+        dev.lock_exclusive().unwrap();
+        assert_eq!(holder_in_process(dev.id()).as_deref(), Some("already open in this process"));
+        dev.set_lock_owner("part of active pool 'p'");
+        assert_eq!(holder_in_process(dev.id()).as_deref(), Some("part of active pool 'p'"));
+        let second = FileDevice::open(&tmp.0).unwrap();
+        let err = second.lock_exclusive().unwrap_err();
+        assert!(err.to_string().contains("it is part of active pool 'p'"), "{err}");
+        drop(second);
+        drop(dev);
+        assert_eq!(holder_in_process(DeviceId::of(&std::fs::metadata(&tmp.0).unwrap()).unwrap()), None);
     }
 
     /// Whether /proc/locks lists a POSIX lock of this process on `dev`'s inode.

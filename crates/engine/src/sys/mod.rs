@@ -1,5 +1,8 @@
 //! The system seam: aligned buffers, the device trait, real file/block
-//! devices and the fault-injecting in-memory device used by the crash tests.
+//! devices and the fault-injecting in-memory device used by the crash tests;
+//! and what the host says about a device before tarn takes it (`probe`:
+//! the signatures on it; `inuse`: mounts, swap, holders, loop devices;
+//! `mountinfo`: the mount table, shared with the FUSE glue).
 //! All engine I/O goes through [`device::BlockDevice`], so the same engine
 //! runs on real disks and in a simulation that can cut power at any write.
 
@@ -7,6 +10,9 @@ pub mod buf;
 pub mod device;
 pub mod fault;
 pub mod file;
+pub mod inuse;
+pub mod mountinfo;
+pub mod probe;
 pub mod throttled;
 
 pub use buf::AlignedBuf;
