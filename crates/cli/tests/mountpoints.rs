@@ -23,8 +23,13 @@ use common::{wait_for, Env};
 /// directory, or on /mnt), as (source, directory). (The namespace starts
 /// as a copy of the host's, with whatever others have mounted there.)
 fn fuse_mounts(e: &Env) -> Vec<(String, String)> {
+    fuse_mount_ids(e).into_iter().map(|(name, dir, _)| (name, dir)).collect()
+}
+
+/// The same with each mount's id: a mount made again has another.
+fn fuse_mount_ids(e: &Env) -> Vec<(String, String, u64)> {
     let mine = |p: &Path| p.starts_with(&e.dir) || p == Path::new("/mnt");
-    e.mounts().into_iter().filter(|m| m.is_fuse() && mine(&m.mount_point)).map(|m| (m.source, m.mount_point.display().to_string())).collect()
+    e.mounts().into_iter().filter(|m| m.is_fuse() && mine(&m.mount_point)).map(|m| (m.fs_name(), m.mount_point.display().to_string(), m.id)).collect()
 }
 
 /// `value\tsource` of a dataset property.
@@ -35,7 +40,7 @@ fn prop(e: &Env, p: &str, ds: &str) -> String {
 /// What a refused command must leave as it was.
 #[derive(Debug, PartialEq)]
 struct Seen {
-    mounts: Vec<(String, String)>,
+    mounts: Vec<(String, String, u64)>,
     datasets: String,
     props: String,
     pools: String,
@@ -43,7 +48,7 @@ struct Seen {
 
 fn seen(e: &Env) -> Seen {
     Seen {
-        mounts: fuse_mounts(e),
+        mounts: fuse_mount_ids(e),
         datasets: e.ok(&["list", "-H", "-o", "name", "-t", "all"]),
         props: e.ok(&["get", "-H", "-o", "name,value,source", "mountpoint,canmount", "tank", "tank/own", "tank/quiet"]),
         pools: e.ok(&["pool", "list", "-H", "-o", "name"]),
@@ -160,6 +165,8 @@ fn bad_mount_points_are_refused_before_anything_changes() {
     e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "imp"]);
     e.ok(&["set", "overlay=off", "imp"]);
     e.ok(&["pool", "export", "imp"]);
+    // (`inherit canmount` above made tank/own's mount again.)
+    let before = seen(&e);
     let err = e.fails(&["pool", "import", "-d", e.dir.to_str().unwrap(), "-m", &full, "imp"]);
     assert!(err.contains("directory is not empty") && err.contains(&full), "import -m judges by the pool's own overlay: {}", err);
     assert_eq!(seen(&e), before);
@@ -309,7 +316,7 @@ fn a_killed_daemons_mounts_are_all_cleared() {
     let pid = e.pid().expect("pid");
     // SAFETY: killing our test's own daemon.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    wait_for("the lock to be released", || std::fs::read_to_string(format!("/proc/{}/stat", pid)).map(|s| s.contains(") Z ")).unwrap_or(true));
+    e.wait_killed(pid);
     assert_eq!(e.ok(&["pool", "list", "-H", "-o", "name"]), "in\nout\n");
     assert_eq!(e.mounted_types(&outer), ["fuse"], "one live mount, no dead one below it");
     assert_eq!(e.mounted_types(&inner), ["fuse"], "the pool mounted inside the other is mounted again");

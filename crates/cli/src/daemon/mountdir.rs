@@ -220,7 +220,7 @@ pub fn detach_dead_on_the_way(dir: &Path) {
         let Ok(table) = mount_table() else { return };
         let Some(dead) = fuse_mounts_on_the_way(&table, &dir).into_iter().find(|e| is_dead(&e.mount_point)) else { return };
         let res = tarn_fuse::mountpoint::unmount(&dead.mount_point, Some(dead.mount_id()), true);
-        log(&format!("detached a dead FUSE mount ('{}') on '{}': {}", dead.source, shown(&dead.mount_point), res.as_ref().map_or_else(|e| e.msg.clone(), |_| "ok".into())));
+        log(&format!("detached a dead FUSE mount ('{}') on '{}': {}", dead.fs_name(), shown(&dead.mount_point), res.as_ref().map_or_else(|e| e.msg.clone(), |_| "ok".into())));
         if res.is_err() {
             return;
         }
@@ -281,7 +281,7 @@ pub fn detach_recorded() -> usize {
     for r in &left {
         let Ok(table) = mount_table() else { break };
         let want = MountId { id: r.id, dev: r.dev };
-        let Some(e) = table.iter().find(|e| e.mount_id() == want && e.mount_point == r.dir && e.source == r.dataset && e.is_fuse()) else { continue };
+        let Some(e) = table.iter().find(|e| e.mount_id() == want && e.mount_point == r.dir && e.is_fuse() && e.fs_name() == r.dataset) else { continue };
         match tarn_fuse::mountpoint::unmount(&e.mount_point, Some(want), true) {
             Ok(()) => {
                 detached += 1;

@@ -213,6 +213,16 @@ impl Env {
     pub fn pid(&self) -> Option<i32> {
         std::fs::read_to_string(self.dir.join("tarn.pid")).ok()?.trim().parse().ok()
     }
+    /// Waits until the SIGKILLed daemon `pid` is gone for its clients: its
+    /// main thread a zombie (its locks released) and its socket refusing
+    /// connections. The socket closes only when the last thread has exited,
+    /// which may be after the main thread became a zombie; a command sent
+    /// in between is queued on the dying socket and reset.
+    pub fn wait_killed(&self, pid: i32) {
+        wait_for("the daemon's main thread to exit", || std::fs::read_to_string(format!("/proc/{}/stat", pid)).map(|s| s.contains(") Z ")).unwrap_or(true));
+        let sock = self.dir.join("tarn.sock");
+        wait_for("the daemon's socket to close", || std::os::unix::net::UnixStream::connect(&sock).is_err());
+    }
     /// A pool on one 128 MiB file, its root dataset mounted at `mnt`.
     pub fn create(&self, name: &str) -> String {
         let mnt = self.path(&format!("{}-mnt", name));

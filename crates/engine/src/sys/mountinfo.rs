@@ -35,6 +35,27 @@ impl MountEntry {
     pub fn mount_id(&self) -> MountId {
         MountId { id: self.id, dev: self.dev }
     }
+
+    /// The file system's name: the source, except for a `fuseblk` mount
+    /// from a loop device, whose source is the device; there the name is
+    /// the one the mount gave the device's backing file (`tarn:NAME`, see
+    /// the FUSE glue's `blk`), or the device if it has none.
+    pub fn fs_name(&self) -> String {
+        if self.fstype != "fuseblk" {
+            return self.source.clone();
+        }
+        let Some(dev) = self.source.strip_prefix("/dev/") else { return self.source.clone() };
+        let backing = std::fs::read_to_string(format!("/sys/block/{}/loop/backing_file", dev)).unwrap_or_default();
+        loop_fs_name(backing.trim_end()).unwrap_or_else(|| self.source.clone())
+    }
+}
+
+/// `NAME` from a loop device's backing file as sysfs shows a memfd named
+/// `tarn:NAME`: `/memfd:tarn:NAME (deleted)`.
+fn loop_fs_name(backing: &str) -> Option<String> {
+    let b = backing.strip_suffix(" (deleted)").unwrap_or(backing);
+    let b = b.strip_prefix("/memfd:").unwrap_or(b);
+    b.strip_prefix("tarn:").map(String::from)
 }
 
 /// Every mount this process sees, in the kernel's order (a mount stacked
@@ -94,6 +115,9 @@ mod tests {
         assert_eq!((e.id, e.parent, e.dev), (92, 91, (0, 43)));
         assert_eq!(e.mount_point, Path::new("/tmp/a b\nc"));
         assert_eq!((e.fstype.as_str(), e.source.as_str()), ("fuse.tarn", "tank/x"));
+        assert_eq!(e.fs_name(), "tank/x");
+        assert_eq!(loop_fs_name("/memfd:tarn:tank/a b (deleted)").as_deref(), Some("tank/a b"));
+        assert_eq!(loop_fs_name("/var/img/disk.img"), None);
         assert!(e.is_fuse());
         let t = parse_mountinfo_line("91 69 0:42 / /tmp/mt1/over rw,relatime - tmpfs tmpfs rw").unwrap();
         assert!(!t.is_fuse() && t.mount_point == Path::new("/tmp/mt1/over"));
