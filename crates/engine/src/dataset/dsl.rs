@@ -134,9 +134,7 @@ pub struct Datasets {
     pub(crate) me: Weak<Datasets>,
 }
 
-pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
+pub(crate) use crate::sys::clock::now_secs;
 
 pub(crate) fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<()> {
     if cond {

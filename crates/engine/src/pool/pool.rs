@@ -23,6 +23,7 @@ use crate::dataset::{Datasets, Rec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, WriteGroup, WriteProps};
 use crate::object::{Objset, ObjsetProps};
+use crate::sys::clock::now_secs;
 use crate::sys::device::BlockDevice;
 use crate::sys::file::FileDevice;
 use crate::tunables::Tunables;
@@ -197,9 +198,6 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
 
 pub(crate) fn queue_limits(t: &Tunables) -> QueueLimits {
     let mut q = QueueLimits::default();
