@@ -435,6 +435,18 @@ impl Datasets {
         Ok(os)
     }
 
+    /// The name of the dataset whose object set is number `id` (its record's
+    /// object number, as bookmarks give it); NotFound once it is destroyed.
+    pub fn name_of(&self, id: u64) -> Result<String> {
+        let mut st = self.st.lock();
+        let r = self.get_rec(&mut st, id)?;
+        // A record that is no longer indexed under its name was destroyed.
+        if self.lookup(&mut st, &r.name)? != Some(id) {
+            return Err(Error::not_found(format!("dataset record {} is not a dataset's any more", id)));
+        }
+        Ok(r.name)
+    }
+
     /// Object sets open now (file systems and snapshots).
     pub fn open_count(&self) -> usize {
         self.open.lock().len()

@@ -49,8 +49,10 @@ fn recorded(props: &KvMap) -> Vec<(u64, String)> {
 }
 
 /// Opens the recorded cache devices (or the given in-memory ones, matched
-/// by header) and starts feeding them.
-pub(crate) fn open_recorded(core: &Arc<PoolCore>, props: &KvMap, given: &[(String, Arc<dyn BlockDevice>)]) {
+/// by header) and starts feeding them; returns what it did without (the
+/// importer shows it).
+pub(crate) fn open_recorded(core: &Arc<PoolCore>, props: &KvMap, given: &[(String, Arc<dyn BlockDevice>)]) -> Vec<String> {
+    let mut missing = Vec::new();
     for (guid, path) in recorded(props) {
         let dev: Option<Arc<dyn BlockDevice>> = given
             .iter()
@@ -58,20 +60,21 @@ pub(crate) fn open_recorded(core: &Arc<PoolCore>, props: &KvMap, given: &[(Strin
             .map(|(_, d)| d.clone())
             .or_else(|| FileDevice::open(&path).ok().map(|f| Arc::new(f) as Arc<dyn BlockDevice>));
         let Some(dev) = dev else {
-            eprintln!("tarn: pool '{}': cache device {} is unavailable; importing without it", core.name, path);
+            missing.push(format!("pool '{}': cache device {} is unavailable; importing without it", core.name, path));
             continue;
         };
         if read_cache_label(dev.as_ref()) != Some((core.guid, guid)) {
-            eprintln!("tarn: pool '{}': {} is no longer this pool's cache device; importing without it", core.name, path);
+            missing.push(format!("pool '{}': {} is no longer this pool's cache device; importing without it", core.name, path));
             continue;
         }
         if let Err(e) = core.l2.add_device(guid, &path, dev, false) {
-            eprintln!("tarn: pool '{}': cache device {}: {}", core.name, path, e);
+            missing.push(format!("pool '{}': cache device {}: {}", core.name, path, e));
         }
     }
     if core.l2.has_devices() {
         core.l2.start_feeding(&core.cache);
     }
+    missing
 }
 
 impl Pool {

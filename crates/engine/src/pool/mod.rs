@@ -44,6 +44,8 @@ pub mod alloc;
 pub mod brt;
 pub mod cache_dev;
 pub mod core;
+pub mod errlog;
+pub mod import;
 pub mod label;
 pub mod metrics;
 #[allow(clippy::module_inception)]
@@ -52,4 +54,5 @@ pub mod spacemap;
 pub mod verify;
 
 pub(crate) use pool::{new_guid, objset_props, read_kv};
+pub use import::Rewind;
 pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};
