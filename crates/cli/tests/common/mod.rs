@@ -38,15 +38,23 @@ impl Env {
     pub fn real(name: &str) -> Option<Env> {
         Env::with(name, false)
     }
+    /// A daemon for tests that mount nothing (pools created with `-m none`):
+    /// runs without /dev/fuse.
+    pub fn plain(name: &str) -> Env {
+        Env::in_dir(name, false)
+    }
     fn with(name: &str, memfs: bool) -> Option<Env> {
         if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
             eprintln!("skipping {}: /dev/fuse cannot be opened ({})", name, e);
             return None;
         }
+        Some(Env::in_dir(name, memfs))
+    }
+    fn in_dir(name: &str, memfs: bool) -> Env {
         let dir = std::env::temp_dir().join(format!("tarn-daemon-{}-{}", name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Some(Env { dir, memfs, ns: None })
+        Env { dir, memfs, ns: None }
     }
 
     /// As `new` (`memfs`) or `real`, with the daemon in a private mount

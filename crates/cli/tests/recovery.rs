@@ -1,0 +1,227 @@
+//! A damaged pool through the daemon (issue 11): an import that would
+//! discard committed txgs refuses and says what it would lose (`-Fn` says it
+//! without writing, `-F` does it and says what went); the daemon's own
+//! import of its cache file never rewinds (the pool is FAULTED with that
+//! advice in `pool list`/`status`); reads that find no good copy are logged
+//! once each in the daemon log and named by file in `pool status -v`.
+
+mod common;
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use common::Env;
+use tarn_engine::pool::label::read_labels;
+use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
+use tarn_engine::sys::FileDevice;
+use tarn_engine::{OpenOptions, Pool};
+use tarn_ondisk::bp::Dva;
+
+/// Overwrites `len` bytes at `offset` of the file with seeded random bytes.
+fn scribble(img: &str, offset: u64, len: u64, seed: u64) {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let bytes: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let mut f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(&bytes).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// A hash of the whole image (to show that nothing wrote to it).
+fn digest(img: &str) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut f = std::fs::File::open(img).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            return h.finish();
+        }
+        h.write(&buf[..n]);
+    }
+}
+
+/// The copies of the MOS root the newest uberblock of the image names.
+fn newest_mos_root(img: &str) -> Vec<Dva> {
+    let dev = FileDevice::open_read_only(Path::new(img)).unwrap();
+    let ubs = read_labels(&dev).uberblocks;
+    let newest = ubs.iter().max_by_key(|u| u.txg).expect("an uberblock");
+    newest.mos.dva.iter().filter(|d| !d.is_empty()).copied().collect()
+}
+
+/// The issue's reproduction: random bytes over every copy of the newest
+/// MOS root (4 KiB each, whole sectors).
+fn damage_newest_mos_root(img: &str) {
+    for (i, d) in newest_mos_root(img).iter().enumerate() {
+        scribble(img, d.offset, d.asize.max(4096), 7 + i as u64);
+    }
+}
+
+fn stderr_of(e: &Env, args: &[&str]) -> String {
+    let o = e.run(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "tarn {:?} should fail; stderr: {}", args, err);
+    assert!(err.starts_with("tarn: ") && !err.contains("panicked"), "{}", err);
+    err
+}
+
+/// Regression (issue 11 item 3): after the newest MOS root of an exported
+/// pool was damaged, `pool import` rewound, exited 0, printed nothing and
+/// the pool lost its newest changes. Now it refuses, naming the txgs and
+/// `-F`, and writes nothing; the listing says a recovery is possible; `-n`
+/// without `-F` is refused; `-Fn` reports and writes nothing; `-F` imports
+/// and prints what it discarded.
+#[test]
+fn an_import_that_would_discard_txgs_needs_f_and_says_so() {
+    let e = Env::plain("rewind-import");
+    let img = e.path("tank.img");
+    let dir = e.dir.display().to_string();
+    e.ok(&["pool", "create", "-m", "none", "tank", &img, "--size", "128M"]);
+    e.ok(&["create", "tank/kept"]);
+    e.ok(&["create", "tank/newest"]);
+    e.ok(&["pool", "export", "tank"]);
+    damage_newest_mos_root(&img);
+    let before = digest(&img);
+
+    let err = stderr_of(&e, &["pool", "import", "-d", &dir, "tank"]);
+    for want in ["cannot be opened at its newest txg", "Recovery is possible", "must be discarded", "tarn pool import -F tank"] {
+        assert!(err.contains(want), "the refusal should say '{want}': {err}");
+    }
+    assert_eq!(e.ok(&["pool", "list", "-H"]).trim(), "", "nothing was imported");
+    let listing = e.ok(&["pool", "import", "-d", &dir]);
+    assert!(listing.contains("recovery is possible with -F") && listing.contains("Would be able to return pool 'tank'"), "{listing}");
+    assert!(e.fails(&["pool", "import", "-d", &dir, "-n", "tank"]).contains("-n is only meaningful with -F"));
+    let dry = e.ok(&["pool", "import", "-d", &dir, "-F", "-n", "tank"]);
+    assert!(dry.contains("Would be able to return pool 'tank' to its state as of") && dry.contains("Would discard approximately"), "{dry}");
+    assert_eq!(digest(&img), before, "neither the refusal, the listing nor -Fn wrote to the image");
+    assert_eq!(e.ok(&["pool", "list", "-H"]).trim(), "");
+
+    let done = e.ok(&["pool", "import", "-d", &dir, "-F", "tank"]);
+    assert!(done.contains("Pool 'tank' returned to its state as of") && done.contains("Discarded approximately"), "{done}");
+    assert_eq!(e.ok(&["pool", "list", "-H", "-o", "name,health"]).trim(), "tank\tONLINE");
+    assert!(e.ok(&["list", "-H", "-o", "name"]).lines().any(|l| l == "tank/kept"), "what is older than the damage is kept");
+}
+
+/// The sibling at the daemon's start: a pool of its cache file whose newest
+/// MOS root is damaged is not rewound behind the user's back: it stays
+/// unimported, FAULTED in `pool list`, with the advice in `pool status`,
+/// and nothing is written to it; `pool import -F NAME` (its devices found
+/// through the cache) recovers it.
+#[test]
+fn the_daemon_leaves_a_damaged_cached_pool_faulted() {
+    let e = Env::plain("rewind-cache");
+    let img = e.path("tank.img");
+    e.ok(&["pool", "create", "-m", "none", "tank", &img, "--size", "128M"]);
+    e.ok(&["create", "tank/a"]);
+    e.ok(&["daemon", "stop"]);
+    damage_newest_mos_root(&img);
+    let before = digest(&img);
+
+    assert_eq!(e.ok(&["pool", "list", "-H", "-o", "name,health,size"]).trim(), "tank\tFAULTED\t-");
+    for status in [e.ok(&["pool", "status"]), e.ok(&["pool", "status", "tank"])] {
+        for want in ["state: FAULTED", "Recovery is possible", "tarn pool import -F tank", "tarn pool export tank"] {
+            assert!(status.contains(want), "status should say '{want}': {status}");
+        }
+    }
+    assert_eq!(digest(&img), before, "the daemon wrote nothing to the faulted pool");
+    assert!(e.log().contains("cannot import pool 'tank' from the cache"), "{}", e.log());
+
+    let done = e.ok(&["pool", "import", "-F", "tank"]);
+    assert!(done.contains("Pool 'tank' returned to its state as of"), "{done}");
+    assert_eq!(e.ok(&["pool", "list", "-H", "-o", "name,health"]).trim(), "tank\tONLINE");
+}
+
+/// Export forgets a faulted pool without writing to it (as zpool export).
+#[test]
+fn a_faulted_pool_can_be_exported() {
+    let e = Env::plain("rewind-export");
+    let img = e.path("tank.img");
+    e.ok(&["pool", "create", "-m", "none", "tank", &img, "--size", "128M"]);
+    e.ok(&["create", "tank/a"]);
+    e.ok(&["daemon", "stop"]);
+    damage_newest_mos_root(&img);
+    let before = digest(&img);
+    assert!(e.ok(&["pool", "list", "-H", "-o", "health"]).contains("FAULTED"));
+    let o = e.run(&["pool", "export", "tank"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("forgotten without writing"));
+    assert_eq!(e.ok(&["pool", "list", "-H"]).trim(), "");
+    assert_eq!(digest(&img), before);
+}
+
+/// The copies of the data block `index` of the file at `path` (from the
+/// dataset's root) in dataset `ds`, read from the image in this process.
+fn data_block(img: &str, ds: &str, path: &[&str], index: u64) -> Vec<Dva> {
+    let pool = Pool::open(&[std::path::PathBuf::from(img)], &OpenOptions { readonly: true, ..Default::default() }).unwrap();
+    let os = pool.datasets().objset(ds).unwrap();
+    let fs = PosixFs::open(os.clone(), PosixOptions { readonly: true, ..Default::default() }).unwrap();
+    let mut ino = fs.root();
+    for name in path {
+        ino = fs.lookup(ino, name.as_bytes()).unwrap().ino;
+    }
+    let tree = os.tree(ino, 10_000).unwrap();
+    let bp = tree.iter().find(|(l, i, _)| (*l, *i) == (0, index)).expect("the data block").2;
+    bp.dva.iter().filter(|d| !d.is_empty()).copied().collect()
+}
+
+/// Regression (issue 11, "checksum errors are counted but not logged, and
+/// `pool status` names no damaged file"): a data block of a file in a
+/// directory and one of a file in a child dataset are damaged; reading them
+/// fails; the daemon log has one line per damaged copy however often it is
+/// read; `status` counts the permanent errors, `status -v` and `--json`
+/// name both files by path, and `pool clear` forgets them.
+#[test]
+fn status_v_names_the_files_whose_blocks_are_lost() {
+    let Some(e) = Env::real("status-v") else { return };
+    let mnt = e.create("tank");
+    let img = e.path("tank.img");
+    std::fs::create_dir(format!("{mnt}/dir")).unwrap();
+    std::fs::write(format!("{mnt}/dir/victim"), vec![0x5a; 300 << 10]).unwrap();
+    std::fs::write(format!("{mnt}/intact"), vec![0x33; 100 << 10]).unwrap();
+    e.ok(&["create", "tank/child"]);
+    std::fs::write(format!("{mnt}/child/f"), vec![0x77; 200 << 10]).unwrap();
+    e.ok(&["pool", "sync", "tank"]);
+    e.ok(&["daemon", "stop"]);
+    let victim = data_block(&img, "tank", &["dir", "victim"], 1);
+    let child = data_block(&img, "tank/child", &["f"], 0);
+    for (i, d) in victim.iter().chain(&child).enumerate() {
+        scribble(&img, d.offset, d.asize, 100 + i as u64);
+    }
+
+    assert!(e.ok(&["pool", "list", "-H", "-o", "health"]).contains("ONLINE"), "data damage does not stop the import");
+    common::wait_for("the root to be mounted", || common::is_mounted(&mnt));
+    for _ in 0..2 {
+        assert!(std::fs::read(format!("{mnt}/dir/victim")).is_err(), "a lost block reads as an error, never as data");
+        assert!(std::fs::read(format!("{mnt}/child/f")).is_err());
+    }
+    assert_eq!(std::fs::read(format!("{mnt}/intact")).unwrap(), vec![0x33; 100 << 10]);
+
+    let status = e.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("errors: 2 data errors, use '-v' for a list"), "{status}");
+    let v = e.ok(&["pool", "status", "-v", "tank"]);
+    assert!(v.contains("errors: Permanent errors have been detected in the following files:"), "{v}");
+    for f in [format!("{mnt}/dir/victim"), format!("{mnt}/child/f")] {
+        assert!(v.lines().any(|l| l.trim() == f), "status -v should name {f}: {v}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&e.ok(&["pool", "status", "--json", "tank"])).unwrap();
+    let names: Vec<&str> = json[0]["errors"].as_array().unwrap().iter().map(|x| x["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&format!("{mnt}/dir/victim").as_str()) && names.contains(&format!("{mnt}/child/f").as_str()), "{names:?}");
+    assert_eq!(json[0]["data_errors"], 2);
+
+    let log = e.log();
+    let at = format!("at offset {:#x} ", victim[0].offset);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(&at)).collect();
+    assert_eq!(lines.len(), 1, "one report per damaged copy, however often it is read: {lines:?}");
+    assert!(lines[0].contains("checksum error on vdev 0") && lines[0].contains("no copy could be read"), "{}", lines[0]);
+
+    e.ok(&["pool", "clear", "tank"]);
+    assert!(e.ok(&["pool", "status", "tank"]).contains("No known data errors"));
+}
