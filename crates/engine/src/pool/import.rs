@@ -173,13 +173,13 @@ impl Found {
 pub(crate) fn plan_rewind(f: &Found, opts: &OpenOptions, why: Error) -> Result<Rewind> {
     let newest = f.newest();
     let ro = OpenOptions { readonly: true, cache_devices: vec![], ..opts.clone() };
-    let mut tried = Vec::new();
+    let mut tried = Tried::default();
     for ub in &f.ubs[1..] {
         assert!(ub.txg < newest.txg, "uberblocks are sorted newest first");
         match Pool::try_open(&f.config, f.devs.clone(), vec![], &ro, ub.clone()) {
-            Err(e) => tried.push(format!("txg {}: {}", ub.txg, e)),
+            Err(e) => tried.push(ub.txg, e.msg),
             Ok(pool) => match check_deep_rewind(&pool, newest.txg) {
-                Err(e) => tried.push(format!("txg {}: {}", ub.txg, e)),
+                Err(e) => tried.push(ub.txg, e.msg),
                 Ok(data_errors) => {
                     return Ok(Rewind {
                         pool: f.config.pool_name.clone(),
@@ -194,8 +194,35 @@ pub(crate) fn plan_rewind(f: &Found, opts: &OpenOptions, why: Error) -> Result<R
             },
         }
     }
-    let older = if tried.is_empty() { "no older txg is recorded".to_string() } else { format!("no older txg opens either ({})", tried.join("; ")) };
+    let older = if tried.0.is_empty() { "no older txg is recorded".to_string() } else { format!("no older txg opens either ({})", tried) };
     Err(Error::corrupt(format!("pool '{}' cannot be opened: txg {}: {}; {}", f.config.pool_name, newest.txg, why, older)))
+}
+
+/// Why older txgs did not open, newest first; a run of txgs that failed
+/// for the same reason (a block they all share) is one entry.
+#[derive(Default)]
+struct Tried(Vec<(u64, u64, String)>);
+
+impl Tried {
+    fn push(&mut self, txg: u64, why: String) {
+        match self.0.last_mut() {
+            Some((oldest, _, w)) if *w == why => *oldest = txg,
+            _ => self.0.push((txg, txg, why)),
+        }
+    }
+}
+
+impl std::fmt::Display for Tried {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (oldest, newest, why)) in self.0.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "; " };
+            match oldest == newest {
+                true => write!(f, "{}txg {}: {}", sep, newest, why)?,
+                false => write!(f, "{}txgs {} to {}: {}", sep, oldest, newest, why)?,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A txg more than `SAFE_REWIND_TXGS` before the newest must verify
