@@ -192,3 +192,38 @@ fn errors_outside_any_dataset_are_named_by_number() {
     pool.datasets().destroy("tank/gone", false).unwrap();
     assert_eq!(names(&pool), [format!("<{:#x}>:<{:#x}>", gone_id, obj)]);
 }
+
+/// A log too big to live inline in its dnode is rewritten in a later txg:
+/// the sync must not wait on the log's own lock (the reads of its write
+/// clear and record entries). Regression: the first flush held the lock
+/// while writing, and the second sync deadlocked.
+#[test]
+fn a_large_log_is_rewritten_without_deadlock() {
+    let (devs, pool) = new_pool(1, &[]);
+    let log = &pool.core().errlog;
+    for i in 0..300 {
+        log.record(Bookmark::block(77, i, 0, 0));
+    }
+    sync_within(&pool, 30);
+    log.record(Bookmark::block(77, 1000, 0, 0));
+    log.cleared_by_read(&Bookmark::block(77, 0, 0, 0));
+    sync_within(&pool, 30);
+    let pool = reimport(&devs, pool);
+    assert_eq!(pool.error_log().len(), 300);
+    assert!(pool.error_log().contains(&Bookmark::block(77, 1000, 0, 0)));
+}
+
+/// Syncs, failing (instead of hanging the test) after `secs` seconds.
+fn sync_within(pool: &Pool, secs: u64) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(pool.sync()).unwrap());
+        match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+            Ok(r) => r.expect("sync"),
+            Err(_) => {
+                eprintln!("the sync did not finish within {secs} s: deadlocked");
+                std::process::exit(1);
+            }
+        }
+    });
+}

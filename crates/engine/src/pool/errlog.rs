@@ -46,8 +46,10 @@
 //! - `count` equals the number of entries (it is read without the lock, on
 //!   every successful read, to skip the lock when the log is empty);
 //! - no more than `ERRLOG_MAX_ENTRIES` entries;
-//! - `dirty` is set by every change and cleared only by a flush that wrote
-//!   the entries of that moment.
+//! - `dirty` is set by every change and cleared only by a flush, which
+//!   writes the entries of that moment (later changes set it again);
+//! - the lock is never held while the MOS is read or written: the reads
+//!   of a flush record into and clear from the log themselves.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -248,28 +250,37 @@ impl ErrorLog {
 
     /// Writes the log into `txg` when it changed (syncing context); returns
     /// the object's number when this flush created it (the pool directory
-    /// must then name it).
+    /// must then name it). The entries are taken under the lock and written
+    /// without it: writing reads MOS blocks, and a read records into or
+    /// clears from this very log. The object is emptied before it is
+    /// written, so its old content is never read (it may be what is damaged).
     pub(crate) fn flush(&self, mos: &Objset, txg: u64) -> Result<Option<u64>> {
-        let mut st = self.st.lock();
-        if !st.dirty {
-            return Ok(None);
-        }
-        let mut created = None;
-        if st.object == 0 {
-            st.object = mos.create_in(txg, ObjectType::KvMap, 3)?;
-            created = Some(st.object);
-        }
-        let mut map = KvMap::new();
-        for (b, when) in &st.entries {
-            kv::put_u64(&mut map, &b.key(), *when);
-        }
-        if st.dropped > 0 {
-            kv::put_u64(&mut map, KEY_DROPPED, st.dropped);
-        }
-        let bytes = kv::encode(&map);
-        mos.write_txg(txg, st.object, 0, &bytes)?;
-        mos.truncate_txg(txg, st.object, bytes.len() as u64)?;
-        st.dirty = false;
+        let (obj, bytes) = {
+            let mut st = self.st.lock();
+            if !st.dirty {
+                return Ok(None);
+            }
+            // Changes from here on are the next txg's.
+            st.dirty = false;
+            let mut map = KvMap::new();
+            for (b, when) in &st.entries {
+                kv::put_u64(&mut map, &b.key(), *when);
+            }
+            if st.dropped > 0 {
+                kv::put_u64(&mut map, KEY_DROPPED, st.dropped);
+            }
+            (st.object, kv::encode(&map))
+        };
+        let (obj, created) = match obj {
+            0 => {
+                let o = mos.create_in(txg, ObjectType::KvMap, 3)?;
+                self.st.lock().object = o;
+                (o, Some(o))
+            }
+            o => (o, None),
+        };
+        mos.truncate_txg(txg, obj, 0)?;
+        mos.write_txg(txg, obj, 0, &bytes)?;
         Ok(created)
     }
 
