@@ -19,15 +19,7 @@ use tarn_ondisk::bp::Dva;
 
 /// Overwrites `len` bytes at `offset` of the file with seeded random bytes.
 fn scribble(img: &str, offset: u64, len: u64, seed: u64) {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let bytes: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let bytes = content(len as usize, seed);
     let mut f = std::fs::OpenOptions::new().write(true).open(img).unwrap();
     f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(&bytes).unwrap();
@@ -110,6 +102,18 @@ fn an_import_that_would_discard_txgs_needs_f_and_says_so() {
     assert!(e.ok(&["list", "-H", "-o", "name"]).lines().any(|l| l == "tank/kept"), "what is older than the damage is kept");
 }
 
+/// A pool in the cache file of a stopped daemon, its newest MOS root
+/// damaged; its image and the image's digest.
+fn damaged_cached_pool(e: &Env) -> (String, u64) {
+    let img = e.path("tank.img");
+    e.ok(&["pool", "create", "-m", "none", "tank", &img, "--size", "128M"]);
+    e.ok(&["create", "tank/a"]);
+    e.ok(&["daemon", "stop"]);
+    damage_newest_mos_root(&img);
+    let before = digest(&img);
+    (img, before)
+}
+
 /// The sibling at the daemon's start: a pool of its cache file whose newest
 /// MOS root is damaged is not rewound behind the user's back: it stays
 /// unimported, FAULTED in `pool list`, with the advice in `pool status`,
@@ -118,12 +122,7 @@ fn an_import_that_would_discard_txgs_needs_f_and_says_so() {
 #[test]
 fn the_daemon_leaves_a_damaged_cached_pool_faulted() {
     let e = Env::plain("rewind-cache");
-    let img = e.path("tank.img");
-    e.ok(&["pool", "create", "-m", "none", "tank", &img, "--size", "128M"]);
-    e.ok(&["create", "tank/a"]);
-    e.ok(&["daemon", "stop"]);
-    damage_newest_mos_root(&img);
-    let before = digest(&img);
+    let (img, before) = damaged_cached_pool(&e);
 
     assert_eq!(e.ok(&["pool", "list", "-H", "-o", "name,health,size"]).trim(), "tank\tFAULTED\t-");
     for status in [e.ok(&["pool", "status"]), e.ok(&["pool", "status", "tank"])] {
@@ -143,12 +142,7 @@ fn the_daemon_leaves_a_damaged_cached_pool_faulted() {
 #[test]
 fn a_faulted_pool_can_be_exported() {
     let e = Env::plain("rewind-export");
-    let img = e.path("tank.img");
-    e.ok(&["pool", "create", "-m", "none", "tank", &img, "--size", "128M"]);
-    e.ok(&["create", "tank/a"]);
-    e.ok(&["daemon", "stop"]);
-    damage_newest_mos_root(&img);
-    let before = digest(&img);
+    let (img, before) = damaged_cached_pool(&e);
     assert!(e.ok(&["pool", "list", "-H", "-o", "health"]).contains("FAULTED"));
     let o = e.run(&["pool", "export", "tank"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

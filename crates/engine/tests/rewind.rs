@@ -12,6 +12,7 @@ use tarn_engine::pool::label::read_labels;
 use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::{CreateOptions, ErrorKind, OpenOptions, Pool};
 use tarn_ondisk::label;
+use tarn_ondisk::bp::BlockPtr;
 use tarn_ondisk::ObjectType;
 
 fn as_dyn(d: &Arc<FaultDevice>) -> Vec<(String, Arc<dyn BlockDevice>)> {
@@ -27,10 +28,18 @@ fn smash_uberblock(d: &FaultDevice, txg: u64) {
 }
 
 fn build() -> (Arc<FaultDevice>, Vec<(u64, u64)>) {
+    let (d, per_txg, _) = build_noting_dnode_blocks();
+    (d, per_txg)
+}
+
+/// Eight txgs of one new object each: the device, (txg, object) of each,
+/// and after each sync (the uberblock's txg, the root dataset's first dnode
+/// block).
+fn build_noting_dnode_blocks() -> (Arc<FaultDevice>, Vec<(u64, u64)>, Vec<(u64, BlockPtr)>) {
     let d = Arc::new(FaultDevice::new(256 << 20, 3));
     let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions::default()).unwrap();
     let os = pool.root().clone();
-    let mut per_txg = Vec::new();
+    let (mut per_txg, mut dnode_blocks) = (Vec::new(), Vec::new());
     for i in 0..8u64 {
         let tx = os.begin().unwrap();
         let o = os.create(&tx, ObjectType::PlainData).unwrap();
@@ -39,9 +48,11 @@ fn build() -> (Arc<FaultDevice>, Vec<(u64, u64)>) {
         drop(tx);
         pool.sync().unwrap();
         per_txg.push((txg, o));
+        let tree = os.tree(0, 100).unwrap();
+        dnode_blocks.push((pool.uberblock().txg, tree.iter().find(|(l, i, _)| (*l, *i) == (0, 0)).unwrap().2));
     }
     pool.export().unwrap();
-    (d, per_txg)
+    (d, per_txg, dnode_blocks)
 }
 
 #[test]
@@ -203,20 +214,7 @@ fn read_only_opens_refuse_a_rewind_too_and_write_nothing() {
 /// older txg whose top-level blocks read, without verifying anything.
 #[test]
 fn a_deep_rewind_skips_a_txg_whose_metadata_fails_the_verifier() {
-    let d = Arc::new(FaultDevice::new(256 << 20, 3));
-    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions::default()).unwrap();
-    let os = pool.root().clone();
-    let mut dnode_blocks = Vec::new();
-    for i in 0..8u64 {
-        let tx = os.begin().unwrap();
-        let o = os.create(&tx, ObjectType::PlainData).unwrap();
-        os.write(&tx, o, 0, &[i as u8 + 1; 5000]).unwrap();
-        drop(tx);
-        pool.sync().unwrap();
-        let tree = os.tree(0, 100).unwrap();
-        dnode_blocks.push((pool.uberblock().txg, tree.iter().find(|(l, i, _)| (*l, *i) == (0, 0)).unwrap().2));
-    }
-    pool.export().unwrap();
+    let (d, _, dnode_blocks) = build_noting_dnode_blocks();
     let ubs = read_labels(d.as_ref()).uberblocks;
     let last = *uberblock_txgs(&d).last().unwrap();
     let smashed: Vec<_> = ubs.iter().filter(|u| u.txg + 2 >= last).map(|u| u.mos).collect();

@@ -180,6 +180,7 @@ impl ErrorLog {
             st.entries.insert(at, crate::sys::clock::now_secs());
             self.count.store(st.entries.len(), Ordering::Release);
         }
+        assert!(st.entries.len() <= ERRLOG_MAX_ENTRIES, "error log of pool '{}' past its bound", self.pool);
         st.dirty = true;
     }
 

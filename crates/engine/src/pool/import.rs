@@ -122,27 +122,25 @@ impl Rewind {
         if !self.needed() {
             return format!("Pool '{}' opens at its newest txg {} ({}): an import would discard nothing.", self.pool, self.txg, utc(self.time));
         }
-        format!(
-            "Would be able to return pool '{}' to its state as of {} (txg {}).\nWould discard {}: the newest txg {} cannot be opened: {}{}",
-            self.pool,
-            utc(self.time),
-            self.txg,
-            self.discarded(),
-            self.newest_txg,
-            self.reason,
-            self.data_errors_line()
-        )
+        self.summary(&format!("Would be able to return pool '{}'", self.pool), "Would discard", "cannot")
     }
 
     /// What `import -F` prints after a rewind.
     pub fn done(&self) -> String {
+        self.summary(&format!("Pool '{}' returned", self.pool), "Discarded", "could not")
+    }
+
+    /// "`first` to its state as of …\n`discard` approximately …".
+    fn summary(&self, first: &str, discard: &str, cannot: &str) -> String {
         format!(
-            "Pool '{}' returned to its state as of {} (txg {}).\nDiscarded {}: the newest txg {} could not be opened: {}{}",
-            self.pool,
+            "{} to its state as of {} (txg {}).\n{} {}: the newest txg {} {} be opened: {}{}",
+            first,
             utc(self.time),
             self.txg,
+            discard,
             self.discarded(),
             self.newest_txg,
+            cannot,
             self.reason,
             self.data_errors_line()
         )
@@ -233,6 +231,7 @@ fn check_deep_rewind(pool: &Pool, newest: u64) -> Result<u64> {
         return Ok(0);
     }
     let rep = pool.verify()?;
+    assert!(rep.data_errors <= rep.errors.len() as u64, "the verifier counts {} data errors among {} errors", rep.data_errors, rep.errors.len());
     let metadata = rep.errors.len() as u64 - rep.data_errors;
     if metadata > 0 {
         let first = rep.errors.iter().next().cloned().unwrap_or_default();

@@ -417,6 +417,8 @@ impl Pool {
             Err(e) => e,
         };
         let plan = plan_rewind(&f, opts, why)?;
+        assert_eq!(plan.newest_txg, newest.txg, "a plan rewinds from the newest txg");
+        assert!(plan.needed(), "a plan past txg {} rewinds: {:?}", newest.txg, plan);
         if !opts.rewind {
             return Err(Error::corrupt(plan.refusal()));
         }
