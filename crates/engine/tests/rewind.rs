@@ -32,10 +32,13 @@ fn build() -> (Arc<FaultDevice>, Vec<(u64, u64)>) {
     (d, per_txg)
 }
 
+/// (uberblock txg, the root dataset's first dnode block) after each sync.
+type DnodeBlocks = Vec<(u64, BlockPtr)>;
+
 /// Eight txgs of one new object each: the device, (txg, object) of each,
 /// and after each sync (the uberblock's txg, the root dataset's first dnode
 /// block).
-fn build_noting_dnode_blocks() -> (Arc<FaultDevice>, Vec<(u64, u64)>, Vec<(u64, BlockPtr)>) {
+fn build_noting_dnode_blocks() -> (Arc<FaultDevice>, Vec<(u64, u64)>, DnodeBlocks) {
     let d = Arc::new(FaultDevice::new(256 << 20, 3));
     let pool = Pool::create_on("tank", as_dyn(&d), vec![], &CreateOptions::default()).unwrap();
     let os = pool.root().clone();
@@ -223,7 +226,7 @@ fn a_deep_rewind_skips_a_txg_whose_metadata_fails_the_verifier() {
     }
     let candidate = ubs.iter().filter(|u| !smashed.contains(&u.mos)).map(|u| u.txg).max().unwrap();
     assert!(candidate + 2 < last, "txg {candidate} is a deep rewind from {last}");
-    let (_, victim) = dnode_blocks.iter().filter(|(t, _)| *t <= candidate).last().expect("the candidate's dnode block");
+    let (_, victim) = dnode_blocks.iter().rev().find(|(t, _)| *t <= candidate).expect("the candidate's dnode block");
     for dva in victim.dva.iter().filter(|x| !x.is_empty()) {
         d.write_at(&[0xA5; 512], dva.offset).unwrap();
     }

@@ -234,7 +234,7 @@ fn check_deep_rewind(pool: &Pool, newest: u64) -> Result<u64> {
     assert!(rep.data_errors <= rep.errors.len() as u64, "the verifier counts {} data errors among {} errors", rep.data_errors, rep.errors.len());
     let metadata = rep.errors.len() as u64 - rep.data_errors;
     if metadata > 0 {
-        let first = rep.errors.iter().next().cloned().unwrap_or_default();
+        let first = rep.errors.first().cloned().unwrap_or_default();
         return Err(Error::corrupt(format!(
             "{} txgs back, the verifier finds {} damaged or reused metadata blocks (first: {})",
             newest - txg,

@@ -63,7 +63,7 @@ pub struct NamedError {
 /// The pool's error log, named (in bookmark order).
 pub fn named_errors(pool: &Pool) -> Vec<NamedError> {
     let ds = pool.datasets();
-    let mut sets: HashMap<u64, Option<(String, Option<Arc<Objset>>)>> = HashMap::new();
+    let mut sets: HashMap<u64, Option<DatasetSet>> = HashMap::new();
     pool.error_log()
         .into_iter()
         .map(|at| {
@@ -73,8 +73,11 @@ pub fn named_errors(pool: &Pool) -> Vec<NamedError> {
         .collect()
 }
 
+/// A dataset's name, and its object set when it opens.
+type DatasetSet = (String, Option<Arc<Objset>>);
+
 /// The dataset of object set `id`, and the set when it opens.
-fn dataset_of(ds: &Datasets, id: u64) -> Option<(String, Option<Arc<Objset>>)> {
+fn dataset_of(ds: &Datasets, id: u64) -> Option<DatasetSet> {
     if id == 0 {
         return None;
     }
@@ -83,7 +86,7 @@ fn dataset_of(ds: &Datasets, id: u64) -> Option<(String, Option<Arc<Objset>>)> {
     Some((name, os))
 }
 
-fn name(ds: &Datasets, at: Bookmark, set: Option<&(String, Option<Arc<Objset>>)>) -> NamedError {
+fn name(ds: &Datasets, at: Bookmark, set: Option<&DatasetSet>) -> NamedError {
     let Some((dataset, os)) = set else {
         let name = match at.objset {
             0 => format!("<metadata>:<{:#x}>", at.object),
