@@ -93,7 +93,7 @@ impl Rewind {
     fn data_errors_line(&self) -> String {
         match self.data_errors {
             0 => String::new(),
-            n => format!("\n\tThe state returned to has {} damaged data blocks; their files are listed by 'tarn pool status -v {}' after the import.", n, self.pool),
+            n => format!("\n\tThe state returned to has {} damaged data blocks: reading their files fails, and 'tarn pool status -v {}' lists each once it was read.", n, self.pool),
         }
     }
 
