@@ -1,5 +1,5 @@
-//! `tarn pool …`: the command line of create, list, status, export, import,
-//! destroy, get and set. The commands themselves run in the daemon
+//! `tarn pool …`: the command line of create, list, status, clear, export,
+//! import, destroy, get and set. The commands themselves run in the daemon
 //! (`daemon::pools`), which holds the imported pools; this module defines
 //! their arguments (sent to the daemon as they are) and the in-process
 //! opens that `bench` and `inspect` use.
@@ -58,10 +58,16 @@ pub enum PoolCmd {
     },
     /// Layout, state, capacity and error counts per device
     Status {
+        /// List the files with permanent errors (blocks no copy of which
+        /// could be read), from the pool's error log
+        #[arg(short = 'v')]
+        verbose: bool,
         #[arg(long)]
         json: bool,
         names: Vec<String>,
     },
+    /// Forget a pool's device error counts and its error log, as zpool clear
+    Clear { name: String },
     /// Unmount, sync and close a pool, marking it exported
     Export {
         /// Unmount even if busy; a suspended pool: close it without syncing,
@@ -80,9 +86,14 @@ pub enum PoolCmd {
         /// Import a pool marked destroyed
         #[arg(short, long)]
         force: bool,
-        /// Recovery: allow rewinding more than two txgs to an older uberblock
+        /// Recovery: when the newest txg cannot be opened, return the pool
+        /// to the newest older txg that can, discarding the txgs after it
         #[arg(short = 'F')]
         rewind: bool,
+        /// With -F: say what the recovery would discard, without importing
+        /// or writing anything
+        #[arg(short = 'n')]
+        dry_run: bool,
         /// Where to mount the root dataset (default /NAME; "none": not mounted)
         #[arg(short = 'm', value_name = "MOUNTPOINT")]
         mountpoint: Option<String>,
@@ -249,7 +260,9 @@ pub fn open(name: &str, readonly: bool, t: &Tunables) -> Result<Pool> {
     let cache = Cache::load()?;
     let entry = cache.find(name)?;
     let paths: Vec<PathBuf> = entry.devices.iter().map(PathBuf::from).collect();
-    Pool::open(&paths, &OpenOptions { readonly, tunables: t.clone(), rewind: false, ..Default::default() }).map_err(|e| held_by_daemon(e, name))
+    let pool = Pool::open(&paths, &OpenOptions { readonly, tunables: t.clone(), rewind: false, ..Default::default() }).map_err(|e| held_by_daemon(e, name))?;
+    pool.open_warnings().iter().for_each(|w| eprintln!("tarn: warning: {}", w));
+    Ok(pool)
 }
 
 /// Rewrites "held by process N" into advice when N is the tarn daemon.
@@ -275,6 +288,8 @@ pub fn open_wrapped(name: &str, t: &Tunables, wrap: &dyn Fn(Arc<dyn BlockDevice>
         locks.push(fd.clone());
         devs.push((p.clone(), wrap(fd as Arc<dyn BlockDevice>)));
     }
-    Pool::open_on(devs, locks, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false, ..Default::default() })
+    let pool = Pool::open_on(devs, locks, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false, ..Default::default() })?;
+    pool.open_warnings().iter().for_each(|w| eprintln!("tarn: warning: {}", w));
+    Ok(pool)
 }
 

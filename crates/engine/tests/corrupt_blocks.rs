@@ -5,15 +5,15 @@
 //! the uberblock is detected on read. What must follow: a read of damaged
 //! data fails with a `Corrupt` error naming the object (never wrong data,
 //! never a panic); undamaged data and objects still read; the checker lists
-//! the damage; a block the import itself needs makes it rewind to an older
-//! txg; and with `copies=2` the other copy serves the read.
+//! the damage; a block the import itself needs makes it refuse, or with -F
+//! rewind to an older txg; and with `copies=2` the other copy serves the read.
 
 mod common;
 
 use std::sync::Arc;
 
-use common::{durable, first_difference, new_pool, open, pattern, put};
-use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice, FaultZone};
+use common::{corrupt, durable, first_difference, new_pool, open, open_rewinding, pattern, put, refused};
+use tarn_engine::sys::{FaultConfig, FaultDevice, FaultZone};
 use tarn_engine::{ErrorKind, Pool};
 use tarn_ondisk::bp::{BlockPtr, Dva};
 use tarn_ondisk::dnode::SLOTS_PER_BLOCK;
@@ -23,17 +23,6 @@ fn block(pool: &Pool, obj: u64, level: u8, index: u64) -> BlockPtr {
     let tree = pool.root().tree(obj, 100_000).expect("tree");
     let found = tree.iter().find(|(l, i, _)| (*l, *i) == (level, index));
     found.unwrap_or_else(|| panic!("object {obj} has no block L{level} #{index}: {:?}", tree.iter().map(|(l, i, _)| (l, i)).collect::<Vec<_>>())).2
-}
-
-/// Damages a copy for certain: overwrites its first sector with a pattern
-/// (a single flipped bit could land in the sector padding after a short
-/// block's payload, which no checksum covers).
-fn corrupt(devs: &[Arc<FaultDevice>], dva: &Dva) {
-    assert!(!dva.is_empty(), "a copy to damage");
-    let d = &devs[dva.vdev as usize];
-    d.write_at(&[0x5Au8; 512], dva.offset).expect("write");
-    d.flush().expect("flush");
-    d.corrupt(dva.offset, dva.asize, dva.offset);
 }
 
 /// Exports, damages the given copies, imports again (so no cache holds them).
@@ -108,23 +97,34 @@ fn damaged_dnode_block_fails_its_objects_only() {
 }
 
 /// The meta object set's root is needed to import at all: with the newest
-/// one damaged, import rewinds to the previous txg, which is intact.
+/// one damaged, import refuses, saying what a rewind to the previous txg
+/// would discard; with `rewind` (import -F) it opens there, which is intact.
+/// Regression (issue 11 item 3): import used to rewind silently, exit 0
+/// and say nothing.
 #[test]
-fn damaged_mos_root_import_rewinds_to_the_previous_txg() {
+fn damaged_mos_root_import_refuses_then_rewinds_to_the_previous_txg() {
     let (devs, pool) = new_pool(2, &[]);
     let kept = put(&pool, &pattern(50_000, 20));
     pool.sync().unwrap();
     let prev_txg = pool.uberblock().txg;
     let lost = put(&pool, &pattern(50_000, 21));
     pool.sync().unwrap();
+    let last_txg = pool.uberblock().txg;
     let mos = pool.uberblock().mos;
     let images = durable(&devs);
     drop(pool);
     for dva in mos.dva.iter().filter(|d| !d.is_empty()) {
         corrupt(&images, dva);
     }
-    let pool = open(&images).expect("import falls back past the damaged root");
+    let e = refused(open(&images), "the newest MOS root is damaged");
+    assert_eq!(e.kind, ErrorKind::Corrupt);
+    for want in ["Recovery is possible", &format!("txg {}", prev_txg), &format!("txg {}", last_txg), "tarn pool import -F tank"] {
+        assert!(e.msg.contains(want), "the refusal should say '{want}': {e}");
+    }
+    let pool = open_rewinding(&images).expect("import -F falls back past the damaged root");
     assert_eq!(pool.uberblock().txg, prev_txg);
+    let r = pool.rewound().expect("the pool says it rewound");
+    assert_eq!((r.txg, r.newest_txg), (prev_txg, last_txg));
     assert_reads(&pool, kept, 0, &pattern(50_000, 20));
     assert_eq!(pool.root().read(lost, 0, 1).expect_err("from the lost txg").kind, ErrorKind::NotFound);
     assert!(verify_errors(&pool).is_empty());
@@ -132,10 +132,10 @@ fn damaged_mos_root_import_rewinds_to_the_previous_txg() {
 
 /// The space log rebuilds the allocator at import, so it is needed too. It
 /// is kept in two copies: one damaged copy costs nothing; with every copy of
-/// the newest log block damaged, import rewinds to the previous txg, whose
-/// log chain ends one block earlier.
+/// the newest log block damaged, import refuses without -F and with it
+/// rewinds to the previous txg, whose log chain ends one block earlier.
 #[test]
-fn damaged_space_log_import_rewinds_to_the_previous_txg() {
+fn damaged_space_log_import_refuses_then_rewinds_to_the_previous_txg() {
     let (devs, pool) = new_pool(1, &[]);
     let kept = put(&pool, &pattern(50_000, 22));
     pool.sync().unwrap();
@@ -156,7 +156,9 @@ fn damaged_space_log_import_rewinds_to_the_previous_txg() {
     for dva in log.dva.iter().filter(|d| !d.is_empty()) {
         corrupt(&images, dva);
     }
-    let pool = open(&images).expect("import falls back past the damaged log");
+    let e = refused(open(&images), "the newest space log block is damaged");
+    assert!(e.msg.contains("import -F"), "{e}");
+    let pool = open_rewinding(&images).expect("import -F falls back past the damaged log");
     assert_eq!(pool.uberblock().txg, prev_txg);
     assert_reads(&pool, kept, 0, &pattern(50_000, 22));
     assert!(verify_errors(&pool).is_empty());

@@ -15,7 +15,8 @@ use std::time::Duration;
 use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::dataset::props;
 use tarn_engine::error::printable;
-use tarn_engine::pool::{discover, vet::open_for_import, PoolStatus, Suspension};
+use tarn_engine::pool::{discover, vet::open_for_import, DiscoveredPool, PoolStatus, Suspension, VdevStatus};
+use tarn_engine::posix::errors::{named_errors, NamedError};
 use tarn_engine::sys::{BlockDevice, ThrottledDevice};
 use tarn_engine::{tunables::parse_size, CreateOptions, Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 
@@ -34,14 +35,26 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let statuses = statuses(st, names, out)?;
             list(&statuses, scripted, parsable, fields, json, out)
         }
-        PoolCmd::Status { json, names } => {
+        PoolCmd::Status { verbose, json, names } => {
             let all = statuses(st, names, out)?;
-            let caches: Vec<_> = all.iter().map(|s| st.pools.get(&s.name).map(|l| l.pool.cache_devices()).unwrap_or_default()).collect();
-            status(&all, &caches, json, out)
+            let shown: Vec<Shown> = all.iter().map(|s| shown(st, s, verbose || json)).collect();
+            status(&all, &shown, verbose, json, out)
         }
-        PoolCmd::Export { force, name } => close(st, &name, force, Closing::Export, out),
-        PoolCmd::Import { dirs, json, force, rewind, mountpoint, pool, device_bandwidth } => {
-            import(st, ImportArgs { dirs, json, force, rewind, mountpoint, pool, device_bandwidth }, t, out)
+        PoolCmd::Clear { name } => {
+            let pool = &st.live(&name, out)?.pool;
+            let n = pool.clear_errors();
+            out.line(format!("pool '{}': error counts reset, {} error log entries cleared", name, n));
+            pool.sync().map_err(|e| e.context(format!("pool '{}': writing the cleared error log", name)))
+        }
+        PoolCmd::Export { force, name } => {
+            if st.faulted.remove(&name).is_some() {
+                out.warnings.push(format!("pool '{}' could not be opened; it is forgotten without writing to its devices", name));
+                return forget_cached(&name);
+            }
+            close(st, &name, force, Closing::Export, out)
+        }
+        PoolCmd::Import { dirs, json, force, rewind, dry_run, mountpoint, pool, device_bandwidth } => {
+            import(st, ImportArgs { dirs, json, force, rewind, dry_run, mountpoint, pool, device_bandwidth }, t, out)
         }
         PoolCmd::Destroy { force, name } => close(st, &name, force, Closing::Destroy, out),
         PoolCmd::Get { scripted, parsable, fields, props, name } => get(st, scripted, parsable, fields, props, name, out),
@@ -262,25 +275,73 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
     Ok(())
 }
 
-/// Status of the named live pools, or of every pool in the cache (those
-/// that cannot be imported are warnings).
+/// Status of the named live pools, or of every pool in the cache: a pool
+/// too damaged to open is FAULTED with why (and what `import -F` would
+/// discard); one that cannot be imported for another reason (busy) is a
+/// warning, or the error when named.
 fn statuses(st: &mut State, names: Vec<String>, out: &mut Out) -> Result<Vec<PoolStatus>> {
+    let cached = Cache::load()?.pools;
     let mut all = Vec::new();
-    if names.is_empty() {
-        let mut cached = Cache::load()?.pools;
-        cached.sort_by(|a, b| a.name.cmp(&b.name));
-        for p in cached {
-            match st.live(&p.name, out) {
-                Ok(l) => all.push(l.pool.status()),
-                Err(e) => out.warnings.push(e.msg),
-            }
-        }
+    let named = !names.is_empty();
+    let names = if named {
+        names
     } else {
-        for n in &names {
-            all.push(st.live(n, out)?.pool.status());
+        let mut v: Vec<String> = cached.iter().map(|p| p.name.clone()).collect();
+        v.sort();
+        v
+    };
+    for n in &names {
+        match st.live(n, out) {
+            Ok(l) => all.push(l.pool.status()),
+            Err(e) => match (st.faulted.get(n), cached.iter().find(|p| &p.name == n)) {
+                (Some(why), Some(entry)) => all.push(faulted_status(entry, why)),
+                _ if named => return Err(e),
+                _ => out.warnings.push(e.msg),
+            },
         }
     }
     Ok(all)
+}
+
+/// The status of a pool of the cache file that cannot be opened.
+fn faulted_status(entry: &CachedPool, why: &str) -> PoolStatus {
+    let vdevs = entry
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| VdevStatus { id: i as u32, path: d.clone(), state: "-".into(), fault: None, size: 0, allocated: 0, read_errors: 0, write_errors: 0, checksum_errors: 0, direct_io: false })
+        .collect();
+    PoolStatus {
+        name: entry.name.clone(),
+        guid: entry.guid,
+        state: FAULTED.into(),
+        txg: 0,
+        size: 0,
+        allocated: 0,
+        free: 0,
+        fragmentation_pct: 0,
+        vdevs,
+        error: Some(why.to_string()),
+        data_errors: 0,
+        suspension: None,
+    }
+}
+
+/// The state of a pool of the cache file that cannot be opened.
+const FAULTED: &str = "FAULTED";
+
+/// What `status` shows of a pool besides its `PoolStatus`: its cache
+/// devices, and its permanent errors named (when asked for).
+struct Shown {
+    caches: Vec<CacheDevStatus>,
+    errors: Vec<NamedError>,
+}
+
+fn shown(st: &State, s: &PoolStatus, name_errors: bool) -> Shown {
+    match st.pools.get(&s.name) {
+        Some(l) => Shown { caches: l.pool.cache_devices(), errors: if name_errors { named_errors(&l.pool) } else { Vec::new() } },
+        None => Shown { caches: Vec::new(), errors: Vec::new() },
+    }
 }
 
 fn json(v: &impl serde::Serialize) -> Result<String> {
@@ -293,9 +354,15 @@ fn list(statuses: &[PoolStatus], scripted: bool, parsable: bool, fields: Vec<Str
         return Ok(());
     }
     let fields = if fields.is_empty() { ["name", "size", "alloc", "free", "frag", "cap", "health"].map(String::from).to_vec() } else { fields };
-    let sz = |v: u64| if parsable { v.to_string() } else { fmt::size(v) };
     let mut rows = Vec::new();
     for s in statuses {
+        // A faulted pool's figures are unknown, not zero.
+        let known = s.state != FAULTED;
+        let sz = |v: u64| match (known, parsable) {
+            (false, _) => "-".to_string(),
+            (true, true) => v.to_string(),
+            (true, false) => fmt::size(v),
+        };
         let mut r = Vec::new();
         for f in &fields {
             r.push(match f.as_str() {
@@ -303,8 +370,9 @@ fn list(statuses: &[PoolStatus], scripted: bool, parsable: bool, fields: Vec<Str
                 "size" => sz(s.size),
                 "alloc" | "allocated" => sz(s.allocated),
                 "free" => sz(s.free),
-                "frag" | "fragmentation" => format!("{}%", s.fragmentation_pct),
-                "cap" | "capacity" => format!("{}%", s.allocated.saturating_mul(100).checked_div(s.size).unwrap_or(0)),
+                "frag" | "fragmentation" if known => format!("{}%", s.fragmentation_pct),
+                "cap" | "capacity" if known => format!("{}%", s.allocated.saturating_mul(100).checked_div(s.size).unwrap_or(0)),
+                "frag" | "fragmentation" | "cap" | "capacity" => "-".into(),
                 "health" => s.state.clone(),
                 "guid" => s.guid.to_string(),
                 other => return Err(Error::invalid(format!("unknown column '{}': name,size,alloc,free,frag,cap,health,guid", other))),
@@ -316,14 +384,28 @@ fn list(statuses: &[PoolStatus], scripted: bool, parsable: bool, fields: Vec<Str
     Ok(())
 }
 
-fn print_status(s: &PoolStatus, out: &mut Out) {
+fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut Out) {
     out.line(format!("  pool: {}", s.name));
     out.line(format!(" state: {}", s.state));
+    if let (Some(e), true) = (&s.error, s.state == FAULTED) {
+        out.line("status: The pool cannot be opened:");
+        e.lines().for_each(|l| out.line(format!("        {}", l.trim_start())));
+        let rewind = e.contains("import -F");
+        out.line(format!(
+            "action: {}'tarn pool export {}' forgets the pool without writing to its devices.",
+            if rewind { "Recover as said above, or " } else { "Restore its devices and import it again, or " },
+            s.name
+        ));
+        return;
+    }
     if let Some(sus) = &s.suspension {
         out.line(format!("status: The pool is suspended and cannot write: {}.", sus.reason));
         out.line(format!("        On disk is txg {} of {}; not written: {}.", sus.synced_txg, super::utc(sus.synced_time), lost_text(sus)));
         out.line(format!("action: Restore or replace the device, then `tarn pool export -f {}` (closes the pool without syncing,", s.name));
         out.line(format!("        discarding what was not written) and `tarn pool import {}`.", s.name));
+    } else if let Some(e) = &s.error {
+        out.line(format!("status: The pool is suspended after an I/O failure: {}", e));
+        out.line("action: Check the devices, then export and re-import the pool.");
     }
     out.line(format!("   txg: {}", s.txg));
     out.line("config:\n");
@@ -343,6 +425,27 @@ fn print_status(s: &PoolStatus, out: &mut Out) {
     for v in s.vdevs.iter().filter(|v| v.fault.is_some()) {
         out.line(format!("  {} is {}: {}", v.path, v.state, v.fault.as_deref().unwrap_or("")));
     }
+    print_errors(s, errors, verbose, out);
+}
+
+/// The "errors:" section: the permanent errors (the error log), by file
+/// with -v; else the devices' error counts.
+fn print_errors(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut Out) {
+    if s.data_errors > 0 && verbose {
+        out.line("\nerrors: Permanent errors have been detected in the following files:\n");
+        let mut names: Vec<&str> = errors.iter().map(|e| e.name.as_str()).collect();
+        names.dedup();
+        names.iter().for_each(|n| out.line(format!("        {}", n)));
+        let unlisted = s.data_errors.saturating_sub(errors.len() as u64);
+        if unlisted > 0 {
+            out.line(format!("        ({} more: the error log was full)", unlisted));
+        }
+        return;
+    }
+    if s.data_errors > 0 {
+        out.line(format!("\nerrors: {} data errors, use '-v' for a list", s.data_errors));
+        return;
+    }
     let errs: u64 = s.vdevs.iter().map(|v| v.read_errors + v.write_errors + v.checksum_errors).sum();
     out.line(format!("\nerrors: {}", if errs == 0 { "No known data errors".to_string() } else { format!("{} I/O or checksum errors", errs) }));
 }
@@ -357,17 +460,19 @@ fn print_caches(caches: &[CacheDevStatus], out: &mut Out) {
     out.text.push_str(&fmt::table(&["NAME", "STATE", "SIZE", "GUID"], &rows, false));
 }
 
-/// `pool status --json`: a pool's status with its cache devices.
+/// `pool status --json`: a pool's status with its cache devices and its
+/// permanent errors, named.
 #[derive(serde::Serialize)]
 struct StatusJson<'a> {
     #[serde(flatten)]
     status: &'a PoolStatus,
     cache: &'a [CacheDevStatus],
+    errors: &'a [NamedError],
 }
 
-fn status(all: &[PoolStatus], caches: &[Vec<CacheDevStatus>], as_json: bool, out: &mut Out) -> Result<()> {
+fn status(all: &[PoolStatus], shown: &[Shown], verbose: bool, as_json: bool, out: &mut Out) -> Result<()> {
     if as_json {
-        let v: Vec<StatusJson> = all.iter().zip(caches).map(|(status, cache)| StatusJson { status, cache }).collect();
+        let v: Vec<StatusJson> = all.iter().zip(shown).map(|(status, s)| StatusJson { status, cache: &s.caches, errors: &s.errors }).collect();
         out.line(json(&v)?);
         return Ok(());
     }
@@ -378,8 +483,8 @@ fn status(all: &[PoolStatus], caches: &[Vec<CacheDevStatus>], as_json: bool, out
         if i > 0 {
             out.line("");
         }
-        print_status(s, out);
-        print_caches(&caches[i], out);
+        print_status(s, &shown[i].errors, verbose, out);
+        print_caches(&shown[i].caches, out);
     }
     Ok(())
 }
@@ -389,6 +494,7 @@ struct ImportArgs {
     json: bool,
     force: bool,
     rewind: bool,
+    dry_run: bool,
     mountpoint: Option<String>,
     pool: Option<String>,
     device_bandwidth: Option<String>,
@@ -396,25 +502,16 @@ struct ImportArgs {
 
 fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<()> {
     check_mountpoint(&a.mountpoint)?;
-    let dirs = if a.dirs.is_empty() { vec![PathBuf::from("/dev")] } else { a.dirs };
-    for d in &dirs {
+    if a.dry_run && !a.rewind {
+        return Err(Error::invalid("-n is only meaningful with -F (import -Fn: say what a recovery would discard)"));
+    }
+    for d in &a.dirs {
         std::fs::metadata(d).map_err(|e| Error::io(format!("cannot search '{}' for pools", d.display()), e))?;
     }
+    let dirs = search_paths(st, &a)?;
     let found = discover(&dirs);
-    let Some(want) = a.pool else {
-        if a.json {
-            out.line(json(&found)?);
-        } else if found.is_empty() {
-            out.line("no pools available to import");
-        } else {
-            for p in &found {
-                out.line(format!("   pool: {}\n     id: {}\n  state: {}\n devices:", p.name, p.guid, p.state));
-                p.devices.iter().for_each(|d| out.line(format!("         {}", d)));
-                p.missing.iter().for_each(|m| out.line(format!("         {}  MISSING", m)));
-                out.line("");
-            }
-        }
-        return Ok(());
+    let Some(want) = a.pool.clone() else {
+        return list_importable(st, &found, t, a.json, out);
     };
     let matches: Vec<_> = found.iter().filter(|p| p.name == want || p.guid.to_string() == want).collect();
     let p = match matches.as_slice() {
@@ -432,21 +529,29 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
         return Err(Error::invalid(format!("pool '{}' was destroyed; use -f to import it anyway", p.name)));
     }
     let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
+    let opts = OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, ..Default::default() };
+    if a.dry_run {
+        out.line(Pool::check_open(&paths, &opts)?.would());
+        return Ok(());
+    }
     // `-m` asks for a mount there: checked before the pool is opened for
     // writing. A directory with something in it is judged by the root's
     // own `overlay`, read from a read-only open. (Without -m, the root's
     // mountpoint is checked when it is mounted: refused, a warning.)
     if let Some(m) = a.mountpoint.as_deref() {
         let occupied = std::fs::read_dir(m).is_ok_and(|mut d| d.next().is_some());
-        let overlay = !occupied || root_overlay(&paths, &p.name, t);
+        let overlay = !occupied || root_overlay(&paths, &p.name, &opts);
         check_root_mount(st, &p.name, Some(m), "on", overlay, "import")?;
     }
     let mut cache = Cache::load()?;
-    let opts = OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, ..Default::default() };
     let pool = match a.device_bandwidth.as_deref() {
         None => Pool::open(&paths, &opts)?,
         Some(bw) => open_throttled(&paths, bw, &opts)?,
     };
+    if let Some(r) = pool.rewound() {
+        out.line(r.done());
+    }
+    out.warnings.extend(pool.open_warnings());
     // Without -m the root mounts where its own mountpoint property says, as
     // `zpool import` does (set with `pool create -m` or `tarn set`).
     let mountpoint = a.mountpoint.clone().or_else(|| root_mountpoint_setting(&pool, &p.name));
@@ -455,6 +560,7 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
         let _ = pool.close();
         return Err(e);
     }
+    st.faulted.remove(&p.name);
     st.add_live(&p.name, pool, mountpoint.as_deref(), out);
     Ok(())
 }
@@ -462,12 +568,87 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
 /// Whether the root dataset of the pool on `paths` has `overlay=on`,
 /// read without writing anything (on if it cannot be read: the import
 /// proper then says why).
-fn root_overlay(paths: &[PathBuf], name: &str, t: &Tunables) -> bool {
-    let opts = OpenOptions { readonly: true, tunables: t.clone(), ..Default::default() };
+fn root_overlay(paths: &[PathBuf], name: &str, opts: &OpenOptions) -> bool {
+    let opts = OpenOptions { readonly: true, ..opts.clone() };
     let Ok(pool) = Pool::open(paths, &opts) else { return true };
     let on = pool.datasets().get(name, "overlay").map_or(true, |v| v.value == "on");
     let _ = pool.close();
     on
+}
+
+/// Where import looks: the `-d` directories; without them, the devices the
+/// cache file records for the named pool when it is there but not imported
+/// (a faulted pool: `import -F NAME` recovers it in place), else /dev.
+fn search_paths(st: &State, a: &ImportArgs) -> Result<Vec<PathBuf>> {
+    if !a.dirs.is_empty() {
+        return Ok(a.dirs.clone());
+    }
+    let cache = Cache::load()?;
+    let cached = a.pool.as_ref().and_then(|n| cache.pools.iter().find(|p| (&p.name == n || &p.guid.to_string() == n) && !st.pools.contains_key(&p.name)));
+    Ok(match cached {
+        Some(p) => p.devices.iter().map(PathBuf::from).collect(),
+        None => vec![PathBuf::from("/dev")],
+    })
+}
+
+/// `import` without a name: the pools found, each with whether it would
+/// import as it is, only with a rewind (and what that discards), or not at
+/// all — found by opening it read-only, as `zpool import` does.
+fn list_importable(st: &State, found: &[DiscoveredPool], t: &Tunables, as_json: bool, out: &mut Out) -> Result<()> {
+    let checks: Vec<ImportCheck> = found.iter().map(|p| import_check(st, p, t)).collect();
+    if as_json {
+        let v: Vec<ImportableJson> = found.iter().zip(&checks).map(|(pool, c)| ImportableJson { pool, rewind: c.rewind.as_ref(), error: c.error.as_deref() }).collect();
+        out.line(json(&v)?);
+        return Ok(());
+    }
+    if found.is_empty() {
+        out.line("no pools available to import");
+    }
+    for (p, c) in found.iter().zip(&checks) {
+        out.line(format!("   pool: {}\n     id: {}\n  state: {}", p.name, p.guid, p.state));
+        if let Some(r) = c.rewind.as_ref().filter(|r| r.needed()) {
+            out.line("status: The newest txg cannot be opened; recovery is possible with -F:");
+            r.would().lines().for_each(|l| out.line(format!("        {}", l)));
+        } else if let Some(e) = &c.error {
+            out.line("status: The pool cannot be opened:");
+            e.lines().for_each(|l| out.line(format!("        {}", l.trim_start())));
+        }
+        out.line(" devices:");
+        p.devices.iter().for_each(|d| out.line(format!("         {}", d)));
+        p.missing.iter().for_each(|m| out.line(format!("         {}  MISSING", m)));
+        out.line("");
+    }
+    Ok(())
+}
+
+/// Whether a found pool opens (None for both: imported here, or devices
+/// missing, which the listing shows already).
+struct ImportCheck {
+    rewind: Option<tarn_engine::pool::Rewind>,
+    error: Option<String>,
+}
+
+fn import_check(st: &State, p: &DiscoveredPool, t: &Tunables) -> ImportCheck {
+    if st.pools.contains_key(&p.name) || !p.missing.is_empty() {
+        return ImportCheck { rewind: None, error: None };
+    }
+    let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
+    let opts = OpenOptions { readonly: true, tunables: t.clone(), ..Default::default() };
+    match Pool::check_open(&paths, &opts) {
+        Ok(r) => ImportCheck { rewind: Some(r), error: None },
+        Err(e) => ImportCheck { rewind: None, error: Some(e.msg) },
+    }
+}
+
+/// `import --json` without a name: a found pool and what opening it found.
+#[derive(serde::Serialize)]
+struct ImportableJson<'a> {
+    #[serde(flatten)]
+    pool: &'a DiscoveredPool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rewind: Option<&'a tarn_engine::pool::Rewind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
 }
 
 /// The root dataset's mountpoint as a cache-entry setting, when it was set

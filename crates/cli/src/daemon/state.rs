@@ -2,6 +2,7 @@
 //!
 //! Invariants (hold whenever the lock is released):
 //! - every live pool is in the cache file, under the same name;
+//! - a faulted pool is in the cache file and not live;
 //! - every mount belongs to a live pool (a pool is unmounted before it is
 //!   exported, destroyed or closed, so no FUSE worker uses a closed pool);
 //! - a file system is served by at most one mount: a mount of its own
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tarn_engine::dataset::{Source, Types};
-use tarn_engine::{Error, Objset, OpenOptions, Pool, Result, Tunables};
+use tarn_engine::{Error, ErrorKind, Objset, OpenOptions, Pool, Result, Tunables};
 use tarn_fuse::MountHandle;
 
 use super::proto::{Command, Request, Response};
@@ -40,6 +41,10 @@ pub struct State {
     /// `tunable reset` returns to).
     pub base_tunables: Tunables,
     pub pools: BTreeMap<String, Live>,
+    /// Pools of the cache file that cannot be opened (damaged beyond what
+    /// an import without -F may discard), with why: shown FAULTED by `pool
+    /// status` and `list`, not retried until `pool import` or `export`.
+    pub faulted: BTreeMap<String, String>,
     /// Datasets mounted on a mount of their own, by name. (Child datasets
     /// and snapshots served inside one of these are its slots.)
     pub mounts: BTreeMap<String, MountHandle>,
@@ -90,17 +95,36 @@ pub fn mountpoint_of(name: &str, setting: Option<&str>) -> Option<PathBuf> {
 
 impl State {
     /// Opens a pool from its cache entry, makes it live and mounts its root
-    /// dataset (a failed mount is a warning: the pool stays imported).
+    /// dataset (a failed mount is a warning: the pool stays imported). It
+    /// never rewinds: a pool whose newest txg cannot be opened is left
+    /// faulted, with the advice of what `import -F` would discard.
     pub fn import_cached(&mut self, entry: &CachedPool, t: &Tunables, out: &mut Out) -> Result<()> {
-        self.open_cached(entry, t)?;
+        self.open_cached(entry, t, out)?;
         self.mount_pools(&[&entry.name], out);
         Ok(())
     }
 
-    /// Opens a pool from its cache entry and makes it live, unmounted.
-    fn open_cached(&mut self, entry: &CachedPool, t: &Tunables) -> Result<()> {
+    /// Opens a pool from its cache entry and makes it live, unmounted
+    /// (what the open did without goes to `out`'s warnings). It never
+    /// rewinds: a pool whose newest txg cannot be opened is left faulted,
+    /// with the advice of what `import -F` would discard.
+    fn open_cached(&mut self, entry: &CachedPool, t: &Tunables, out: &mut Out) -> Result<()> {
+        if let Some(why) = self.faulted.get(&entry.name) {
+            return Err(Error::corrupt(why.clone()));
+        }
         let paths: Vec<PathBuf> = entry.devices.iter().map(PathBuf::from).collect();
-        let pool = Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false, ..Default::default() })?;
+        let pool = match Pool::open(&paths, &OpenOptions { readonly: false, tunables: t.clone(), rewind: false, ..Default::default() }) {
+            Ok(p) => p,
+            Err(e) => {
+                // Busy is retried on the next request (a benchmark may hold
+                // the pool); damage is not going away by itself.
+                if e.kind != ErrorKind::Busy {
+                    self.faulted.insert(entry.name.clone(), e.msg.clone());
+                }
+                return Err(e);
+            }
+        };
+        out.warnings.extend(pool.open_warnings());
         let mp = mountpoint_of(&entry.name, entry.mountpoint.as_deref());
         self.pools.insert(entry.name.clone(), Live { pool, mountpoint: mp });
         Ok(())
@@ -189,7 +213,7 @@ impl Daemon {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
         let served = Arc::new(Served::new(test_memfs));
-        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), served, closed: BTreeSet::new() };
+        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), faulted: BTreeMap::new(), mounts: BTreeMap::new(), served, closed: BTreeSet::new() };
         // Before any mount: what a killed predecessor left mounted, dead.
         super::mountdir::detach_recorded();
         match Cache::load() {
@@ -197,8 +221,9 @@ impl Daemon {
                 // Every pool first, then every mount in depth order: one
                 // pool's root may lie inside another's.
                 let mut opened = Vec::new();
+                let mut out = Out::default();
                 for entry in &cache.pools {
-                    match st.open_cached(entry, &tunables) {
+                    match st.open_cached(entry, &tunables, &mut out) {
                         Ok(()) => {
                             log(&format!("imported pool '{}'", entry.name));
                             opened.push(entry.name.as_str());
@@ -206,7 +231,6 @@ impl Daemon {
                         Err(e) => log(&format!("cannot import pool '{}' from the cache: {}", entry.name, e)),
                     }
                 }
-                let mut out = Out::default();
                 st.mount_pools(&opened, &mut out);
                 out.warnings.iter().for_each(|w| log(w));
             }

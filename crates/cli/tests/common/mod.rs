@@ -40,21 +40,23 @@ impl Env {
     pub fn real(name: &str) -> Option<Env> {
         Env::with(name, false)
     }
+    /// A daemon for tests that mount nothing (pools created with `-m none`):
+    /// runs without /dev/fuse.
+    pub fn plain(name: &str) -> Env {
+        Env::in_dir(name, false)
+    }
     fn with(name: &str, memfs: bool) -> Option<Env> {
         if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse") {
             eprintln!("skipping {}: /dev/fuse cannot be opened ({})", name, e);
             return None;
         }
-        let mut e = Env::plain(name);
-        e.memfs = memfs;
-        Some(e)
+        Some(Env::in_dir(name, memfs))
     }
-    /// A daemon for pools that are never mounted (`-m none`): no FUSE needed.
-    pub fn plain(name: &str) -> Env {
+    fn in_dir(name: &str, memfs: bool) -> Env {
         let dir = std::env::temp_dir().join(format!("tarn-daemon-{}-{}", name, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        Env { dir, memfs: false, ns: None, cwd: None }
+        Env { dir, memfs, ns: None, cwd: None }
     }
 
     /// As `new` (`memfs`) or `real`, with the daemon in a private mount

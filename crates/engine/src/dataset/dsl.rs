@@ -134,9 +134,7 @@ pub struct Datasets {
     pub(crate) me: Weak<Datasets>,
 }
 
-pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
+pub(crate) use crate::sys::clock::now_secs;
 
 pub(crate) fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<()> {
     if cond {
@@ -435,6 +433,18 @@ impl Datasets {
         os.set_owner(owner.clone());
         self.open.lock().insert(r.id, OpenSet { os: os.clone(), owner });
         Ok(os)
+    }
+
+    /// The name of the dataset whose object set is number `id` (its record's
+    /// object number, as bookmarks give it); NotFound once it is destroyed.
+    pub fn name_of(&self, id: u64) -> Result<String> {
+        let mut st = self.st.lock();
+        let r = self.get_rec(&mut st, id)?;
+        // A record that is no longer indexed under its name was destroyed.
+        if self.lookup(&mut st, &r.name)? != Some(id) {
+            return Err(Error::not_found(format!("dataset record {} is not a dataset's any more", id)));
+        }
+        Ok(r.name)
     }
 
     /// Object sets open now (file systems and snapshots).

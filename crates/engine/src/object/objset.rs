@@ -23,6 +23,7 @@ use super::Object;
 use crate::error::{Error, Result};
 use crate::io::{block, WriteGroup, WriteProps};
 use crate::pool::core::PoolCore;
+use crate::pool::errlog::Bookmark;
 use crate::sys::buf::AlignedBuf;
 use crate::txg::{TxHold, TXG_SIZE};
 
@@ -209,10 +210,12 @@ impl Objset {
                 used_bytes: 0,
             }
         } else {
-            let data = core.read_block(root, crate::io::IoClass::SyncRead, &|| format!("root block of object set '{}'", name))?;
+            let at = Bookmark::objset_root(id);
+            let what = || format!("root block of object set '{}'", name);
+            let data = core.read_block_cached(root, crate::io::IoClass::SyncRead, &what, true, true, Some(&at))?;
             ObjsetPhys::decode(&data)?
         };
-        let meta = Arc::new(Object { id: 0, st: Mutex::new(ObjState::new(phys.meta_dnode.clone(), 3)) });
+        let meta = Arc::new(Object { id: 0, st: Mutex::new(ObjState::new(id, 0, phys.meta_dnode.clone(), 3)) });
         Ok(Arc::new(Objset {
             core,
             id,
@@ -272,7 +275,7 @@ impl Objset {
     /// Writers must not be inside an operation on the set.
     pub(crate) fn reset(&self, root: &BlockPtr) -> Result<()> {
         let fresh = Objset::open(self.core.clone(), self.id, &self.name.read(), root, self.ostype, self.props())?;
-        let meta = std::mem::replace(&mut *fresh.meta.st.lock(), ObjState::new(Dnode::new(ObjectType::DnodeArray, 0, 0), 0));
+        let meta = std::mem::replace(&mut *fresh.meta.st.lock(), ObjState::new(self.id, 0, Dnode::new(ObjectType::DnodeArray, 0, 0), 0));
         *self.meta.st.lock() = meta;
         let new = std::mem::replace(&mut *fresh.st.lock(), OsState::empty());
         *self.st.lock() = new;
@@ -387,7 +390,7 @@ impl Objset {
         // first write) go after the room, so it can still grow into it.
         st.next_object = id + room as u64;
         st.object_count += 1;
-        let mut os = ObjState::new(new_dnode(otype, recordsize, txg), room);
+        let mut os = ObjState::new(self.id, id, new_dnode(otype, recordsize, txg), room);
         os.rec(txg).created = true;
         st.objects.insert(id, Arc::new(Object { id, st: Mutex::new(os) }));
         st.dirty[slot(txg)].insert(id);
@@ -406,8 +409,17 @@ impl Objset {
         if obj >= st.next_object {
             return Err(Error::not_found(format!("{} does not exist", self.what(obj))));
         }
-        let (dn, slots) = self.load_dnode(&st, obj)?;
-        let o = Arc::new(Object { id: obj, st: Mutex::new(ObjState::new(dn, slots)) });
+        // An object whose dnode block cannot be read is lost as a whole:
+        // the error log names it (not only the dnode block), so that the
+        // file asked for can be named too.
+        let dnode_at = Bookmark::dnode(self.id, obj);
+        let (dn, slots) = self.load_dnode(&st, obj).inspect_err(|e| {
+            if matches!(e.kind, crate::error::ErrorKind::Corrupt | crate::error::ErrorKind::Io) {
+                self.core.errlog.record(dnode_at);
+            }
+        })?;
+        self.core.errlog.cleared_by_read(&dnode_at);
+        let o = Arc::new(Object { id: obj, st: Mutex::new(ObjState::new(self.id, obj, dn, slots)) });
         st.objects.insert(obj, o.clone());
         Ok(o)
     }
@@ -712,7 +724,7 @@ impl Objset {
         // Blocks after the first are read in parallel with it; read-ahead
         // goes to the async-read class.
         for (_, src) in srcs.iter().skip(1) {
-            if let (Source::Bp(bp), true) = (src, keep) {
+            if let (Source::Bp(bp, _), true) = (src, keep) {
                 self.core.prefetch(bp);
             }
         }
@@ -795,7 +807,7 @@ impl Objset {
         let mut out = Vec::new();
         // Bounded: at most zfetch_max_distance / block size blocks.
         for blkid in from..target {
-            if let Source::Bp(bp) = st.resolve_in(&self.core, blkid, rc)? {
+            if let Source::Bp(bp, _) = st.resolve_in(&self.core, blkid, rc)? {
                 out.push(bp);
             }
         }

@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::io::IoClass;
 use crate::pool::brt::CloneRef;
 use crate::pool::core::PoolCore;
+use crate::pool::errlog::Bookmark;
 use crate::sys::buf::AlignedBuf;
 use crate::txg::TXG_SIZE;
 
@@ -119,10 +120,16 @@ pub(crate) enum Source {
     Dirty(Arc<AlignedBuf>),
     Zero,
     Inline(Vec<u8>),
-    Bp(BlockPtr),
+    /// A block on disk, with where it sits (its reads enter the error log
+    /// under that bookmark when no copy can be read).
+    Bp(BlockPtr, Bookmark),
 }
 
 pub(crate) struct ObjState {
+    /// The object set's number and the object's: the bookmarks of the
+    /// object's blocks start with them (`errlog`).
+    pub objset: u64,
+    pub object: u64,
     /// The dnode as of the last sync (block tree, sizes).
     pub dn: Dnode,
     /// Current logical view, including unsynced changes.
@@ -156,8 +163,10 @@ pub(crate) fn slot(txg: u64) -> usize {
 }
 
 impl ObjState {
-    pub fn new(dn: Dnode, slots: usize) -> Self {
+    pub fn new(objset: u64, object: u64, dn: Dnode, slots: usize) -> Self {
         ObjState {
+            objset,
+            object,
             size: dn.size,
             blksz: dn.datablksz,
             maxblkid: dn.maxblkid,
@@ -194,6 +203,11 @@ impl ObjState {
         })
     }
 
+    /// The bookmark of the object's block `blkid` at `level`.
+    pub fn at(&self, level: u8, blkid: u64) -> Bookmark {
+        Bookmark::block(self.objset, self.object, level, blkid)
+    }
+
     pub fn has_dirty(&self) -> bool {
         self.dirty.iter().any(|r| r.is_some())
     }
@@ -218,7 +232,7 @@ impl ObjState {
                 return Ok(Source::Dirty(b.clone()));
             }
             if let Some(c) = r.clones.get(&blkid) {
-                return Ok(if c.bp.is_hole() { Source::Zero } else { Source::Bp(c.bp) });
+                return Ok(if c.bp.is_hole() { Source::Zero } else { Source::Bp(c.bp, self.at(0, blkid)) });
             }
             if r.frees.iter().any(|&(s, e)| blkid >= s && blkid < e) {
                 return Ok(Source::Zero);
@@ -228,7 +242,7 @@ impl ObjState {
             return Ok(if blkid == 0 { Source::Inline(d.clone()) } else { Source::Zero });
         }
         Ok(match self.tree_bp_in(core, blkid, rc)? {
-            Some(bp) if !bp.is_hole() => Source::Bp(bp),
+            Some(bp) if !bp.is_hole() => Source::Bp(bp, self.at(0, blkid)),
             _ => Source::Zero,
         })
     }
@@ -270,7 +284,8 @@ impl ObjState {
                 return Ok(Some(BlockPtr::default()));
             }
             let (keep, l2) = rc.of(&bp);
-            let data = core.read_block_cached(&bp, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, idx), keep, l2)?;
+            let at = self.at(l, idx);
+            let data = core.read_block_cached(&bp, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, idx), keep, l2, Some(&at))?;
             if data.len() != INDIRECT_BLOCK_SIZE {
                 return Err(Error::corrupt(format!("indirect block L{} #{} of {} bytes", l, idx, data.len())));
             }
@@ -303,7 +318,8 @@ impl ObjState {
                 IndBlock::holes()
             } else {
                 let (keep, l2) = rc.of(&parent);
-                let data = core.read_block_cached(&parent, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, key.1), keep, l2)?;
+                let at = self.at(l, key.1);
+                let data = core.read_block_cached(&parent, IoClass::SyncRead, &|| format!("indirect block L{} #{}", l, key.1), keep, l2, Some(&at))?;
                 IndBlock::decode(&data)?
             };
             self.ind.insert(key, block);
@@ -340,9 +356,9 @@ impl ObjState {
             Source::Zero => out.fill(0),
             Source::Dirty(b) => copy(out, b),
             Source::Inline(d) => copy(out, d),
-            Source::Bp(bp) => {
+            Source::Bp(bp, at) => {
                 let (keep, l2) = rc.of(bp);
-                let d = core.read_block_cached(bp, IoClass::SyncRead, what, keep, l2)?;
+                let d = core.read_block_cached(bp, IoClass::SyncRead, what, keep, l2, Some(at))?;
                 copy(out, &d)
             }
         }

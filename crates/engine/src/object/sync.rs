@@ -299,7 +299,8 @@ fn synced_head(ctx: &SyncCtx, st: &mut ObjState, id: u64) -> Result<Vec<u8>> {
     match st.tree_bp_in(ctx.core, 0, ctx.caching)? {
         Some(bp) if !bp.is_hole() => {
             let (keep, l2) = ctx.caching.of(&bp);
-            let d = ctx.core.read_block_cached(&bp, IoClass::SyncRead, &|| format!("block 0 of object {}", id), keep, l2)?;
+            let at = st.at(0, 0);
+            let d = ctx.core.read_block_cached(&bp, IoClass::SyncRead, &|| format!("block 0 of object {}", id), keep, l2, Some(&at))?;
             Ok(d.to_vec())
         }
         _ => Ok(Vec::new()),

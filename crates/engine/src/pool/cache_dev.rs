@@ -56,44 +56,38 @@ fn recorded(props: &KvMap) -> Vec<(u64, String)> {
 }
 
 /// Opens the recorded cache devices (or the given in-memory ones, matched
-/// by header) and starts feeding them.
-pub(crate) fn open_recorded(core: &Arc<PoolCore>, props: &KvMap, given: &[(String, Arc<dyn BlockDevice>)]) {
+/// by header) and starts feeding them; returns what it did without (the
+/// importer shows it).
+pub(crate) fn open_recorded(core: &Arc<PoolCore>, props: &KvMap, given: &[(String, Arc<dyn BlockDevice>)]) -> Vec<String> {
+    let mut missing = Vec::new();
     for (guid, path) in recorded(props) {
         let dev: Option<Arc<dyn BlockDevice>> = given
             .iter()
             .find(|(_, d)| read_cache_label(d.as_ref()) == Some((core.guid, guid)))
             .map(|(_, d)| d.clone())
-            .or_else(|| open_locked(core, &path));
+            .or_else(|| open_locked(core, &path).map_err(|why| missing.push(why)).ok());
         let Some(dev) = dev else { continue };
         if read_cache_label(dev.as_ref()) != Some((core.guid, guid)) {
-            eprintln!("tarn: pool '{}': {} is no longer this pool's cache device; importing without it", core.name, path);
+            missing.push(format!("pool '{}': {} is no longer this pool's cache device; importing without it", core.name, path));
             continue;
         }
         if let Err(e) = core.l2.add_device(guid, &path, dev, false) {
-            eprintln!("tarn: pool '{}': cache device {}: {}", core.name, path, e);
+            missing.push(format!("pool '{}': cache device {}: {}", core.name, path, e));
         }
     }
     if core.l2.has_devices() {
         core.l2.start_feeding(&core.cache);
     }
+    missing
 }
 
 /// Opens and locks a recorded cache device file, or says why not (a cache
 /// is never needed for correctness: the pool imports without it).
-fn open_locked(core: &PoolCore, path: &str) -> Option<Arc<dyn BlockDevice>> {
-    let f = match FileDevice::open(path) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("tarn: pool '{}': cache device {} is unavailable ({}); importing without it", core.name, path, e);
-            return None;
-        }
-    };
-    if let Err(e) = f.lock_exclusive() {
-        eprintln!("tarn: pool '{}': cache device {} is in use ({}); importing without it", core.name, path, e.holder_desc);
-        return None;
-    }
+fn open_locked(core: &PoolCore, path: &str) -> std::result::Result<Arc<dyn BlockDevice>, String> {
+    let f = FileDevice::open(path).map_err(|e| format!("pool '{}': cache device {} is unavailable ({}); importing without it", core.name, path, e))?;
+    f.lock_exclusive().map_err(|e| format!("pool '{}': cache device {} is in use ({}); importing without it", core.name, path, e.holder_desc))?;
     f.set_lock_owner(format!("a cache device of active pool '{}'", core.name));
-    Some(Arc::new(f))
+    Ok(Arc::new(f))
 }
 
 impl Pool {

@@ -4,7 +4,10 @@
 //!
 //! A block is read from its first copy that verifies: a copy that fails its
 //! checksum counts a checksum error against its device and the next copy is
-//! tried, so `copies=2` heals around a damaged sector. A block is written by
+//! tried, so `copies=2` heals around a damaged sector. Every failed copy is
+//! reported to the daemon log, and a block no copy of which verifies enters
+//! the pool's error log under its bookmark when the reader gave one
+//! (`errlog`). A block is written by
 //! allocating each copy (on different vdevs where possible) and queueing the
 //! writes into the txg's write group. Frees are deferred by the allocator
 //! until the txg is two syncs old. Every free passes the block reference
@@ -23,6 +26,7 @@ use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Leaf, Prepared, WriteGroup};
 use crate::pool::alloc::metaslab::Allocator;
 use crate::pool::brt::Brt;
+use crate::pool::errlog::{Bookmark, ErrorLog};
 use crate::tunables::Tunables;
 use crate::txg::TxgEngine;
 
@@ -78,6 +82,8 @@ pub struct PoolCore {
     pub prefetch_stats: PrefetchStats,
     /// Extra references of cloned blocks (block cloning).
     pub brt: Brt,
+    /// Blocks no copy of which could be read, and reports of damaged copies.
+    pub errlog: ErrorLog,
 }
 
 #[derive(Debug, Default)]
@@ -93,14 +99,28 @@ pub struct PrefetchStats {
 
 impl PoolCore {
     /// Reads and verifies the block `bp` names; `what` names it for errors.
+    /// For blocks that are not in an object set's tree (space maps, labels'
+    /// targets, tools' walks): a read that finds no good copy is reported
+    /// but enters no error log.
     pub fn read_block(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String) -> Result<Arc<BlockData>> {
-        self.read_block_cached(bp, class, what, true, true)
+        self.read_block_cached(bp, class, what, true, true, None)
     }
 
     /// As `read_block`; a block read from a device enters the ARC only if
     /// `keep` (the dataset's `primarycache`), and may go on to the L2ARC
-    /// only if `l2` (its `secondarycache`).
-    pub fn read_block_cached(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String, keep: bool, l2: bool) -> Result<Arc<BlockData>> {
+    /// only if `l2` (its `secondarycache`). `at` is where the block sits in
+    /// its object set's tree, when the reader knows: a read that finds no
+    /// good copy enters the error log under it, one that succeeds clears
+    /// it from there (see `errlog`).
+    pub fn read_block_cached(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String, keep: bool, l2: bool, at: Option<&Bookmark>) -> Result<Arc<BlockData>> {
+        let res = self.read_block_from(bp, class, what, keep, l2, at);
+        if let (Ok(_), Some(at)) = (&res, at) {
+            self.errlog.cleared_by_read(at);
+        }
+        res
+    }
+
+    fn read_block_from(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String, keep: bool, l2: bool, at: Option<&Bookmark>) -> Result<Arc<BlockData>> {
         if let Some(d) = block::decode_inline(bp).map_err(|e| e.context(what()))? {
             return Ok(Arc::new(d));
         }
@@ -123,20 +143,47 @@ impl PoolCore {
             }
             return Ok(d);
         }
-        let mut last_err = None;
+        let mut failed: Vec<(Dva, Error)> = Vec::with_capacity(MAX_DVAS);
         for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
             match self.read_copy(bp, dva, class) {
                 Ok((d, held)) => {
+                    self.copies_failed(&failed, true, at, what);
                     if keep {
                         self.cache.insert_block(bp, held, Some(&d), false, l2);
                     }
                     return Ok(d);
                 }
-                Err(e) => last_err = Some(e),
+                Err(e) => failed.push((*dva, e)),
             }
         }
-        let e = last_err.unwrap_or_else(|| Error::corrupt("block pointer has no copies"));
+        self.copies_failed(&failed, false, at, what);
+        let e = failed.pop().map(|(_, e)| e).unwrap_or_else(|| Error::corrupt("block pointer has no copies"));
         Err(e.context(format!("pool '{}': {}", self.name, what())))
+    }
+
+    /// Reports each copy of a block that failed to the daemon log, and a
+    /// block no copy of which could be read (`!served`) to the error log.
+    fn copies_failed(&self, failed: &[(Dva, Error)], served: bool, at: Option<&Bookmark>, what: &dyn Fn() -> String) {
+        for (dva, e) in failed {
+            let path = self.vdevs.get(dva.vdev as usize).map_or("?", |v| v.path.as_str());
+            let _printed = self.errlog.report(dva.vdev, dva.offset, || {
+                format!(
+                    "{} error on vdev {} ('{}') at offset {:#x} ({} bytes): {}{}: {}; {}",
+                    if e.kind == ErrorKind::Corrupt { "checksum" } else { "read" },
+                    dva.vdev,
+                    path,
+                    dva.offset,
+                    dva.asize,
+                    what(),
+                    at.map(|b| format!(" ({})", b)).unwrap_or_default(),
+                    e,
+                    if served { "another copy served the read" } else { "no copy could be read: permanent error" },
+                )
+            });
+        }
+        if let (false, Some(at)) = (served, at) {
+            self.errlog.record(*at);
+        }
     }
 
     /// Reads one copy: the block's content and its stored form (`Held`).

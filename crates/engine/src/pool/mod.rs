@@ -4,9 +4,11 @@
 //! A pool is a stripe of top-level vdevs, each a single file or block device.
 //! Creating one writes a label set to every device and syncs txg 1 holding an
 //! empty meta object set (the pool directory) and an empty root dataset.
-//! Opening (import) reads every label, takes the newest valid config, then the
-//! newest uberblock whose checksum, guid sum and tree verify — falling back to
-//! older ones — and rebuilds the allocator from the space checkpoint and log.
+//! Opening (import) reads every label, takes the newest valid config and the
+//! newest uberblock whose checksum and guid sum verify, opens the pool as of
+//! its txg and rebuilds the allocator from the space checkpoint and log. When
+//! that txg cannot be opened, import refuses, saying what a rewind to an older
+//! txg would discard, and rewinds only when asked (`import`, `import -F`).
 //! It refuses, naming the device, a device of another pool given with the
 //! pool's own and a device smaller than its config says (truncated).
 //!
@@ -39,11 +41,17 @@
 //! Every free of a block goes through `PoolCore::free_block`, which asks the
 //! block reference table first: a cloned block with other pointers loses a
 //! reference instead of its space.
+//!
+//! A read that finds no good copy of a block enters the pool's error log
+//! (`errlog`), kept in the MOS; every damaged copy a read meets is reported
+//! once to the daemon log.
 
 pub mod alloc;
 pub mod brt;
 pub mod cache_dev;
 pub mod core;
+pub mod errlog;
+pub mod import;
 pub mod label;
 pub mod metrics;
 #[allow(clippy::module_inception)]
@@ -53,4 +61,5 @@ pub mod verify;
 pub mod vet;
 
 pub(crate) use pool::{new_guid, objset_props, read_kv};
+pub use import::Rewind;
 pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, Suspension, VdevStatus};

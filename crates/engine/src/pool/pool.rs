@@ -16,6 +16,7 @@ use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FORMAT_VERSION};
 
 use super::alloc::metaslab::{AllocConfig, Allocator};
 use super::core::{PoolCore, TopVdev};
+use super::import::{plan_rewind, Found, Rewind};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
 use super::spacemap;
 use super::vet::{Role, Vetted};
@@ -24,6 +25,7 @@ use crate::dataset::{Datasets, Rec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, WriteGroup, WriteProps};
 use crate::object::{Objset, ObjsetProps};
+use crate::sys::clock::now_secs;
 use crate::sys::device::{BlockDevice, Health};
 use crate::sys::file::FileDevice;
 use crate::tunables::Tunables;
@@ -34,6 +36,8 @@ const POOL_DIR_OBJ: u64 = 1;
 const KEY_ROOT: &str = "root_dataset";
 /// Pool directory key naming the block reference table's MOS object.
 const KEY_BRT: &str = "brt";
+/// Pool directory key naming the error log's MOS object (`errlog`).
+const KEY_ERRLOG: &str = "errlog";
 const KEY_BP: &str = "bp";
 
 #[derive(Clone, Debug)]
@@ -66,18 +70,17 @@ pub struct OpenOptions {
     /// Open without writing anything (no lock, no sync thread).
     pub readonly: bool,
     pub tunables: Tunables,
-    /// Allow falling back more than two txgs (`import -F`). Blocks freed in
-    /// the newer txgs may have been reused, so such a rewind is checked with
-    /// the verifier before the pool is used.
+    /// Open at an older txg when the newest cannot be opened, discarding
+    /// the newer ones (`import -F`; see `pool::import`). Without it such an
+    /// import fails, saying what it would discard. A txg more than two back
+    /// must first pass the verifier: blocks the discarded txgs freed may
+    /// have been reused.
     pub rewind: bool,
     /// Cache devices to use instead of opening the paths the pool recorded
     /// (in-memory devices in tests), matched by their headers.
     pub cache_devices: Vec<(String, Arc<dyn BlockDevice>)>,
 }
 
-/// Txgs import may fall back without `rewind`: frees are deferred this long,
-/// so the blocks of these uberblocks are certainly intact.
-const SAFE_REWIND_TXGS: u64 = 2;
 
 /// A device as `status` shows it.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -110,6 +113,10 @@ pub struct PoolStatus {
     pub vdevs: Vec<VdevStatus>,
     /// Why the pool is suspended.
     pub error: Option<String>,
+    /// Permanent errors: blocks no copy of which could be read, in the
+    /// error log (`error_log`) or beyond its bound.
+    #[serde(default)]
+    pub data_errors: u64,
     /// When suspended: the last txg on disk, its time, and what cannot be
     /// written (see `Suspension`).
     #[serde(default)]
@@ -173,6 +180,9 @@ pub(crate) struct Shared {
     pool_props: Mutex<KvMap>,
     dir_dirty: std::sync::atomic::AtomicBool,
     history: Mutex<std::collections::VecDeque<TxgRecord>>,
+    /// What the import rewound, and what it did without.
+    rewound: Mutex<Option<Rewind>>,
+    open_warnings: Mutex<Vec<String>>,
     /// Devices with the open-file lock, kept alive as long as the pool.
     _locks: Vec<Arc<FileDevice>>,
 }
@@ -228,9 +238,6 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
 
 pub(crate) fn queue_limits(t: &Tunables) -> QueueLimits {
     let mut q = QueueLimits::default();
@@ -425,23 +432,58 @@ impl Pool {
 
     /// Opens (imports) the pool whose devices are at `paths`.
     pub fn open(paths: &[PathBuf], opts: &OpenOptions) -> Result<Pool> {
-        let mut devs: Vec<(String, Arc<dyn BlockDevice>)> = Vec::new();
-        let mut locks = Vec::new();
-        for p in paths {
-            let fd = if opts.readonly {
-                FileDevice::open_read_only(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?
-            } else {
-                super::vet::open_for_import(p)?
-            };
-            let fd = Arc::new(fd);
-            locks.push(fd.clone());
-            devs.push((p.display().to_string(), fd));
-        }
+        let (devs, locks) = open_paths(paths, opts.readonly)?;
         Self::open_on(devs, locks, opts)
     }
 
-    /// Opens a pool on already opened devices.
+    /// Opens a pool on already opened devices, at its newest txg; when that
+    /// cannot be opened, only with `opts.rewind` at an older one (see
+    /// `pool::import`): without it the error says what a rewind would
+    /// discard.
     pub fn open_on(devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions) -> Result<Pool> {
+        let f = Self::find(devs, opts)?;
+        let newest = f.newest().clone();
+        let why = match Self::try_open(&f.config, f.devs.clone(), locks.clone(), opts, newest.clone()) {
+            Ok(p) => return Ok(p),
+            Err(e) => e,
+        };
+        let plan = plan_rewind(&f, opts, why)?;
+        assert_eq!(plan.newest_txg, newest.txg, "a plan rewinds from the newest txg");
+        assert!(plan.needed(), "a plan past txg {} rewinds: {:?}", newest.txg, plan);
+        if !opts.rewind {
+            return Err(Error::corrupt(plan.refusal()));
+        }
+        let ub = f.ubs.iter().find(|u| u.txg == plan.txg).expect("the plan's txg is one of the uberblocks").clone();
+        let pool = Self::try_open(&f.config, f.devs, locks, opts, ub)
+            .map_err(|e| e.context(format!("pool '{}': rewinding to txg {}", plan.pool, plan.txg)))?;
+        if !opts.readonly {
+            pool.sh.forget_uberblocks_after(plan.txg, newest.txg)?;
+        }
+        *pool.sh.rewound.lock() = Some(plan);
+        Ok(pool)
+    }
+
+    /// What opening the pool on `devs` would do, writing nothing: the txg
+    /// it would open at and what a rewind there discards (`import -Fn`, the
+    /// listing of importable pools). An error when no txg opens.
+    pub fn check_open_on(devs: Vec<(String, Arc<dyn BlockDevice>)>, opts: &OpenOptions) -> Result<Rewind> {
+        let f = Self::find(devs, opts)?;
+        let ro = OpenOptions { readonly: true, cache_devices: vec![], ..opts.clone() };
+        match Self::try_open(&f.config, f.devs.clone(), vec![], &ro, f.newest().clone()) {
+            Ok(_) => Ok(Rewind::none(&f.config.pool_name, f.newest())),
+            Err(why) => plan_rewind(&f, opts, why),
+        }
+    }
+
+    /// As `check_open_on`, on the devices at `paths`, taking their locks
+    /// unless `opts.readonly` (so a pool another process holds is busy).
+    pub fn check_open(paths: &[PathBuf], opts: &OpenOptions) -> Result<Rewind> {
+        let (devs, _locks) = open_paths(paths, opts.readonly)?;
+        Self::check_open_on(devs, opts)
+    }
+
+    /// A pool's devices matched to its config, and its valid uberblocks.
+    fn find(devs: Vec<(String, Arc<dyn BlockDevice>)>, opts: &OpenOptions) -> Result<Found> {
         opts.tunables.validate()?;
         let (config, devs) = match_devices(devs)?;
         check_features(&config, opts.readonly)?;
@@ -454,36 +496,26 @@ impl Pool {
         ubs.retain(|u| u.pool_guid == config.pool_guid && u.guid_sum == guid_sum);
         ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by(|a, b| a == b);
-        let Some(newest) = ubs.first().map(|u| u.txg) else {
+        if ubs.is_empty() {
             return Err(Error::corrupt(format!("pool '{}': no valid uberblock on any device", config.pool_name)));
-        };
-        let mut errors = Vec::new();
-        for ub in ubs {
-            if !opts.rewind && ub.txg + SAFE_REWIND_TXGS < newest {
-                errors.push(format!(
-                    "txg {} and older not tried: rewinding more than {} txgs may find reused blocks (use import -F)",
-                    ub.txg, SAFE_REWIND_TXGS
-                ));
-                break;
-            }
-            let ub_txg = ub.txg;
-            match Self::try_open(&config, devs.clone(), locks.clone(), opts, ub) {
-                Ok(p) => {
-                    if !errors.is_empty() {
-                        eprintln!("tarn: pool '{}': rewound to txg {} ({})", config.pool_name, ub_txg, errors.join("; "));
-                    }
-                    if ub_txg < newest && !opts.readonly {
-                        p.sh.forget_uberblocks_after(ub_txg, newest)?;
-                    }
-                    return Ok(p);
-                }
-                Err(e) => errors.push(format!("txg {}: {}", ub_txg, e)),
-            }
         }
-        Err(Error::corrupt(format!("pool '{}' cannot be opened: {}", config.pool_name, errors.join("; "))))
+        Ok(Found { config, devs, ubs })
     }
 
-    fn try_open(config: &LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions, ub: Uberblock) -> Result<Pool> {
+    /// What the import rewound (None: it opened the newest txg).
+    pub fn rewound(&self) -> Option<Rewind> {
+        self.sh.rewound.lock().clone()
+    }
+
+    /// What the import noticed but did without: unavailable cache devices,
+    /// an unreadable error log.
+    pub fn open_warnings(&self) -> Vec<String> {
+        self.sh.open_warnings.lock().clone()
+    }
+
+    /// Opens the pool as of `ub` (import's last step, and each try of a
+    /// rewind plan, read-only).
+    pub(super) fn try_open(config: &LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions, ub: Uberblock) -> Result<Pool> {
         let mut cfg = config.clone();
         cfg.state = PoolState::Active;
         let sh = ShellShared::assemble(cfg.clone(), devs, locks, &opts.tunables, opts.readonly, ub.clone())?;
@@ -500,11 +532,19 @@ impl Pool {
         if let Some(obj) = kv::get_u64(&props, KEY_BRT) {
             sh.core.brt.load(obj)?;
         }
+        // A damaged error log costs its entries, not the import: the next
+        // error recorded starts a new one.
+        if let Some(obj) = kv::get_u64(&props, KEY_ERRLOG) {
+            if let Err(e) = sh.core.errlog.load(&sh.mos, obj) {
+                sh.open_warnings.lock().push(format!("pool '{}': {}; starting a new error log", sh.core.name, e));
+            }
+        }
         *sh.pool_props.lock() = props;
         if !opts.readonly {
             cfg.config_txg = ub.txg + 1;
             sh.write_configs(&cfg)?;
-            super::cache_dev::open_recorded(&sh.core, &sh.pool_props.lock(), &opts.cache_devices);
+            let missing = super::cache_dev::open_recorded(&sh.core, &sh.pool_props.lock(), &opts.cache_devices);
+            sh.open_warnings.lock().extend(missing);
         }
         Ok(Pool::start(sh))
     }
@@ -626,6 +666,7 @@ impl Pool {
             fragmentation_pct: space.total.fragmentation_pct,
             vdevs,
             error,
+            data_errors: core.errlog.total(),
             suspension: self.suspension(),
         }
     }
@@ -644,6 +685,24 @@ impl Pool {
             last_lost_txg: lost.last,
             lost_bytes: lost.dirty_bytes,
         })
+    }
+
+    /// The error log: where blocks no copy of which could be read sit
+    /// (`posix::errors` names them as files).
+    pub fn error_log(&self) -> Vec<super::errlog::Bookmark> {
+        self.sh.core.errlog.entries()
+    }
+
+    /// `pool clear`: forgets the devices' error counts and the error log
+    /// (written with the next txg); returns how many log entries went.
+    pub fn clear_errors(&self) -> u64 {
+        for v in &self.sh.core.vdevs {
+            let s = v.leaf.stats();
+            for c in [&s.read_errors, &s.write_errors, &s.checksum_errors] {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+        self.sh.core.errlog.clear()
     }
 
     /// Pool properties as (name, value, source).
@@ -843,6 +902,23 @@ type SpaceWritten = (Option<BlockPtr>, Option<Vec<BlockPtr>>, Option<BlockPtr>);
 /// Devices with the paths they were opened from.
 type NamedDevices = Vec<(String, Arc<dyn BlockDevice>)>;
 
+/// Opens the devices at `paths`, locked unless `readonly`.
+fn open_paths(paths: &[PathBuf], readonly: bool) -> Result<(NamedDevices, Vec<Arc<FileDevice>>)> {
+    let mut devs: NamedDevices = Vec::new();
+    let mut locks = Vec::new();
+    for p in paths {
+        let fd = if readonly {
+            FileDevice::open_read_only(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?
+        } else {
+            super::vet::open_for_import(p)?
+        };
+        let fd = Arc::new(fd);
+        locks.push(fd.clone());
+        devs.push((p.display().to_string(), fd));
+    }
+    Ok((devs, locks))
+}
+
 /// Orders `devs` by vdev id according to the newest config among them.
 fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
     let mut labelled = Vec::new();
@@ -945,6 +1021,7 @@ impl ShellShared {
             inflight: Default::default(),
             prefetch_stats: Default::default(),
             brt: Default::default(),
+            errlog: super::errlog::ErrorLog::new(&config.pool_name),
         });
         core.refresh_space();
         // From now on a second use of these devices in this process is
@@ -1010,6 +1087,8 @@ impl ShellShared {
             pool_props: self.pool_props,
             dir_dirty: Default::default(),
             history: Mutex::new(std::collections::VecDeque::with_capacity(TXG_HISTORY)),
+            rewound: Mutex::new(None),
+            open_warnings: Mutex::new(Vec::new()),
             _locks: self.locks,
         }
     }
@@ -1076,16 +1155,20 @@ impl Shared {
     }
 
     fn has_work(&self, txg: u64) -> bool {
-        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire)
+        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire) || self.core.errlog.is_dirty()
     }
 
     /// Writes the pool directory into `txg` when it changed: by a property
-    /// change, or by the first flush of the block reference table.
-    fn sync_pool_dir(&self, txg: u64, brt_created: Option<u64>) -> Result<()> {
+    /// change, or by the first flush of the block reference table or of the
+    /// error log (`created`: the keys naming their new MOS objects).
+    fn sync_pool_dir(&self, txg: u64, created: impl Iterator<Item = (&'static str, u64)>) -> Result<()> {
         let mut d = self.pool_props.lock();
-        if let Some(obj) = brt_created {
-            kv::put_u64(&mut d, KEY_BRT, obj);
-        } else if !self.dir_dirty.swap(false, Ordering::AcqRel) {
+        let mut changed = self.dir_dirty.swap(false, Ordering::AcqRel);
+        for (key, obj) in created {
+            kv::put_u64(&mut d, key, obj);
+            changed = true;
+        }
+        if !changed {
             return Ok(());
         }
         let bytes = kv::encode(&d);
@@ -1140,7 +1223,9 @@ impl Shared {
         self.dsl.sync(txg, &group)?;
         core.brt.release_unlinked(&core, txg)?;
         let brt_created = core.brt.flush(&self.mos, txg)?;
-        self.sync_pool_dir(txg, brt_created)?;
+        let errlog_created = core.errlog.flush(&self.mos, txg)?;
+        let created = brt_created.map(|o| (KEY_BRT, o)).into_iter().chain(errlog_created.map(|o| (KEY_ERRLOG, o)));
+        self.sync_pool_dir(txg, created)?;
         let mos_bp = self.mos.sync(txg, &group)?;
         let t_issue = t0.elapsed();
         group.wait().map_err(|e| Error::new(ErrorKind::Io, e))?;

@@ -57,6 +57,9 @@ pub struct VerifyReport {
     /// Block pointers visited beyond the first of their block (clones).
     pub extra_references: u64,
     pub errors: Vec<String>,
+    /// How many of `errors` are unreadable data blocks (level 0 of plain
+    /// data objects); the others are metadata or structure.
+    pub data_errors: u64,
 }
 
 struct Walker<'a> {
@@ -99,6 +102,11 @@ impl<'a> Walker<'a> {
         if !self.note(bp, what) {
             return None;
         }
+        self.read_noted(bp, what)
+    }
+
+    /// Reads a block just noted (None: unreadable, the error recorded).
+    fn read_noted(&mut self, bp: &BlockPtr, what: &str) -> Option<Arc<BlockData>> {
         match self.core.read_block(bp, IoClass::Scrub, &|| what.to_string()) {
             Ok(d) => Some(d),
             Err(e) => {
@@ -122,7 +130,9 @@ impl<'a> Walker<'a> {
             let label = format!("{} L{} #{}", what, bp.level, index);
             if bp.level == 0 && !keep_data {
                 // Data blocks are read and verified but not kept.
-                let _ = self.read(&bp, &label);
+                if self.note(&bp, &label) && self.read_noted(&bp, &label).is_none() {
+                    self.rep.data_errors += 1;
+                }
                 continue;
             }
             let Some(data) = self.read(&bp, &label) else { continue };

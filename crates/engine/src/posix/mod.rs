@@ -82,6 +82,7 @@
 
 pub mod api;
 mod dir;
+pub mod errors;
 mod file;
 mod fs;
 mod inode;

@@ -7,6 +7,7 @@
 //! runs on real disks and in a simulation that can cut power at any write.
 
 pub mod buf;
+pub mod clock;
 pub mod device;
 pub mod fault;
 pub mod file;

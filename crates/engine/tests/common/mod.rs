@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use tarn_engine::sys::{BlockDevice, FaultDevice};
+use tarn_ondisk::bp::Dva;
 use tarn_engine::{OpenOptions, Pool, Result, Tunables};
 
 /// splitmix64: one `u64` seed drives a whole run, so a failure reproduces
@@ -92,6 +93,11 @@ pub fn open(devs: &[Arc<FaultDevice>]) -> Result<Pool> {
     Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
 }
 
+/// As `open`, allowed to rewind past txgs that cannot be opened (`import -F`).
+pub fn open_rewinding(devs: &[Arc<FaultDevice>]) -> Result<Pool> {
+    Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), rewind: true, ..Default::default() })
+}
+
 /// The crash images of every device (power lost on all of them at once).
 pub fn crash_all(devs: &[Arc<FaultDevice>], seed: u64) -> Vec<Arc<FaultDevice>> {
     devs.iter().enumerate().map(|(i, d)| Arc::new(d.crash(seed.wrapping_add(i as u64 * 0x1000_0001)))).collect()
@@ -125,6 +131,17 @@ pub fn put(pool: &Pool, data: &[u8]) -> u64 {
     let obj = os.create(&tx, tarn_ondisk::ObjectType::PlainData).expect("create");
     os.write(&tx, obj, 0, data).expect("write");
     obj
+}
+
+/// Damages a copy for certain: overwrites its first sector with a pattern
+/// (a single flipped bit could land in the sector padding after a short
+/// block's payload, which no checksum covers).
+pub fn corrupt(devs: &[Arc<FaultDevice>], dva: &Dva) {
+    assert!(!dva.is_empty(), "a copy to damage");
+    let d = &devs[dva.vdev as usize];
+    d.write_at(&[0x5Au8; 512], dva.offset).expect("write");
+    d.flush().expect("flush");
+    d.corrupt(dva.offset, dva.asize, dva.offset);
 }
 
 /// What the devices hold durably right now, as new devices (a power cut
