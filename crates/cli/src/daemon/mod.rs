@@ -137,7 +137,7 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     // Holding no directory inside a mount keeps unmounts from being busy.
     let _ = std::env::set_current_dir("/");
-    let (base, tunables, warnings) = crate::tunables_conf::daemon_tunables(cli_tunables)?;
+    let (settings, tunables, notes) = crate::tunables_conf::Settings::load(cli_tunables)?;
     let sock = proto::socket_path();
     let dir = sock.parent().filter(|d| !d.as_os_str().is_empty()).map(|d| d.to_path_buf()).unwrap_or_else(|| ".".into());
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating '{}'", dir.display()), e))?;
@@ -147,8 +147,8 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
     let listener = UnixListener::bind(&sock).map_err(|e| Error::io(format!("binding '{}'", sock.display()), e))?;
     let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
     log(&format!("starting (process {}), socket {}", std::process::id(), sock.display()));
-    warnings.iter().for_each(|w| log(w));
-    let daemon = Arc::new(state::Daemon::start(base, tunables));
+    settings.refused_lines(None).iter().chain(&notes).for_each(|w| log(w));
+    let daemon = Arc::new(state::Daemon::start(settings, tunables));
     if let Some(addr) = metrics {
         observe::serve_metrics(daemon.clone(), addr)?;
     }

@@ -20,7 +20,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use tarn_engine::arc::{host_memory, HostMemory};
 use tarn_engine::pool::metrics::{snapshot, PoolMetrics};
-use tarn_engine::tunables::parse_size;
+use tarn_engine::tunables::{parse_size, show_value};
 use tarn_engine::{Error, Objset, Result, Tunables};
 use tarn_ondisk::ObjectType;
 
@@ -53,70 +53,102 @@ fn snapshots(st: &mut State, names: &[String], out: &mut Out) -> Result<Vec<Pool
 /// `tunable list|get|set|reset` against the daemon's live values.
 #[derive(Debug, clap::Subcommand, Serialize, Deserialize)]
 pub enum TunableCmd {
-    /// Every tunable with its current value and meaning
+    /// Every tunable with its current value, range and meaning
     List,
     /// One tunable's value
     Get { name: String },
-    /// Change a tunable on every pool the daemon holds and for pools it imports later; remembered across daemon restarts
+    /// Change tunables on every pool the daemon holds and for pools it imports later; remembered across daemon restarts. Several in one command are checked together (to move zfs_arc_min and zfs_arc_max at once)
     Set {
-        #[arg(value_name = "NAME=VALUE")]
-        assignment: String,
+        #[arg(required = true, value_name = "NAME=VALUE")]
+        assignments: Vec<String>,
     },
-    /// Return a tunable to the daemon's starting value (its --tunable setting or the default) and forget its persisted value
-    Reset { name: String },
+    /// Return tunables to the daemon's starting value (its --tunable setting or the default) and forget their persisted value
+    Reset {
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+    },
 }
 
-/// `tunable list` as a table.
+/// `tunable list` as a table; RANGE is inclusive.
 pub fn tunable_table(t: &Tunables) -> String {
-    let rows: Vec<Vec<String>> = t.list().into_iter().map(|(n, v, d)| vec![n.to_string(), v, d.to_string()]).collect();
-    fmt::table(&["NAME", "VALUE", "DESCRIPTION"], &rows, false)
+    let range = |n: &str| t.range(n).map(|(lo, hi)| format!("{}-{}", show_value(lo), show_value(hi))).unwrap_or_default();
+    let rows: Vec<Vec<String>> = t.list().into_iter().map(|(n, v, d)| vec![n.to_string(), v, range(n), d.to_string()]).collect();
+    fmt::table(&["NAME", "VALUE", "RANGE", "DESCRIPTION"], &rows, false)
 }
 
 pub fn tunable(st: &mut State, cmd: TunableCmd, out: &mut Out) -> Result<()> {
     match cmd {
-        TunableCmd::List => out.text = tunable_table(&st.tunables),
-        TunableCmd::Get { name } => out.line(st.tunables.get(&name)?),
-        TunableCmd::Set { assignment } => {
-            let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("tunable set takes NAME=VALUE, not '{}'", assignment)))?;
-            let (k, v) = (k.trim(), v.trim());
-            if v.is_empty() {
-                st.tunables.get(k)?;
-                return Err(Error::invalid(format!("tunable set {}= has no value; `tarn tunable reset {}` returns it to its starting value", k, k)));
-            }
-            // Validated against the daemon's values and persisted first: a
-            // bad value, or one that cannot be remembered, changes nothing.
-            let mut t = st.tunables.clone();
-            t.set(k, v)?;
-            let mut kept = crate::tunables_conf::load()?;
-            crate::tunables_conf::upsert(&mut kept, k, v);
-            crate::tunables_conf::save(&kept)?;
-            apply_live(st, k, v, out);
-            log(&format!("tunable {}={} (kept in '{}')", k, v, crate::tunables_conf::path().display()));
-            st.tunables = t;
+        TunableCmd::List => {
+            out.text = tunable_table(&st.tunables);
+            out.warnings.extend(st.tunable_settings.refused_lines(None));
         }
-        TunableCmd::Reset { name } => {
-            let k = name.trim();
-            let v = st.base_tunables.get(k)?;
-            let mut t = st.tunables.clone();
-            t.set(k, &v).map_err(|e| e.context(format!("cannot reset {} to {}", k, v)))?;
-            let mut kept = crate::tunables_conf::load()?;
-            kept.retain(|(n, _)| n != k);
-            crate::tunables_conf::save(&kept)?;
-            apply_live(st, k, &v, out);
-            log(&format!("tunable {} reset to {}", k, v));
-            st.tunables = t;
+        TunableCmd::Get { name } => {
+            out.line(st.tunables.get(&name)?);
+            out.warnings.extend(st.tunable_settings.refused_lines(Some(&name)));
         }
+        TunableCmd::Set { assignments } => tunable_set(st, &assignments, out)?,
+        TunableCmd::Reset { names } => tunable_reset(st, &names, out)?,
     }
     Ok(())
 }
 
-/// Sets a (validated) tunable on every live pool.
-fn apply_live(st: &State, k: &str, v: &str, out: &mut Out) {
-    for (name, live) in &st.pools {
-        if let Err(e) = live.pool.set_tunable(k, v) {
-            out.warnings.push(format!("pool '{}': {} not changed: {}", name, k, e.msg));
+/// Validated against every explicit setting and persisted first: a bad
+/// value, or one that cannot be remembered, changes nothing.
+fn tunable_set(st: &mut State, assignments: &[String], out: &mut Out) -> Result<()> {
+    let sets = crate::tunables_conf::parse_assignments(assignments, "tunable set")?;
+    for (k, v) in &sets {
+        if v.is_empty() {
+            st.tunables.get(k)?;
+            return Err(Error::invalid(format!("tunable set {}= has no value; `tarn tunable reset {}` returns it to its starting value", k, k)));
         }
     }
+    let (t, notes) = st.tunable_settings.tunables_with(&sets)?;
+    let mut kept = crate::tunables_conf::load()?;
+    sets.iter().for_each(|(k, v)| crate::tunables_conf::upsert(&mut kept, k, v));
+    crate::tunables_conf::save(&kept)?;
+    let s = &mut st.tunable_settings;
+    for (k, v) in &sets {
+        crate::tunables_conf::upsert(&mut s.kept, k, v);
+        s.refused.retain(|(n, _)| n != k);
+        log(&format!("tunable {}={} (kept in '{}')", k, v, crate::tunables_conf::path().display()));
+    }
+    apply_live(st, &t, out);
+    notes.iter().for_each(|n| out.line(n));
+    Ok(())
+}
+
+/// Back to what a restart would give without these names' settings.
+fn tunable_reset(st: &mut State, names: &[String], out: &mut Out) -> Result<()> {
+    let names: Vec<&str> = names.iter().map(|n| n.trim()).collect();
+    let mut s = st.tunable_settings.clone();
+    for k in &names {
+        st.tunables.get(k)?;
+        s.kept.retain(|(n, _)| n != k);
+        s.refused.retain(|(n, _)| n != k);
+    }
+    let (t, notes) = s.tunables_with(&[])?;
+    let mut kept = crate::tunables_conf::load()?;
+    kept.retain(|(n, _)| !names.contains(&n.as_str()));
+    crate::tunables_conf::save(&kept)?;
+    st.tunable_settings = s;
+    for k in &names {
+        log(&format!("tunable {} reset to {}", k, t.get(k)?));
+    }
+    apply_live(st, &t, out);
+    notes.iter().for_each(|n| out.line(n));
+    Ok(())
+}
+
+/// Makes `t` the daemon's tunables and sets what changed on every live pool.
+fn apply_live(st: &mut State, t: &Tunables, out: &mut Out) {
+    let changed: Vec<(&str, String)> = t.list().into_iter().filter(|(n, v, _)| st.tunables.get(n).ok().as_ref() != Some(v)).map(|(n, v, _)| (n, v)).collect();
+    let sets: Vec<(&str, &str)> = changed.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    for (name, live) in &st.pools {
+        if let Err(e) = live.pool.set_tunables(&sets) {
+            out.warnings.push(format!("pool '{}': tunables not changed: {}", name, e.msg));
+        }
+    }
+    st.tunables = t.clone();
 }
 
 /// `pool write-test`: a known write load generated inside the daemon.

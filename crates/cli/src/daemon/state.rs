@@ -36,9 +36,10 @@ pub struct State {
     /// Daemon-wide tunables: the defaults, the persisted `tunable set`s
     /// (`tunables_conf`), the daemon's `--tunable` settings, live changes.
     pub tunables: Tunables,
-    /// What they are without the persisted and live changes (what
-    /// `tunable reset` returns to).
-    pub base_tunables: Tunables,
+    /// Where they come from: the defaults, the daemon's `--tunable`s, the
+    /// kept settings and the refused lines of the tunables file
+    /// (`tunable reset` drops a kept setting and recomputes).
+    pub tunable_settings: crate::tunables_conf::Settings,
     pub pools: BTreeMap<String, Live>,
     /// Datasets mounted on a mount of their own, by name. (Child datasets
     /// and snapshots served inside one of these are its slots.)
@@ -164,7 +165,7 @@ impl State {
 impl Daemon {
     /// Imports every pool of the cache file and mounts their roots; pools
     /// that fail are logged and retried when a request names them.
-    pub fn start(base_tunables: Tunables, tunables: Tunables) -> Daemon {
+    pub fn start(tunable_settings: crate::tunables_conf::Settings, tunables: Tunables) -> Daemon {
         #[cfg(debug_assertions)]
         let test_memfs = std::env::var_os("TARN_TEST_MEMFS").is_some();
         #[cfg(not(debug_assertions))]
@@ -173,7 +174,7 @@ impl Daemon {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
         let served = Arc::new(Served::new(test_memfs));
-        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), served };
+        let mut st = State { tunables: tunables.clone(), tunable_settings, pools: BTreeMap::new(), mounts: BTreeMap::new(), served };
         // Before any mount: what a killed predecessor left mounted, dead.
         super::mountdir::detach_recorded();
         match Cache::load() {

@@ -51,5 +51,7 @@ mod pool;
 pub mod spacemap;
 pub mod verify;
 
+#[cfg(test)]
+pub(crate) use pool::queue_limits;
 pub(crate) use pool::{new_guid, objset_props, read_kv};
 pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, VdevStatus};

@@ -541,9 +541,16 @@ impl Pool {
 
     /// Changes a tunable on the live pool.
     pub fn set_tunable(&self, name: &str, value: &str) -> Result<()> {
+        self.set_tunables(&[(name, value)])
+    }
+
+    /// Changes several tunables at once, validated together (a pair such
+    /// as zfs_arc_min and zfs_arc_max may move past each other); on error
+    /// nothing changes.
+    pub fn set_tunables(&self, sets: &[(&str, &str)]) -> Result<()> {
         let t = {
             let mut t = self.sh.core.tunables.write();
-            t.set(name, value)?;
+            t.set_many(sets)?;
             t.clone()
         };
         self.sh.core.txg.set_params(ThrottleParams::from_tunables(&t));
