@@ -394,12 +394,20 @@ impl Tunables {
     }
 }
 
-/// ": 0 would …" when `v` is 0 and the tunable's range excludes 0 for a reason.
+/// Why `v` is out of the tunable's range, where that is not just size:
+/// ": 0 would …", or why a bound is what it is.
 fn zero_reason(name: &str, v: u64) -> String {
     match why_not_zero(name) {
-        Some(why) if v == 0 => format!(": {}", why),
-        _ => String::new(),
+        Some(why) if v == 0 => return format!(": {}", why),
+        _ => {}
     }
+    if name == "zfs_vdev_write_gap_limit" {
+        // Bridging a write gap means writing the gap's bytes too, which
+        // would overwrite live blocks: OpenZFS only does it with optional
+        // padding I/Os, which tarn does not have.
+        return ": it must be 0, as tarn merges only adjacent writes".to_string();
+    }
+    String::new()
 }
 
 #[cfg(test)]
