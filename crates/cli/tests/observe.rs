@@ -458,3 +458,42 @@ fn ordered_tunables_reset_in_either_order_and_set_together() {
     e.ok(&["tunable", "reset", "zfs_arc_max", "zfs_arc_min"]);
     assert_eq!(e.ok(&["tunable", "list"]), list);
 }
+
+/// Issue 11: the metrics endpoint served one connection at a time, each
+/// allowed 5 s to send its request, so three idle connections made a scrape
+/// wait 15 s (Prometheus gives up at 10 s). Connections are served at once,
+/// each idle one answered `408` and closed after 2 s; past the bound of
+/// connections served at once, `503` comes at once — never a wait.
+#[test]
+fn idle_connections_do_not_delay_a_scrape() {
+    let e = Env::new("idle");
+    e.create("tank");
+    let port = free_port();
+    e.ok(&["daemon", "stop"]);
+    e.ok(&["daemon", "--metrics", &format!("127.0.0.1:{}", port)]);
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", port)).expect("the endpoint accepts");
+    let (_, body) = scrape(port);
+    assert!(body.contains("pool=\"tank\""), "{}", body);
+    let mut idle: Vec<std::net::TcpStream> = (0..3).map(|_| connect()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = std::time::Instant::now();
+    let (head, body) = scrape(port);
+    let took = t.elapsed();
+    assert!(head.starts_with("HTTP/1.1 200") && body.contains("pool=\"tank\""), "{}", head);
+    assert!(took < std::time::Duration::from_secs(1), "a scrape behind 3 idle connections took {:?}", took);
+    let mut answer = String::new();
+    idle[0].set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    idle[0].read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "an idle connection is closed: {}", answer);
+    idle.clear();
+    // A flood of idle connections: what is past the bound is refused at
+    // once, and once the idle ones time out, scrapes are served again.
+    let _flood: Vec<std::net::TcpStream> = (0..12).map(|_| connect()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = std::time::Instant::now();
+    let (head, _) = scrape(port);
+    assert!(head.starts_with("HTTP/1.1 503") && t.elapsed() < std::time::Duration::from_secs(1), "{} after {:?}", head, t.elapsed());
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (head, _) = scrape(port);
+    assert!(head.starts_with("HTTP/1.1 200"), "{}", head);
+}

@@ -13,6 +13,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -250,17 +251,50 @@ fn read_object(os: &Objset, obj: u64, len: u64, bs: usize) -> Result<()> {
 /// Largest HTTP request head read from a scraper.
 const HTTP_HEAD_MAX_BYTES: usize = 8 << 10;
 
-/// Binds the Prometheus endpoint and serves it on its own thread, one
-/// connection at a time (a scraper asks every few seconds).
+/// Connections served at once; more are answered `503` at once. A scraper
+/// needs one; the bound keeps idle or slow clients from taking threads
+/// without limit.
+const HTTP_CONNS_MAX: usize = 8;
+
+/// How long a client has to send its whole request head (a scraper sends
+/// it at once): an idle connection holds its slot no longer than this.
+const HTTP_HEAD_WAIT: Duration = Duration::from_secs(2);
+
+/// How long writing the answer may take.
+const HTTP_WRITE_WAIT: Duration = Duration::from_secs(5);
+
+/// Binds the Prometheus endpoint and serves it: an accept thread hands
+/// each connection to a thread of its own, at most `HTTP_CONNS_MAX` at once
+/// (one slow or idle client never delays a scrape, as one-at-a-time
+/// serving did: three idle connections made a scrape wait 15 s), each with
+/// `HTTP_HEAD_WAIT` to send its request. No HTTP crate: tiny_http, the
+/// small maintained one, spawns a thread per connection without bound and
+/// sets no read timeout — the two things this endpoint must control — and
+/// `GET /metrics` needs only the request line.
 pub fn serve_metrics(d: Arc<Daemon>, addr: &str) -> Result<()> {
     let l = TcpListener::bind(addr).map_err(|e| Error::io(format!("binding the metrics endpoint '{}'", addr), e))?;
     log(&format!("metrics endpoint http://{}/metrics", l.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| addr.into())));
     std::thread::Builder::new()
         .name("tarn-metrics".into())
         .spawn(move || {
+            let active = Arc::new(AtomicUsize::new(0));
             for conn in l.incoming().flatten() {
-                if let Err(e) = answer_http(&d, conn) {
-                    log(&format!("metrics endpoint: {}", e));
+                if active.fetch_add(1, Ordering::SeqCst) >= HTTP_CONNS_MAX {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
+                    let _ = respond(conn, "503 Service Unavailable", "too many connections to the tarn metrics endpoint\n");
+                    continue;
+                }
+                let (d, n) = (d.clone(), active.clone());
+                let spawned = std::thread::Builder::new().name("tarn-metrics-conn".into()).spawn(move || {
+                    if let Err(e) = answer_http(&d, conn) {
+                        log(&format!("metrics endpoint: {}", e));
+                    }
+                    n.fetch_sub(1, Ordering::SeqCst);
+                });
+                if let Err(e) = spawned {
+                    active.fetch_sub(1, Ordering::SeqCst);
+                    log(&format!("metrics endpoint: cannot start a thread: {}", e));
                 }
             }
         })
@@ -268,26 +302,44 @@ pub fn serve_metrics(d: Arc<Daemon>, addr: &str) -> Result<()> {
     Ok(())
 }
 
-fn answer_http(d: &Daemon, mut c: TcpStream) -> std::io::Result<()> {
-    c.set_read_timeout(Some(Duration::from_secs(5)))?;
-    c.set_write_timeout(Some(Duration::from_secs(5)))?;
+/// The request head, read within `HTTP_HEAD_WAIT` in all; `None` if the
+/// client sent none in time.
+fn read_head(c: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
+    let deadline = std::time::Instant::now() + HTTP_HEAD_WAIT;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < HTTP_HEAD_MAX_BYTES {
-        let n = c.read(&mut buf)?;
-        if n == 0 {
-            break;
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(None);
         }
-        head.extend_from_slice(&buf[..n]);
+        c.set_read_timeout(Some(left))?;
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return Ok(None),
+            Err(e) => return Err(e),
+        }
     }
+    Ok(Some(head))
+}
+
+fn answer_http(d: &Daemon, mut c: TcpStream) -> std::io::Result<()> {
+    c.set_write_timeout(Some(HTTP_WRITE_WAIT))?;
+    let Some(head) = read_head(&mut c)? else {
+        return respond(c, "408 Request Timeout", "no request within 2 s\n");
+    };
     let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => ("200 OK", crate::observe::prometheus(&d.snapshots())),
-        ("GET", _) => ("404 Not Found", "tarn serves /metrics only\n".to_string()),
-        _ => ("405 Method Not Allowed", "GET /metrics\n".to_string()),
-    };
+    match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => respond(c, "200 OK", &crate::observe::prometheus(&d.snapshots())),
+        ("GET", _) => respond(c, "404 Not Found", "tarn serves /metrics only\n"),
+        _ => respond(c, "405 Method Not Allowed", "GET /metrics\n"),
+    }
+}
+
+fn respond(mut c: TcpStream, status: &str, body: &str) -> std::io::Result<()> {
     let resp = format!(
         "HTTP/1.1 {}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
         status,
