@@ -497,3 +497,51 @@ fn idle_connections_do_not_delay_a_scrape() {
     let (head, _) = scrape(port);
     assert!(head.starts_with("HTTP/1.1 200"), "{}", head);
 }
+
+/// A guid as a reader that parses JSON numbers as doubles sees it
+/// (JavaScript, jq, Python's json with parse_int=float).
+fn guid_as_f64_reader_sees(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or_else(|_| panic!("not a guid: {}", s)),
+        Value::Number(n) => n.as_f64().expect("a number") as u64,
+        other => panic!("not a guid: {}", other),
+    }
+}
+
+/// Issue 11: guids were JSON numbers, above 2^53 nearly always, so every
+/// JSON reader that parses numbers as doubles read another guid. They are
+/// strings in every JSON output, as in OpenZFS 2.3's, and equal to what
+/// the text output (`-p`) prints: pool list, status (and its cache
+/// devices), import's listing, and the pool cache file.
+#[test]
+fn guids_in_json_are_exact_for_every_reader() {
+    let e = Env::new("guids");
+    e.create("tank");
+    let cache = e.path("cache.img");
+    std::fs::File::create(&cache).unwrap().set_len(64 << 20).unwrap();
+    e.ok(&["pool", "add", "tank", "cache", &cache]);
+    let guid: u64 = e.ok(&["pool", "get", "-H", "-p", "-o", "value", "guid", "tank"]).trim().parse().unwrap();
+    assert_eq!(e.ok(&["pool", "list", "-H", "-p", "-o", "guid", "tank"]).trim(), guid.to_string());
+    let list = e.json(&["pool", "list", "--json"]);
+    assert!(list[0]["guid"].is_string(), "{}", list);
+    assert_eq!(guid_as_f64_reader_sees(&list[0]["guid"]), guid);
+    let status = e.json(&["pool", "status", "--json", "tank"]);
+    assert_eq!(guid_as_f64_reader_sees(&status[0]["guid"]), guid);
+    let text = e.ok(&["pool", "status", "tank"]);
+    let cache_guid: u64 = text.lines().find(|l| l.contains(&cache)).and_then(|l| l.split_whitespace().last()).unwrap().parse().unwrap();
+    assert!(status[0]["cache"][0]["guid"].is_string(), "{}", status);
+    assert_eq!(guid_as_f64_reader_sees(&status[0]["cache"][0]["guid"]), cache_guid);
+    let file: Value = serde_json::from_slice(&std::fs::read(e.path("tarn.cache")).unwrap()).unwrap();
+    assert_eq!(guid_as_f64_reader_sees(&file["pools"][0]["guid"]), guid, "the cache file: {}", file);
+    e.ok(&["pool", "export", "tank"]);
+    let found = e.json(&["pool", "import", "--json", "-d", &e.path("tank.img")]);
+    assert_eq!(guid_as_f64_reader_sees(&found[0]["guid"]), guid, "{}", found);
+    let listed = e.ok(&["pool", "import", "-d", &e.path("tank.img")]);
+    assert!(listed.contains(&format!("id: {}", guid)), "{}", listed);
+    // Import by guid, and a cache file from before (a number) still reads.
+    e.ok(&["pool", "import", "-d", &e.path("tank.img"), &guid.to_string()]);
+    e.ok(&["daemon", "stop"]);
+    let text = std::fs::read_to_string(e.path("tarn.cache")).unwrap();
+    std::fs::write(e.path("tarn.cache"), text.replace(&format!("\"{}\"", guid), &guid.to_string())).unwrap();
+    assert_eq!(guid_as_f64_reader_sees(&e.json(&["pool", "list", "--json"])[0]["guid"]), guid);
+}

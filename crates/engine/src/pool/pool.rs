@@ -90,6 +90,7 @@ pub struct VdevStatus {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
+    #[serde(with = "crate::guid_json")]
     pub guid: u64,
     pub state: String,
     pub txg: u64,
@@ -1221,6 +1222,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DiscoveredPool {
     pub name: String,
+    #[serde(with = "crate::guid_json")]
     pub guid: u64,
     pub state: String,
     pub txg: u64,
