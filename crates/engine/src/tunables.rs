@@ -260,7 +260,7 @@ fn unknown(name: &str) -> Error {
 /// that it can be pasted into `tunable set`), else the plain number.
 pub fn show_value(v: u64) -> String {
     for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if v >= 1 << shift && v % (1 << shift) == 0 {
+        if v >= 1 << shift && v.is_multiple_of(1 << shift) {
             return format!("{}{}", v >> shift, suffix);
         }
     }
