@@ -16,24 +16,10 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::Env;
-
-/// Runs `c`, killing it and failing the test if it takes over `secs`.
-fn within(mut c: Command, secs: u64) -> Output {
-    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("tarn runs");
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            panic!("{:?} did not finish within {} s", c, secs);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
+use common::{within, Env};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -12,6 +12,8 @@
 //! Pools are created with `-m none`, so no FUSE mount is needed. Each test
 //! has its own directory, socket and cache file.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -340,17 +342,8 @@ impl Env {
     /// command is killed).
     fn ok_within(&self, args: &[&str], secs: u64) -> String {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tarn"));
-        c.env("TARN_CACHE", self.dir.join("tarn.cache")).env("TARN_SOCKET", self.dir.join("tarn.sock"));
-        let mut child = c.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("tarn runs");
-        let t = std::time::Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if t.elapsed() > std::time::Duration::from_secs(secs) {
-                let _ = child.kill();
-                panic!("tarn {:?} did not finish within {} s\nlog:\n{}", args, secs, std::fs::read_to_string(self.dir.join("tarn.log")).unwrap_or_default());
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let o = child.wait_with_output().unwrap();
+        c.env("TARN_CACHE", self.dir.join("tarn.cache")).env("TARN_SOCKET", self.dir.join("tarn.sock")).args(args);
+        let o = common::within(c, secs);
         assert!(o.status.success(), "tarn {:?} failed: {}", args, String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
