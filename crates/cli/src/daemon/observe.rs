@@ -251,14 +251,23 @@ fn read_object(os: &Objset, obj: u64, len: u64, bs: usize) -> Result<()> {
 /// Largest HTTP request head read from a scraper.
 const HTTP_HEAD_MAX_BYTES: usize = 8 << 10;
 
-/// Connections served at once; more are answered `503` at once. A scraper
-/// needs one; the bound keeps idle or slow clients from taking threads
-/// without limit.
+/// Connections served at once; more are answered `503`. A scraper needs
+/// one; the bound keeps idle or slow clients from taking threads without
+/// limit.
 const HTTP_CONNS_MAX: usize = 8;
+
+/// Connections past `HTTP_CONNS_MAX` being answered `503` at once (each
+/// reads the request first, so that closing does not reset the connection
+/// before the client reads the answer); past both bounds a connection is
+/// closed at once.
+const HTTP_REFUSING_MAX: usize = 8;
 
 /// How long a client has to send its whole request head (a scraper sends
 /// it at once): an idle connection holds its slot no longer than this.
 const HTTP_HEAD_WAIT: Duration = Duration::from_secs(2);
+
+/// The same for a connection about to be refused.
+const HTTP_REFUSE_WAIT: Duration = Duration::from_millis(500);
 
 /// How long writing the answer may take.
 const HTTP_WRITE_WAIT: Duration = Duration::from_secs(5);
@@ -267,45 +276,62 @@ const HTTP_WRITE_WAIT: Duration = Duration::from_secs(5);
 /// each connection to a thread of its own, at most `HTTP_CONNS_MAX` at once
 /// (one slow or idle client never delays a scrape, as one-at-a-time
 /// serving did: three idle connections made a scrape wait 15 s), each with
-/// `HTTP_HEAD_WAIT` to send its request. No HTTP crate: tiny_http, the
-/// small maintained one, spawns a thread per connection without bound and
-/// sets no read timeout — the two things this endpoint must control — and
-/// `GET /metrics` needs only the request line.
+/// `HTTP_HEAD_WAIT` to send its request; past that bound, `503`. No HTTP
+/// crate: tiny_http, the small maintained one, spawns a thread per
+/// connection without bound and sets no read timeout — the two things this
+/// endpoint must control — and `GET /metrics` needs only the request line.
 pub fn serve_metrics(d: Arc<Daemon>, addr: &str) -> Result<()> {
     let l = TcpListener::bind(addr).map_err(|e| Error::io(format!("binding the metrics endpoint '{}'", addr), e))?;
     log(&format!("metrics endpoint http://{}/metrics", l.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| addr.into())));
     std::thread::Builder::new()
         .name("tarn-metrics".into())
         .spawn(move || {
-            let active = Arc::new(AtomicUsize::new(0));
+            let serving = Arc::new(AtomicUsize::new(0));
+            let refusing = Arc::new(AtomicUsize::new(0));
             for conn in l.incoming().flatten() {
-                if active.fetch_add(1, Ordering::SeqCst) >= HTTP_CONNS_MAX {
-                    active.fetch_sub(1, Ordering::SeqCst);
-                    let _ = conn.set_write_timeout(Some(Duration::from_millis(100)));
-                    let _ = respond(conn, "503 Service Unavailable", "too many connections to the tarn metrics endpoint\n");
-                    continue;
-                }
-                let (d, n) = (d.clone(), active.clone());
-                let spawned = std::thread::Builder::new().name("tarn-metrics-conn".into()).spawn(move || {
-                    if let Err(e) = answer_http(&d, conn) {
-                        log(&format!("metrics endpoint: {}", e));
-                    }
-                    n.fetch_sub(1, Ordering::SeqCst);
-                });
-                if let Err(e) = spawned {
-                    active.fetch_sub(1, Ordering::SeqCst);
-                    log(&format!("metrics endpoint: cannot start a thread: {}", e));
-                }
+                let d = d.clone();
+                let Err(conn) = on_bounded_thread(&serving, HTTP_CONNS_MAX, conn, move |c| answer_http(&d, c)) else { continue };
+                // Past both bounds the connection is dropped: closed at once.
+                let _ = on_bounded_thread(&refusing, HTTP_REFUSING_MAX, conn, refuse_http);
             }
         })
         .map_err(|e| Error::io("starting the metrics thread", e))?;
     Ok(())
 }
 
-/// The request head, read within `HTTP_HEAD_WAIT` in all; `None` if the
-/// client sent none in time.
-fn read_head(c: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
-    let deadline = std::time::Instant::now() + HTTP_HEAD_WAIT;
+/// Runs `f(conn)` on a thread of its own if fewer than `max` such threads
+/// run (`slots` counts them); else hands `conn` back.
+fn on_bounded_thread(slots: &Arc<AtomicUsize>, max: usize, conn: TcpStream, f: impl FnOnce(TcpStream) -> std::io::Result<()> + Send + 'static) -> std::result::Result<(), TcpStream> {
+    if slots.fetch_add(1, Ordering::SeqCst) >= max {
+        slots.fetch_sub(1, Ordering::SeqCst);
+        return Err(conn);
+    }
+    let n = slots.clone();
+    let spawned = std::thread::Builder::new().name("tarn-metrics-conn".into()).spawn(move || {
+        if let Err(e) = f(conn) {
+            log(&format!("metrics endpoint: {}", e));
+        }
+        n.fetch_sub(1, Ordering::SeqCst);
+    });
+    if let Err(e) = spawned {
+        slots.fetch_sub(1, Ordering::SeqCst);
+        log(&format!("metrics endpoint: cannot start a thread: {}", e));
+    }
+    Ok(())
+}
+
+/// `503` to a connection past the bound, after reading its request (or
+/// `HTTP_REFUSE_WAIT`).
+fn refuse_http(mut c: TcpStream) -> std::io::Result<()> {
+    c.set_write_timeout(Some(HTTP_WRITE_WAIT))?;
+    read_head(&mut c, HTTP_REFUSE_WAIT)?;
+    respond(c, "503 Service Unavailable", "too many connections to the tarn metrics endpoint\n")
+}
+
+/// The request head, read within `wait` in all; `None` if the client sent
+/// none in time.
+fn read_head(c: &mut TcpStream, wait: Duration) -> std::io::Result<Option<Vec<u8>>> {
+    let deadline = std::time::Instant::now() + wait;
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < HTTP_HEAD_MAX_BYTES {
@@ -326,7 +352,7 @@ fn read_head(c: &mut TcpStream) -> std::io::Result<Option<Vec<u8>>> {
 
 fn answer_http(d: &Daemon, mut c: TcpStream) -> std::io::Result<()> {
     c.set_write_timeout(Some(HTTP_WRITE_WAIT))?;
-    let Some(head) = read_head(&mut c)? else {
+    let Some(head) = read_head(&mut c, HTTP_HEAD_WAIT)? else {
         return respond(c, "408 Request Timeout", "no request within 2 s\n");
     };
     let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
