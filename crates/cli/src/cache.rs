@@ -11,6 +11,8 @@ use tarn_engine::{Error, Result};
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct CachedPool {
     pub name: String,
+    /// A string in the file (`guid_json`); a number from older files reads too.
+    #[serde(with = "tarn_engine::guid_json")]
     pub guid: u64,
     pub devices: Vec<String>,
     /// The root dataset's mountpoint: absent = /NAME, "none" = not mounted

@@ -30,7 +30,7 @@ mod tunables_conf;
 use clap::{Parser, Subcommand};
 use daemon::observe::TunableCmd;
 use pool_cmd::PoolCmd;
-use tarn_engine::{Error, Result, Tunables};
+use tarn_engine::{Result, Tunables};
 
 #[derive(Parser)]
 #[command(name = "tarn", version, about = "tarn: a userspace storage pool in the design of OpenZFS")]
@@ -67,29 +67,28 @@ pub enum Cmd {
     Arcstat(observe_cmd::ArcstatArgs),
 }
 
-/// Tunables with this command's --tunable settings applied.
+/// The defaults with this command's --tunable settings (a tunable not
+/// named follows a named ordered partner: `Tunables::resolve`).
 pub fn tunables(cli_sets: &[String]) -> Result<Tunables> {
-    apply_tunables(Tunables::default(), cli_sets)
+    let sets = tunables_conf::parse_assignments(cli_sets, "--tunable")?;
+    let refs: Vec<(&str, &str)> = sets.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    Ok(Tunables::default().resolve(&refs)?.0)
 }
 
-/// `t` with NAME=VALUE settings applied (validated together).
+/// `t` with NAME=VALUE settings applied (validated together, strictly:
+/// the daemon's tunables for the pools one request opens).
 pub fn apply_tunables(mut t: Tunables, cli_sets: &[String]) -> Result<Tunables> {
-    let mut sets = Vec::new();
-    for s in cli_sets {
-        let (k, v) = s
-            .split_once('=')
-            .ok_or_else(|| Error::invalid(format!("--tunable takes NAME=VALUE, not '{}'", s)))?;
-        sets.push((k.trim(), v.trim()));
-    }
-    t.set_many(&sets)?;
+    let sets = tunables_conf::parse_assignments(cli_sets, "--tunable")?;
+    let refs: Vec<(&str, &str)> = sets.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    t.set_many(&refs)?;
     Ok(t)
 }
 
 /// What a daemon started with `cli_sets` would run with, warning of kept
-/// settings it would skip.
+/// settings it would refuse.
 fn startup_tunables(cli_sets: &[String]) -> Result<Tunables> {
-    let (_, t, warnings) = tunables_conf::daemon_tunables(cli_sets)?;
-    warnings.iter().for_each(|w| eprintln!("tarn: warning: {}", w));
+    let (settings, t, _) = tunables_conf::Settings::load(cli_sets)?;
+    settings.refused_lines(None).iter().for_each(|w| eprintln!("tarn: warning: {}", w));
     Ok(t)
 }
 

@@ -12,6 +12,8 @@
 //! Pools are created with `-m none`, so no FUSE mount is needed. Each test
 //! has its own directory, socket and cache file.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -321,4 +323,218 @@ fn wrong_arguments_get_one_line() {
     assert!(e.fails(&["pool", "add", "tank", "log", &e.path("x")]).contains("tarn has no log vdevs yet"));
     assert!(e.fails(&["pool", "remove", "tank", &e.path("x")]).contains("not a cache device"));
     assert!(e.fails(&["pool", "write-test", "tank", "--bytes", "0"]).contains("bad --bytes"));
+}
+
+/// A value as `tunable list` shows it ("64M", "10000"), as a number.
+fn shown_value(s: &str) -> u128 {
+    let (num, shift) = match s.chars().last() {
+        Some('K') => (&s[..s.len() - 1], 10),
+        Some('M') => (&s[..s.len() - 1], 20),
+        Some('G') => (&s[..s.len() - 1], 30),
+        Some('T') => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    num.parse::<u128>().unwrap_or_else(|_| panic!("not a value: '{}'", s)) << shift
+}
+
+impl Env {
+    /// Like `ok`, but fails the test instead of waiting past `secs` (the
+    /// command is killed).
+    fn ok_within(&self, args: &[&str], secs: u64) -> String {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tarn"));
+        c.env("TARN_CACHE", self.dir.join("tarn.cache")).env("TARN_SOCKET", self.dir.join("tarn.sock")).args(args);
+        let o = common::within(c, secs);
+        assert!(o.status.success(), "tarn {:?} failed: {}", args, String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+    fn get(&self, tunable: &str) -> String {
+        self.ok(&["tunable", "get", tunable]).trim().to_string()
+    }
+}
+
+/// Issue 11 item 10: `tunable set zfs_vdev_async_write_max_active=0` (and
+/// `zfs_vdev_max_active=0`, `zfs_vdev_async_write_min_active=0`,
+/// `zfs_vdev_sync_read_max_active=0`) was accepted, kept, and the next
+/// write hung for good. Every tunable now refuses 0 where its range (the
+/// RANGE column of `tunable list`) excludes it, one past its maximum, a
+/// negative number and garbage, with one line naming it and its range —
+/// and nothing changes: not the live values, not the kept file.
+#[test]
+fn tunables_out_of_range_are_refused_and_change_nothing() {
+    let e = Env::new("ranges");
+    e.create("tank");
+    for bad in ["zfs_vdev_async_write_max_active=0", "zfs_vdev_max_active=0", "zfs_vdev_async_write_min_active=0", "zfs_vdev_sync_read_max_active=0"] {
+        let err = e.fails(&["tunable", "set", bad]);
+        let name = bad.split('=').next().unwrap();
+        assert!(err.contains(&format!("'{}'", name)) && err.contains("range 1 to 10000") && err.contains("hang"), "{}", err);
+    }
+    let list = e.ok(&["tunable", "list"]);
+    assert!(list.starts_with("NAME") && list.lines().next().unwrap().contains("RANGE"), "{}", list);
+    let mut checked = 0;
+    for line in list.lines().skip(1) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let (name, range) = (cols[0], cols[2]);
+        let (min, max) = range.split_once('-').unwrap_or_else(|| panic!("no range in '{}'", line));
+        let mut bad = vec!["-1".to_string(), "lots".to_string(), "2.5".to_string(), (shown_value(max) + 1).to_string()];
+        if shown_value(min) > 0 {
+            bad.push("0".to_string());
+        }
+        for v in bad {
+            let err = e.fails(&["tunable", "set", &format!("{}={}", name, v)]);
+            assert!(err.contains(&format!("'{}'", name)) && err.contains(&format!("{} to {}", min, max)), "{}={}: {}", name, v, err);
+        }
+        checked += 1;
+    }
+    assert!(checked >= 40, "{} tunables listed", checked);
+    assert_eq!(e.ok(&["tunable", "list"]), list, "a refused value changes nothing");
+    assert!(!std::path::Path::new(&e.path("tarn.tunables")).exists(), "and nothing is kept");
+    e.ok_within(&["pool", "write-test", "tank", "--bytes", "8M"], 60);
+}
+
+/// Issue 11 item 10: a value that stops I/O, already in the kept tunables
+/// file (from before the ranges, or edited by hand), made the daemon hang
+/// at the first write after every start. It is refused at start: the
+/// default stays, the log and `tunable list` say so, writes complete;
+/// `tunable reset` drops the line.
+#[test]
+fn a_kept_tunable_that_would_hang_the_pool_is_refused_at_start() {
+    let e = Env::new("keptbad");
+    e.create("tank");
+    let default = e.get("zfs_vdev_async_write_max_active");
+    e.ok(&["daemon", "stop"]);
+    std::fs::write(e.path("tarn.tunables"), "zfs_vdev_async_write_max_active=0\nzfs_txg_timeout=7\n").unwrap();
+    e.ok_within(&["pool", "write-test", "tank", "--bytes", "8M"], 60);
+    assert_eq!(e.get("zfs_vdev_async_write_max_active"), default);
+    assert_eq!(e.get("zfs_txg_timeout"), "7", "the good line applies");
+    let o = e.run(&["tunable", "list"]);
+    let warn = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success() && warn.contains("zfs_vdev_async_write_max_active=0 not applied") && warn.contains(&format!("stays {}", default)), "{}", warn);
+    let log = std::fs::read_to_string(e.path("tarn.log")).unwrap_or_default();
+    assert!(log.contains("zfs_vdev_async_write_max_active=0 not applied") && log.contains("hang"), "{}", log);
+    e.ok(&["tunable", "reset", "zfs_vdev_async_write_max_active"]);
+    let kept = std::fs::read_to_string(e.path("tarn.tunables")).unwrap();
+    assert_eq!(kept.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>(), vec!["zfs_txg_timeout=7"]);
+    let o = e.run(&["tunable", "list"]);
+    assert!(o.status.success() && o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Issue 11: `tunable reset zfs_arc_min` before `zfs_arc_max` failed on
+/// the ordering check (the default zfs_arc_min exceeded the zfs_arc_max
+/// still set). Reset works in either order — a tunable nobody set follows
+/// its set partner, and a restart computes the same — and a pair valid
+/// only together is set in one command.
+#[test]
+fn ordered_tunables_reset_in_either_order_and_set_together() {
+    let e = Env::new("pairs");
+    e.create("tank");
+    let list = e.ok(&["tunable", "list"]);
+    assert!(e.get("zfs_arc_min").parse::<u64>().unwrap() > 16 << 20, "the default zfs_arc_min is at least 32M");
+    for order in [["zfs_arc_min", "zfs_arc_max"], ["zfs_arc_max", "zfs_arc_min"]] {
+        e.ok(&["tunable", "set", "zfs_arc_min=8M"]);
+        e.ok(&["tunable", "set", "zfs_arc_max=16M"]);
+        e.ok(&["tunable", "reset", order[0]]);
+        let between = (e.get("zfs_arc_min"), e.get("zfs_arc_max"));
+        assert!(between.0.parse::<u64>().unwrap() <= between.1.parse::<u64>().unwrap(), "{:?}", between);
+        e.ok(&["daemon", "stop"]);
+        assert_eq!((e.get("zfs_arc_min"), e.get("zfs_arc_max")), between, "a restart computes the same");
+        e.ok(&["tunable", "reset", order[1]]);
+        assert_eq!(e.ok(&["tunable", "list"]), list, "both reset after {:?}", order);
+    }
+    e.ok(&["tunable", "set", "zfs_arc_min=8M", "zfs_arc_max=16M"]);
+    let err = e.fails(&["tunable", "set", "zfs_arc_min=32M"]);
+    assert!(err.contains("zfs_arc_min (32M) must not exceed zfs_arc_max (16M)"), "{}", err);
+    e.ok(&["tunable", "set", "zfs_arc_min=32M", "zfs_arc_max=64M"]);
+    assert_eq!((e.get("zfs_arc_min"), e.get("zfs_arc_max")), ((32u64 << 20).to_string(), (64u64 << 20).to_string()));
+    assert_eq!(e.json(&["arcstat", "--json", "-f", "cmax"])["cmax"].as_str(), Some("64.0M"), "live on the pool");
+    let kept = std::fs::read_to_string(e.path("tarn.tunables")).unwrap();
+    assert!(kept.lines().any(|l| l == "zfs_arc_min=32M") && kept.lines().any(|l| l == "zfs_arc_max=64M"), "{}", kept);
+    e.ok(&["tunable", "reset", "zfs_arc_max", "zfs_arc_min"]);
+    assert_eq!(e.ok(&["tunable", "list"]), list);
+}
+
+/// Issue 11: the metrics endpoint served one connection at a time, each
+/// allowed 5 s to send its request, so three idle connections made a scrape
+/// wait 15 s (Prometheus gives up at 10 s). Connections are served at once,
+/// each idle one answered `408` and closed after 2 s; past the bound of
+/// connections served at once, `503` comes at once — never a wait.
+#[test]
+fn idle_connections_do_not_delay_a_scrape() {
+    let e = Env::new("idle");
+    e.create("tank");
+    let port = free_port();
+    e.ok(&["daemon", "stop"]);
+    e.ok(&["daemon", "--metrics", &format!("127.0.0.1:{}", port)]);
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", port)).expect("the endpoint accepts");
+    let (_, body) = scrape(port);
+    assert!(body.contains("pool=\"tank\""), "{}", body);
+    let mut idle: Vec<std::net::TcpStream> = (0..3).map(|_| connect()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = std::time::Instant::now();
+    let (head, body) = scrape(port);
+    let took = t.elapsed();
+    assert!(head.starts_with("HTTP/1.1 200") && body.contains("pool=\"tank\""), "{}", head);
+    assert!(took < std::time::Duration::from_secs(1), "a scrape behind 3 idle connections took {:?}", took);
+    let mut answer = String::new();
+    idle[0].set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+    idle[0].read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "an idle connection is closed: {}", answer);
+    idle.clear();
+    // A flood of idle connections: what is past the bound is refused at
+    // once, and once the idle ones time out, scrapes are served again.
+    let _flood: Vec<std::net::TcpStream> = (0..12).map(|_| connect()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t = std::time::Instant::now();
+    let (head, _) = scrape(port);
+    assert!(head.starts_with("HTTP/1.1 503") && t.elapsed() < std::time::Duration::from_secs(1), "{} after {:?}", head, t.elapsed());
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (head, _) = scrape(port);
+    assert!(head.starts_with("HTTP/1.1 200"), "{}", head);
+}
+
+/// A guid as a reader that parses JSON numbers as doubles sees it
+/// (JavaScript, jq, Python's json with parse_int=float).
+fn guid_as_f64_reader_sees(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or_else(|_| panic!("not a guid: {}", s)),
+        Value::Number(n) => n.as_f64().expect("a number") as u64,
+        other => panic!("not a guid: {}", other),
+    }
+}
+
+/// Issue 11: guids were JSON numbers, above 2^53 nearly always, so every
+/// JSON reader that parses numbers as doubles read another guid. They are
+/// strings in every JSON output, as in OpenZFS 2.3's, and equal to what
+/// the text output (`-p`) prints: pool list, status (and its cache
+/// devices), import's listing, and the pool cache file.
+#[test]
+fn guids_in_json_are_exact_for_every_reader() {
+    let e = Env::new("guids");
+    e.create("tank");
+    let cache = e.path("cache.img");
+    std::fs::File::create(&cache).unwrap().set_len(64 << 20).unwrap();
+    e.ok(&["pool", "add", "tank", "cache", &cache]);
+    let guid: u64 = e.ok(&["pool", "get", "-H", "-p", "-o", "value", "guid", "tank"]).trim().parse().unwrap();
+    assert_eq!(e.ok(&["pool", "list", "-H", "-p", "-o", "guid", "tank"]).trim(), guid.to_string());
+    let list = e.json(&["pool", "list", "--json"]);
+    assert!(list[0]["guid"].is_string(), "{}", list);
+    assert_eq!(guid_as_f64_reader_sees(&list[0]["guid"]), guid);
+    let status = e.json(&["pool", "status", "--json", "tank"]);
+    assert_eq!(guid_as_f64_reader_sees(&status[0]["guid"]), guid);
+    let text = e.ok(&["pool", "status", "tank"]);
+    let cache_guid: u64 = text.lines().find(|l| l.contains(&cache)).and_then(|l| l.split_whitespace().last()).unwrap().parse().unwrap();
+    assert!(status[0]["cache"][0]["guid"].is_string(), "{}", status);
+    assert_eq!(guid_as_f64_reader_sees(&status[0]["cache"][0]["guid"]), cache_guid);
+    let file: Value = serde_json::from_slice(&std::fs::read(e.path("tarn.cache")).unwrap()).unwrap();
+    assert_eq!(guid_as_f64_reader_sees(&file["pools"][0]["guid"]), guid, "the cache file: {}", file);
+    e.ok(&["pool", "export", "tank"]);
+    let found = e.json(&["pool", "import", "--json", "-d", &e.path("tank.img")]);
+    assert_eq!(guid_as_f64_reader_sees(&found[0]["guid"]), guid, "{}", found);
+    let listed = e.ok(&["pool", "import", "-d", &e.path("tank.img")]);
+    assert!(listed.contains(&format!("id: {}", guid)), "{}", listed);
+    // Import by guid, and a cache file from before (a number) still reads.
+    e.ok(&["pool", "import", "-d", &e.path("tank.img"), &guid.to_string()]);
+    e.ok(&["daemon", "stop"]);
+    let text = std::fs::read_to_string(e.path("tarn.cache")).unwrap();
+    std::fs::write(e.path("tarn.cache"), text.replace(&format!("\"{}\"", guid), &guid.to_string())).unwrap();
+    assert_eq!(guid_as_f64_reader_sees(&e.json(&["pool", "list", "--json"])[0]["guid"]), guid);
 }

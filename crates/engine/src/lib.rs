@@ -11,10 +11,12 @@
 //! - [`pool`]    labels, allocation, import/export, the txg sync sequence
 //! - [`posix`]   files, directories, links, attributes (the FUSE layer's contract)
 //! - [`tunables`] every tunable, with its OpenZFS name
+//! - [`guid_json`] guids in JSON output: strings, exact for every reader
 
 pub mod arc;
 pub mod dataset;
 pub mod error;
+pub mod guid_json;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod io;

@@ -646,3 +646,35 @@ fn rename_moves_subtrees_and_snapshots() {
     assert!(read_all(&ds.objset("tank/z/m/c").unwrap(), obj)[..25] == *b"still the same object set");
     check(&pool, "reopened");
 }
+
+/// Issue 11 item 13: `destroy(fs@snap, recursive)` destroyed only
+/// `fs@snap`. It destroys the snapshot in every descendant that has it (in
+/// one txg), is NotFound only when none has it, and destroys nothing when
+/// one of them has a clone; space stays exact throughout.
+#[test]
+fn recursive_destroy_of_a_snapshot_reaches_every_descendant() {
+    let (_d, pool) = pool_of(128 << 20);
+    let ds = pool.datasets();
+    ds.create("tank/a/b", &[], true).unwrap();
+    ds.create("tank/a/c", &[], false).unwrap();
+    put(&ds.objset("tank/a/b").unwrap(), &pattern(1, 256 << 10));
+    for s in ["tank/a/b@x", "tank/a/c@x", "tank/a@y", "tank/a/c@y"] {
+        ds.snapshot(s).unwrap();
+    }
+    let mut below = ds.snapshots_below("tank/a@x").unwrap();
+    below.sort();
+    assert_eq!(below, ["tank/a/b@x", "tank/a/c@x"]);
+    ds.destroy("tank/a@x", true).unwrap();
+    assert!(!ds.exists("tank/a/b@x") && !ds.exists("tank/a/c@x"));
+    check(&pool, "after destroy -r of @x");
+    ds.clone_snapshot("tank/a/c@y", "tank/cl", &[]).unwrap();
+    let e = ds.destroy("tank/a@y", true).unwrap_err();
+    assert!(e.kind == ErrorKind::Busy && e.msg.contains("'tank/a/c@y' has dependent clones: 'tank/cl'"), "{}", e.msg);
+    assert!(ds.exists("tank/a@y") && ds.exists("tank/a/c@y"), "nothing destroyed");
+    let e = ds.destroy("tank/a@nope", true).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{}", e.msg);
+    ds.destroy("tank/cl", false).unwrap();
+    ds.destroy("tank/a@y", true).unwrap();
+    assert!(ds.names("tank", true, Types::SNAPSHOTS).unwrap().is_empty());
+    check(&pool, "after destroy -r of @y");
+}

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tarn_engine::dataset::{props, Datasets, Op, Types};
+use tarn_engine::dataset::{names, props, Datasets, Op, Types};
 use tarn_engine::error::printable;
 use tarn_engine::{Error, ErrorKind, Result};
 
@@ -124,15 +124,19 @@ pub fn pool_of(name: &str) -> &str {
 /// The datasets of the live pool `name` belongs to (importing it from the
 /// cache if needed); a missing pool is "cannot open 'x': no such pool".
 pub fn datasets_of<'a>(st: &'a mut State, name: &str, out: &mut Out) -> Result<&'a Datasets> {
+    checked("open", name)?;
     let pool = pool_of(name);
-    if pool.is_empty() {
-        return Err(Error::invalid(format!("cannot open '{}': invalid dataset name", name)));
-    }
     match st.live(pool, out) {
         Ok(l) => Ok(l.pool.datasets()),
         Err(e) if e.kind == ErrorKind::NotFound => Err(Error::not_found(format!("cannot open '{}': no such pool '{}'", name, pool))),
         Err(e) => Err(e),
     }
+}
+
+/// `name`'s syntax, before any pool is looked up: `cannot create
+/// '/p1/x': leading slash in name`.
+fn checked(verb: &str, name: &str) -> Result<()> {
+    names::check(name).map(|_| ()).map_err(|e| cannot(verb, name, e))
 }
 
 /// As `datasets_of`, shared (for work done without the state lock held
@@ -142,21 +146,51 @@ pub fn dsl_of(st: &mut State, name: &str, out: &mut Out) -> Result<Arc<Datasets>
     Ok(st.pools.get(pool_of(name)).expect("live: datasets_of made it so").pool.datasets().clone())
 }
 
-/// `cannot VERB 'NAME': why` with the engine's wording made zfs-like.
+/// The name quoted right after `prefix` in `msg` ("dataset 'X' …" → X).
+fn quoted_after<'m>(msg: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = msg.strip_prefix(prefix)?;
+    rest.find('\'').map(|end| &rest[..end])
+}
+
+/// `cannot VERB 'NAME': why` from an engine error, as `zfs` words it.
 fn cannot(verb: &str, name: &str, e: Error) -> Error {
-    let why = if e.msg.contains("does not exist") && e.kind == ErrorKind::NotFound {
-        if e.msg.starts_with("parent") { "parent does not exist".to_string() } else { "dataset does not exist".to_string() }
-    } else if e.kind == ErrorKind::Exists && e.msg.contains("already exists") {
-        "dataset already exists".to_string()
-    } else if let Some(rest) = e.msg.strip_prefix(&format!("dataset '{}' has ", name)) {
-        // "dataset 'tank/a' has children ('tank/a/b'): …" names the dataset twice.
-        format!("filesystem has {}", rest.replace("destroy them first or destroy recursively", "use -r to destroy them too"))
-    } else if let Some(rest) = e.msg.strip_prefix(&format!("snapshot '{}' has ", name)) {
-        format!("snapshot has {}", rest)
-    } else {
-        e.msg
+    cannot_naming(verb, name, None, e)
+}
+
+/// As `cannot`, naming the dataset the engine's error is about: the
+/// command's `name` (or the file system of a snapshot `name`), the new
+/// name `to` of a rename ("cannot rename to 'T': dataset already exists"),
+/// or another one ("cannot open 'tank/a@nope': dataset does not exist" for
+/// a clone's missing origin) — never a generic "dataset does not exist"
+/// under the wrong name.
+fn cannot_naming(verb: &str, name: &str, to: Option<&str>, e: Error) -> Error {
+    let about = |n: &str| {
+        if n == name || name.strip_prefix(n).is_some_and(|r| r.starts_with('@')) {
+            format!("{} '{}'", verb, name)
+        } else if Some(n) == to {
+            format!("{} to '{}'", verb, n)
+        } else {
+            format!("open '{}'", n)
+        }
     };
-    Error::new(e.kind, format!("cannot {} '{}': {}", verb, name, why))
+    let msg = &e.msg;
+    let why = if let Some(n) = quoted_after(msg, "invalid dataset name '") {
+        format!("{}: {}", about(n), msg.split_once("': ").map_or(msg.as_str(), |(_, w)| w))
+    } else if let Some(child) = msg.strip_prefix("parent '").and_then(|r| r.split_once("' of '")).and_then(|(_, r)| r.split_once('\'')).map(|(n, _)| n) {
+        format!("{}: parent does not exist", about(child))
+    } else if let Some(n) = quoted_after(msg, "dataset '").filter(|_| e.kind == ErrorKind::NotFound && msg.ends_with("does not exist")) {
+        format!("{}: dataset does not exist", about(n))
+    } else if let Some(n) = quoted_after(msg, "dataset '").filter(|_| e.kind == ErrorKind::Exists && msg.ends_with("already exists")) {
+        format!("{}: dataset already exists", about(n))
+    } else if let Some(rest) = msg.strip_prefix(&format!("dataset '{}' has ", name)) {
+        // "dataset 'tank/a' has children ('tank/a/b'): …" names the dataset twice.
+        format!("{} '{}': filesystem has {}", verb, name, rest.replace("destroy them first or destroy recursively", "use -r to destroy them too"))
+    } else if let Some(rest) = msg.strip_prefix(&format!("snapshot '{}' has ", name)) {
+        format!("{} '{}': snapshot has {}", verb, name, rest)
+    } else {
+        format!("{} '{}': {}", verb, name, msg)
+    };
+    Error::new(e.kind, format!("cannot {}", why))
 }
 
 /// Runs `ops` in one txg; the first failure, named after its dataset.
@@ -188,8 +222,9 @@ fn create(st: &mut State, parents: bool, props: Vec<String>, names: Vec<String>,
     let props = split_assignments(&props, "-o")?;
     let mut by_pool: Vec<(String, Vec<(String, Op)>)> = Vec::new();
     for n in &names {
+        checked("create", n)?;
         if n.contains('@') {
-            return Err(Error::invalid(format!("cannot create '{}': snapshots are taken with 'tarn snapshot'", n)));
+            return Err(Error::invalid(format!("cannot create '{}': snapshot delimiter '@' is not expected here (snapshots are taken with 'tarn snapshot')", n)));
         }
         let op = Op::Create { name: n.clone(), props: props.clone(), parents };
         match by_pool.iter_mut().find(|(p, _)| p == pool_of(n)) {
@@ -197,14 +232,15 @@ fn create(st: &mut State, parents: bool, props: Vec<String>, names: Vec<String>,
             None => by_pool.push((pool_of(n).to_string(), vec![(n.clone(), op)])),
         }
     }
-    for (pool, _) in &by_pool {
-        datasets_of(st, pool, out)?;
+    for (_, ops) in &by_pool {
+        datasets_of(st, &ops[0].0, out)?;
     }
     for n in &names {
         check_new_mount(st, n, &props)?;
     }
-    for (pool, ops) in by_pool {
-        run_ops(datasets_of(st, &pool, out)?, "create", ops)?;
+    for (_, ops) in by_pool {
+        let first = ops[0].0.clone();
+        run_ops(datasets_of(st, &first, out)?, "create", ops)?;
     }
     for n in &names {
         mounts::auto_mount(st, n, out);
@@ -238,6 +274,7 @@ fn check_new_mount(st: &State, name: &str, props: &[(String, String)]) -> Result
 
 fn set(st: &mut State, assignment: &str, dataset: &str, out: &mut Out) -> Result<()> {
     let (k, v) = assignment.split_once('=').ok_or_else(|| Error::invalid(format!("cannot set property for '{}': expected PROP=VALUE, not '{}'", dataset, printable(assignment))))?;
+    checked("set property for", dataset)?;
     let ds = datasets_of(st, dataset, out)?;
     if MOUNT_PROPS.contains(&k) && !dataset.contains('@') {
         let op = Op::Set { name: dataset.to_string(), prop: k.to_string(), value: Some(v.to_string()) };
@@ -249,6 +286,7 @@ fn set(st: &mut State, assignment: &str, dataset: &str, out: &mut Out) -> Result
 }
 
 fn inherit(st: &mut State, recursive: bool, prop: &str, dataset: &str, out: &mut Out) -> Result<()> {
+    checked("inherit property for", dataset)?;
     let ds = datasets_of(st, dataset, out)?;
     let targets = if recursive { ds.names(dataset, true, Types::FILESYSTEMS).map_err(|e| cannot("inherit", dataset, e))? } else { vec![dataset.to_string()] };
     let ops = targets.into_iter().map(|n| (n.clone(), Op::Set { name: n, prop: prop.to_string(), value: None })).collect();
@@ -329,10 +367,15 @@ fn change_mount_prop(st: &mut State, dataset: &str, prop: &str, value: Option<&s
     Ok(())
 }
 
+/// All or none, as `zfs snapshot`: every name (with `-r`, every
+/// descendant's) is checked before any is taken.
 fn snapshot(st: &mut State, recursive: bool, snapshots: Vec<String>, out: &mut Out) -> Result<()> {
+    for s in &snapshots {
+        checked("create snapshot", s)?;
+    }
     let pool = pool_of(&snapshots[0]).to_string();
-    let ds = datasets_of(st, &pool, out)?;
-    let mut ops = Vec::new();
+    let ds = datasets_of(st, &snapshots[0], out)?;
+    let mut ops: Vec<(String, Op)> = Vec::new();
     for s in &snapshots {
         if pool_of(s) != pool {
             return Err(Error::invalid(format!("cannot create snapshot '{}': all snapshots of one command must be in pool '{}'", s, pool)));
@@ -343,6 +386,10 @@ fn snapshot(st: &mut State, recursive: bool, snapshots: Vec<String>, out: &mut O
         let fss = if recursive { ds.names(fs, true, Types::FILESYSTEMS).map_err(|e| cannot("create snapshot", s, e))? } else { vec![fs.to_string()] };
         for f in fss {
             let name = format!("{}@{}", f, snap);
+            if ops.iter().any(|(n, _)| *n == name) {
+                return Err(Error::invalid(format!("cannot create snapshot '{}': named twice in this command", name)));
+            }
+            ds.check_snapshot(&name).map_err(|e| cannot("create snapshot", &name, e))?;
             ops.push((name.clone(), Op::Snapshot { name }));
         }
     }
@@ -353,6 +400,7 @@ fn snapshot(st: &mut State, recursive: bool, snapshots: Vec<String>, out: &mut O
 }
 
 fn rollback(st: &mut State, recursive: bool, snapshot: &str, out: &mut Out) -> Result<()> {
+    checked("rollback to", snapshot)?;
     let dsl = dsl_of(st, snapshot, out)?;
     let Some((fs, _)) = snapshot.split_once('@') else {
         return Err(Error::invalid(format!("cannot rollback '{}': not a snapshot name (DATASET@SNAP)", snapshot)));
@@ -393,6 +441,8 @@ fn rollback(st: &mut State, recursive: bool, snapshot: &str, out: &mut Out) -> R
 
 fn clone(st: &mut State, props: Vec<String>, origin: &str, name: &str, out: &mut Out) -> Result<()> {
     let props = split_assignments(&props, "-o")?;
+    checked("open", origin)?;
+    checked("create", name)?;
     datasets_of(st, origin, out)?;
     if pool_of(name) != pool_of(origin) {
         return Err(Error::invalid(format!("cannot create '{}': a clone must be in the pool of its origin '{}'", name, origin)));
@@ -405,20 +455,36 @@ fn clone(st: &mut State, props: Vec<String>, origin: &str, name: &str, out: &mut
     Ok(())
 }
 
+/// A file system (`-r`: with everything below it), or a snapshot (`-r`:
+/// that snapshot of the file system and of every descendant that has it,
+/// as `zfs destroy -r fs@snap`).
 fn destroy(st: &mut State, recursive: bool, force: bool, target: &str, out: &mut Out) -> Result<()> {
+    checked("destroy", target)?;
     let ds = datasets_of(st, target, out)?;
-    if !ds.exists(target) {
+    let targets = if recursive && target.contains('@') {
+        ds.snapshots_below(target).map_err(|e| cannot("destroy", target, e))?
+    } else if ds.exists(target) {
+        vec![target.to_string()]
+    } else {
         return Err(Error::not_found(format!("cannot destroy '{}': dataset does not exist", target)));
-    }
+    };
     if target == pool_of(target) {
         return Err(Error::invalid(format!("cannot destroy '{}': the pool's root dataset goes with the pool ('tarn pool destroy')", target)));
     }
-    let _hold = st.served.hold(target);
-    let unmounted = match mounts::unmount_below(st, target, force) {
-        Ok(u) => u,
-        Err(e) if e.kind == ErrorKind::Busy => return Err(Error::new(ErrorKind::Busy, format!("cannot destroy '{}': dataset is busy ({}; -f forces)", target, e.msg))),
-        Err(e) => return Err(cannot("destroy", target, e)),
-    };
+    let _holds: Vec<_> = targets.iter().map(|t| st.served.hold(t)).collect();
+    let mut unmounted = Vec::new();
+    for t in &targets {
+        match mounts::unmount_below(st, t, force) {
+            Ok(u) => unmounted.extend(u),
+            Err(e) => {
+                unmounted.iter().for_each(|m| mounts::remount_default(st, m, out));
+                return Err(match e.kind {
+                    ErrorKind::Busy => Error::new(ErrorKind::Busy, format!("cannot destroy '{}': dataset is busy ({}; -f forces)", t, e.msg)),
+                    _ => cannot("destroy", t, e),
+                });
+            }
+        }
+    }
     let ds = datasets_of(st, target, out)?;
     if let Err(e) = ds.destroy(target, recursive) {
         // Nothing was destroyed (or only part, with -r): mount again what survives.
@@ -427,11 +493,13 @@ fn destroy(st: &mut State, recursive: bool, force: bool, target: &str, out: &mut
         }
         return Err(cannot("destroy", target, e));
     }
-    st.served.forget_filesystems(target);
+    targets.iter().for_each(|t| st.served.forget_filesystems(t));
     Ok(())
 }
 
 fn rename(st: &mut State, from: &str, to: &str, out: &mut Out) -> Result<()> {
+    checked("rename", from)?;
+    names::check(to).map_err(|e| cannot_naming("rename", from, Some(to), e))?;
     let ds = datasets_of(st, from, out)?;
     if pool_of(to) != pool_of(from) {
         return Err(Error::invalid(format!("cannot rename to '{}': datasets stay in their pool '{}'", to, pool_of(from))));
@@ -442,7 +510,7 @@ fn rename(st: &mut State, from: &str, to: &str, out: &mut Out) -> Result<()> {
     let hold = st.served.hold(from);
     let unmounted = mounts::unmount_below(st, from, false).map_err(|e| Error::new(e.kind, format!("cannot rename '{}': dataset is busy ({})", from, e.msg)))?;
     let ds = datasets_of(st, from, out)?;
-    let res = ds.rename(from, to).map_err(|e| cannot("rename", from, e));
+    let res = ds.rename(from, to).map_err(|e| cannot_naming("rename", from, Some(to), e));
     if res.is_ok() {
         st.served.rename_filesystems(from, to);
     }

@@ -8,10 +8,12 @@
 //! # Life cycle
 //!
 //! ```text
-//!  start ──► lock <socket>.pid ──► detach the dead mounts <socket>.mounts records
+//!  start ──► lock <socket>.pid ──► accept requests on <socket>  (TARN_SOCKET, /run/tarn/tarn.sock)
+//!        ──► holding the state lock (requests wait for it, hearing heartbeats):
+//!            detach the dead mounts <socket>.mounts records
 //!        ──► import every pool in the cache file
 //!        ──► mount the roots and explicitly placed datasets, shallowest first
-//!        ──► serve requests on <socket>          (TARN_SOCKET, /run/tarn/tarn.sock)
+//!        ──► serve requests
 //!  SIGTERM / SIGINT / `tarn daemon stop`
 //!        ──► unmount every mount, nested first (kernel write-back, then sync_all; forced if busy)
 //!        ──► close every pool (sync the open txg, release the devices)
@@ -28,6 +30,9 @@
 //! # Requests
 //!
 //! Each connection gets a thread; a request is one JSON line (`proto`).
+//! While it runs, a second thread sends a heartbeat line every second, so
+//! that the client can tell a slow request from a daemon that does not
+//! answer (see `client`).
 //! Requests are carried out one at a time under the state lock — the
 //! control plane is serialized, as OpenZFS serializes pool configuration
 //! under `spa_namespace_lock`. File I/O does not go through here: it flows
@@ -102,7 +107,7 @@ pub fn run(a: DaemonArgs, cli_tunables: &[String]) -> Result<()> {
         Some(DaemonAction::Stop) => stop(),
         None if a.foreground => serve(cli_tunables, a.metrics.as_deref()),
         None => {
-            if let Ok(Some(pid)) = client::call_running(Command::Ping) {
+            if let Some(pid) = client::call_running(Command::Ping)? {
                 return Err(Error::new(ErrorKind::Exists, format!("a tarn daemon is already running (process {})", pid.trim())));
             }
             let extra: Vec<String> = a.metrics.iter().flat_map(|m| ["--metrics".to_string(), m.clone()]).collect();
@@ -113,11 +118,22 @@ pub fn run(a: DaemonArgs, cli_tunables: &[String]) -> Result<()> {
     }
 }
 
-/// Asks the running daemon to stop and waits until its socket is gone.
+/// Asks the running daemon to stop and waits until its socket is gone. A
+/// daemon that does not answer because it is stopped (SIGSTOP) is resumed
+/// with SIGTERM pending (`client::stop_stopped_daemon`); any other that does
+/// not answer is an error saying how to end it.
 fn stop() -> Result<()> {
-    if client::call_running(Command::Stop)?.is_none() {
-        println!("no tarn daemon is running");
-        return Ok(());
+    match client::call_running(Command::Stop) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            println!("no tarn daemon is running");
+            return Ok(());
+        }
+        Err(e) if client::is_not_answering(&e) => match client::stop_stopped_daemon() {
+            Some(pid) => eprintln!("tarn: the tarn daemon (process {}) was stopped (SIGSTOP); resumed it with SIGTERM to stop it", pid),
+            None => return Err(e),
+        },
+        Err(e) => return Err(e),
     }
     let sock = proto::socket_path();
     let t = std::time::Instant::now();
@@ -137,7 +153,7 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     // Holding no directory inside a mount keeps unmounts from being busy.
     let _ = std::env::set_current_dir("/");
-    let (base, tunables, warnings) = crate::tunables_conf::daemon_tunables(cli_tunables)?;
+    let (settings, tunables, notes) = crate::tunables_conf::Settings::load(cli_tunables)?;
     let sock = proto::socket_path();
     let dir = sock.parent().filter(|d| !d.as_os_str().is_empty()).map(|d| d.to_path_buf()).unwrap_or_else(|| ".".into());
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating '{}'", dir.display()), e))?;
@@ -147,8 +163,12 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
     let listener = UnixListener::bind(&sock).map_err(|e| Error::io(format!("binding '{}'", sock.display()), e))?;
     let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
     log(&format!("starting (process {}), socket {}", std::process::id(), sock.display()));
-    warnings.iter().for_each(|w| log(w));
-    let daemon = Arc::new(state::Daemon::start(base, tunables));
+    settings.refused_lines(None).iter().chain(&notes).for_each(|w| log(w));
+    let daemon = Arc::new(state::Daemon::new(settings, tunables));
+    // Requests are accepted while the cached pools import: they wait for
+    // the state lock the import holds, with heartbeats, so a client can
+    // tell a daemon importing a big pool from one that does not answer.
+    let importing = daemon.lock_for_start();
     if let Some(addr) = metrics {
         observe::serve_metrics(daemon.clone(), addr)?;
     }
@@ -164,7 +184,17 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
             }
         })
         .map_err(|e| Error::io("starting the signal thread", e))?;
+    let d = daemon.clone();
+    let acceptor = std::thread::Builder::new().name("tarn-accept".into()).spawn(move || accept_clients(&d, listener)).map_err(|e| Error::io("starting the accept thread", e))?;
+    daemon.import_cached(importing);
     log("ready");
+    let _ = acceptor.join();
+    Ok(())
+}
+
+/// Serves each client connection on a thread of its own, at most
+/// `CLIENTS_MAX` at once.
+fn accept_clients(daemon: &Arc<state::Daemon>, listener: UnixListener) {
     let clients = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         match conn {
@@ -188,7 +218,6 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
             Err(e) => log(&format!("accept failed: {}", e)),
         }
     }
-    Ok(())
 }
 
 /// Takes the daemon's lock (one daemon per socket) and records its pid.
@@ -206,26 +235,46 @@ fn lock_pid_file() -> Result<std::fs::File> {
 }
 
 fn serve_client(d: &state::Daemon, stream: UnixStream) {
-    let Ok(mut w) = stream.try_clone() else { return };
+    let Ok(w) = stream.try_clone() else { return };
+    let w = parking_lot::Mutex::new(w);
     let mut r = BufReader::new(stream);
     loop {
         let req: Request = match proto::recv(&mut r) {
             Ok(Some(req)) => req,
             Ok(None) => return,
             Err(e) => {
-                let _ = proto::send(&mut w, &Response { error: Some(format!("bad request: {}", e)), ..Default::default() });
+                let _ = proto::send(&mut *w.lock(), &Response { error: Some(format!("bad request: {}", e)), ..Default::default() });
                 return;
             }
         };
         let stop = matches!(req.cmd, Command::Stop);
-        let resp = d.handle(req);
-        if proto::send(&mut w, &resp).is_err() {
+        let resp = with_heartbeats(&w, || d.handle(req));
+        if proto::send(&mut *w.lock(), &resp).is_err() {
             return;
         }
         if stop {
             d.shutdown();
         }
     }
+}
+
+/// Runs `work` while a second thread writes a heartbeat line to `w` every
+/// `proto::HEARTBEAT` (see `client`, "Is anyone there?"); the heartbeats
+/// have stopped when it returns, so the answer is the next line.
+fn with_heartbeats<T>(w: &parking_lot::Mutex<UnixStream>, work: impl FnOnce() -> T) -> T {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(proto::HEARTBEAT) {
+                if proto::send(&mut *w.lock(), &Response { working: true, ..Default::default() }).is_err() {
+                    return;
+                }
+            }
+        });
+        let out = work();
+        drop(done);
+        out
+    })
 }
 
 /// One line on the daemon's stderr (its log file when started by the CLI).

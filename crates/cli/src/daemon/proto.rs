@@ -1,6 +1,7 @@
 //! The daemon's protocol: over a Unix stream socket, one JSON [`Request`]
-//! per line, answered by one JSON [`Response`] per line; a client may send
-//! several requests on one connection. Each command family contributes one
+//! per line, answered by one JSON [`Response`] per line — preceded, while
+//! the request runs, by heartbeat lines (`"working":true`) every
+//! [`HEARTBEAT`]; a client may send several requests on one connection. Each command family contributes one
 //! variant of [`Command`] (its clap arguments, serialized as they are), so
 //! a new family (datasets) adds a variant and a handler module.
 
@@ -46,7 +47,16 @@ pub struct Response {
     pub output: String,
     pub warnings: Vec<String>,
     pub error: Option<String>,
+    /// A heartbeat, not the answer: the request is still being carried out
+    /// (sent every [`HEARTBEAT`]; the answer follows on the same stream).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub working: bool,
 }
+
+/// How often the daemon says it is still working on a request: a client
+/// that hears nothing for ten of these gives up (`client::answer_wait`),
+/// however long the command itself takes.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The socket: `TARN_SOCKET`, or /run/tarn/tarn.sock.
 pub fn socket_path() -> PathBuf {

@@ -37,9 +37,10 @@ pub struct State {
     /// Daemon-wide tunables: the defaults, the persisted `tunable set`s
     /// (`tunables_conf`), the daemon's `--tunable` settings, live changes.
     pub tunables: Tunables,
-    /// What they are without the persisted and live changes (what
-    /// `tunable reset` returns to).
-    pub base_tunables: Tunables,
+    /// Where they come from: the defaults, the daemon's `--tunable`s, the
+    /// kept settings and the refused lines of the tunables file
+    /// (`tunable reset` drops a kept setting and recomputes).
+    pub tunable_settings: crate::tunables_conf::Settings,
     pub pools: BTreeMap<String, Live>,
     /// Pools of the cache file that cannot be opened (damaged beyond what
     /// an import without -F may discard), with why: shown FAULTED by `pool
@@ -202,9 +203,8 @@ impl State {
 }
 
 impl Daemon {
-    /// Imports every pool of the cache file and mounts their roots; pools
-    /// that fail are logged and retried when a request names them.
-    pub fn start(base_tunables: Tunables, tunables: Tunables) -> Daemon {
+    /// A daemon with no pool yet (`import_cached` brings them in).
+    pub fn new(tunable_settings: crate::tunables_conf::Settings, tunables: Tunables) -> Daemon {
         #[cfg(debug_assertions)]
         let test_memfs = std::env::var_os("TARN_TEST_MEMFS").is_some();
         #[cfg(not(debug_assertions))]
@@ -213,9 +213,22 @@ impl Daemon {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
         let served = Arc::new(Served::new(test_memfs));
-        let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), faulted: BTreeMap::new(), mounts: BTreeMap::new(), served, closed: BTreeSet::new() };
+        let st = State { tunables, tunable_settings, pools: BTreeMap::new(), faulted: BTreeMap::new(), mounts: BTreeMap::new(), served, closed: BTreeSet::new() };
+        Daemon { state: Mutex::new(st), stopping: AtomicBool::new(false) }
+    }
+
+    /// The state lock, taken before the daemon accepts requests and held
+    /// until `import_cached` has run: requests wait for the imports.
+    pub fn lock_for_start(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// Imports every pool of the cache file and mounts their roots; pools
+    /// that fail are logged and retried when a request names them.
+    pub fn import_cached(&self, mut st: parking_lot::MutexGuard<'_, State>) {
         // Before any mount: what a killed predecessor left mounted, dead.
         super::mountdir::detach_recorded();
+        let tunables = st.tunables.clone();
         match Cache::load() {
             Ok(cache) => {
                 // Every pool first, then every mount in depth order: one
@@ -236,14 +249,13 @@ impl Daemon {
             }
             Err(e) => log(&format!("cannot read the pool cache: {}", e)),
         }
-        Daemon { state: Mutex::new(st), stopping: AtomicBool::new(false) }
     }
 
     pub fn handle(&self, req: Request) -> Response {
         let mut out = Out::default();
         if let Command::Pool(PoolCmd::WriteTest(a)) = req.cmd {
             let res = observe::write_test(self, a, &mut out);
-            return Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg) };
+            return Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg), working: false };
         }
         let res = (|| -> Result<()> {
             let mut st = self.state.lock();
@@ -262,7 +274,7 @@ impl Daemon {
                 Command::Dataset(c) => datasets::handle(&mut st, c, &mut out),
             }
         })();
-        Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg) }
+        Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg), working: false }
     }
 
     /// The root object set of live pool `name` (its holder may write

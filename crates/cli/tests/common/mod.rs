@@ -9,7 +9,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct Env {
@@ -272,3 +272,18 @@ pub fn wait_for(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
+
+/// Runs `c`, killing it and failing the test if it takes over `secs` (a
+/// hang is a failure, not a stuck test run).
+pub fn within(mut c: Command, secs: u64) -> Output {
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("the command runs");
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(secs) {
+            let _ = child.kill();
+            panic!("{:?} did not finish within {} s", c, secs);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}

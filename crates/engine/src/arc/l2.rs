@@ -161,6 +161,7 @@ impl std::fmt::Debug for CacheDev {
 /// A cache device as `status` shows it.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct CacheDevStatus {
+    #[serde(with = "crate::guid_json")]
     pub guid: u64,
     pub path: String,
     pub size: u64,

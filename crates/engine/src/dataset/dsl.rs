@@ -303,7 +303,7 @@ impl Datasets {
                 match (&f.snap, &t.snap) {
                     (None, None) => Ok(()),
                     (Some(_), Some(_)) if f.fs == t.fs => Ok(()),
-                    _ => Err(Error::invalid(format!("cannot rename '{}' to '{}': a snapshot keeps its file system", from, to))),
+                    _ => Err(Error::invalid(format!("a snapshot keeps its file system: '{}' cannot become '{}'", from, to))),
                 }
             }
             Op::Set { name, prop, value } => {
@@ -379,8 +379,13 @@ impl Datasets {
 
     /// Destroys a snapshot or a file system; `recursive` also destroys its
     /// children and snapshots (snapshots first, then file systems, deepest
-    /// first, in two txgs). A snapshot with clones is never destroyed.
+    /// first, in two txgs), or for `fs@snap` the snapshot `snap` of every
+    /// descendant that has it (`zfs destroy -r fs@snap`). A snapshot with
+    /// clones is never destroyed.
     pub fn destroy(&self, name: &str, recursive: bool) -> Result<()> {
+        if recursive && name.contains('@') {
+            return self.destroy_snapshots(&self.snapshots_below(name)?);
+        }
         if !recursive || name.contains('@') {
             return self.run_one(Op::Destroy { name: name.into() });
         }
@@ -410,6 +415,57 @@ impl Datasets {
         self.run(ops)?.into_iter().collect::<Result<Vec<()>>>()?;
         let ops = fss.into_iter().rev().map(|name| Op::Destroy { name }).collect();
         self.run(ops)?.into_iter().collect::<Result<Vec<()>>>()?;
+        Ok(())
+    }
+
+    /// What `zfs destroy -r fs@snap` destroys: `fs@snap` and `d@snap` for
+    /// every descendant `d` of `fs` that has that snapshot, `fs`'s first.
+    /// NotFound if `fs` or every one of them is missing.
+    pub fn snapshots_below(&self, name: &str) -> Result<Vec<String>> {
+        let n = names::parse(name, self.pool())?;
+        let Some(snap) = n.snap else {
+            return Err(Error::invalid(format!("'{}' is not a snapshot name (fs@snap)", name)));
+        };
+        let found: Vec<String> = self.names(&n.fs, true, Types::FILESYSTEMS)?.into_iter().map(|f| format!("{}@{}", f, snap)).filter(|s| self.exists(s)).collect();
+        if found.is_empty() {
+            return Err(Error::not_found(format!("could not find any snapshots to destroy: no '{}' in '{}' or below it", snap, n.fs)));
+        }
+        Ok(found)
+    }
+
+    /// Destroys snapshots in one txg, all or none: each is checked first —
+    /// it exists and has no clones — and nothing is destroyed if one fails.
+    pub fn destroy_snapshots(&self, names: &[String]) -> Result<()> {
+        {
+            let mut st = self.st.lock();
+            for n in names {
+                let r = self.resolve(&mut st, n)?;
+                if !r.snapshot {
+                    return Err(Error::invalid(format!("'{}' is not a snapshot", n)));
+                }
+                if let Some(&c) = r.clones.iter().next() {
+                    let cname = self.get_rec(&mut st, c)?.name;
+                    return Err(Error::new(ErrorKind::Busy, format!("snapshot '{}' has dependent clones: '{}' (destroy it first)", n, cname)));
+                }
+            }
+        }
+        let ops = names.iter().map(|n| Op::Destroy { name: n.clone() }).collect();
+        self.run(ops)?.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    }
+
+    /// Whether `name` may be taken as a snapshot now — its file system
+    /// exists and it does not — so that a command taking several checks
+    /// them all before taking any (`zfs snapshot -r` is all or none).
+    pub fn check_snapshot(&self, name: &str) -> Result<()> {
+        let n = names::parse(name, self.pool())?;
+        if n.snap.is_none() {
+            return Err(Error::invalid(format!("'{}' is not a snapshot name (fs@snap)", name)));
+        }
+        let mut st = self.st.lock();
+        self.resolve(&mut st, &n.fs)?;
+        if self.lookup(&mut st, name)?.is_some() {
+            return Err(Error::new(ErrorKind::Exists, format!("dataset '{}' already exists", name)));
+        }
         Ok(())
     }
 

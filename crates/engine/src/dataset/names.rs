@@ -27,40 +27,54 @@ impl DsName {
     }
 }
 
-fn valid_component(c: &str) -> bool {
-    !c.is_empty() && c != "." && c != ".." && c.chars().all(|ch| ch.is_ascii_alphanumeric() || "_.:-".contains(ch))
+/// What is wrong with one component (`None`: nothing), in zfs's words.
+fn component_error(c: &str) -> Option<String> {
+    match c {
+        "" => Some("empty component or misplaced '@' delimiter in name".to_string()),
+        "." => Some("self reference, '.' is found in name".to_string()),
+        ".." => Some("parent reference, '..' is found in name".to_string()),
+        _ => c.chars().find(|ch| !(ch.is_ascii_alphanumeric() || "_.:-".contains(*ch))).map(|ch| format!("invalid character '{}' in name", ch.escape_default())),
+    }
 }
 
-/// Parses `name` as a dataset (or snapshot) name of pool `pool`.
-pub fn parse(name: &str, pool: &str) -> Result<DsName> {
+/// Checks `name`'s syntax alone, whatever pool it names, and says what is
+/// wrong the way `zfs` does: `invalid dataset name '/p1/x': leading slash
+/// in name` (the daemon turns it into `cannot create '/p1/x': leading
+/// slash in name`).
+pub fn check(name: &str) -> Result<DsName> {
     let bad = |why: &str| Err(Error::invalid(format!("invalid dataset name '{}': {}", name, why)));
     if name.len() > MAX_NAME_BYTES {
-        return bad(&format!("longer than {} bytes", MAX_NAME_BYTES));
+        return bad(&format!("name is too long (more than {} bytes)", MAX_NAME_BYTES));
+    }
+    if name.starts_with('/') {
+        return bad("leading slash in name");
     }
     let (fs, snap) = match name.split_once('@') {
         Some((f, s)) => (f, Some(s)),
         None => (name, None),
     };
-    for comp in fs.split('/') {
-        if comp.is_empty() {
-            return bad("empty component");
-        }
-        if !valid_component(comp) {
-            return bad(&format!("component '{}' may only hold letters, digits and _ . : - (and is not . or ..)", comp));
-        }
+    if fs.ends_with('/') && fs.len() > 1 {
+        return bad("trailing slash in name");
     }
-    if fs.split('/').next() != Some(pool) {
-        return bad(&format!("datasets of this pool begin with '{}'", pool));
+    if snap.is_some_and(|s| s.contains('@')) {
+        return bad("multiple '@' delimiters in name");
     }
-    if let Some(s) = snap {
-        if s.contains('@') {
-            return bad("more than one '@'");
-        }
-        if !valid_component(s) {
-            return bad(&format!("snapshot name '{}' may only hold letters, digits and _ . : -", s));
-        }
+    if let Some(why) = fs.split('/').find_map(component_error) {
+        return bad(&why);
+    }
+    if let Some(why) = snap.and_then(component_error) {
+        return bad(&why);
     }
     Ok(DsName { fs: fs.to_string(), snap: snap.map(str::to_string) })
+}
+
+/// Parses `name` as a dataset (or snapshot) name of pool `pool`.
+pub fn parse(name: &str, pool: &str) -> Result<DsName> {
+    let n = check(name)?;
+    if n.fs.split('/').next() != Some(pool) {
+        return Err(Error::invalid(format!("invalid dataset name '{}': datasets of this pool begin with '{}'", name, pool)));
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -77,6 +91,21 @@ mod tests {
         }
         let long = format!("p/{}", "x".repeat(254));
         assert!(parse(&long, "p").is_err());
+        // zfs's words, naming the name.
+        for (bad, why) in [
+            ("/p1/x", "leading slash in name"),
+            ("p/a/", "trailing slash in name"),
+            ("p//a", "empty component"),
+            ("p/a@", "empty component"),
+            ("p/a@b@c", "multiple '@' delimiters in name"),
+            ("p/a b", "invalid character ' ' in name"),
+            ("p/a@b/c", "invalid character '/' in name"),
+            ("p/./a", "self reference"),
+            ("p/..", "parent reference"),
+        ] {
+            let e = check(bad).unwrap_err();
+            assert!(e.msg.starts_with(&format!("invalid dataset name '{}': ", bad)) && e.msg.contains(why), "{}: {}", bad, e.msg);
+        }
         assert_eq!(parse("p/a/b", "p").unwrap().parent(), Some("p/a"));
         assert_eq!(parse("p", "p").unwrap().parent(), None);
     }

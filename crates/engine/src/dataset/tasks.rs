@@ -137,7 +137,7 @@ impl Datasets {
                 }
                 let n = names::parse(name, self.pool())?;
                 self.check_new(st, &n)?;
-                let parent = self.resolve(st, n.parent().unwrap_or(""))?;
+                let parent = self.parent_of_new(st, &n)?;
                 self.new_fs(st, txg, name, parent.id, props, Some(&o)).map(|_| ())
             }
             Op::Destroy { name } => {
@@ -151,6 +151,18 @@ impl Datasets {
             Op::Rollback { snapshot } => self.exec_rollback(st, txg, snapshot),
             Op::Set { name, prop, value } => self.exec_set(st, name, prop, value.as_deref()),
             Op::Rename { from, to } => self.exec_rename(st, txg, from, to),
+        }
+    }
+
+    /// The parent of new file system `n`; missing, the error names both as
+    /// `create` does ("parent 'P' of 'N' does not exist").
+    fn parent_of_new(&self, st: &mut State, n: &DsName) -> Result<Rec> {
+        let Some(pn) = n.parent() else {
+            return Err(Error::invalid(format!("'{}' would be a pool's root dataset", n.full())));
+        };
+        match self.lookup(st, pn)? {
+            Some(id) => self.get_rec(st, id),
+            None => Err(Error::not_found(format!("parent '{}' of '{}' does not exist", pn, n.full()))),
         }
     }
 
@@ -449,7 +461,7 @@ impl Datasets {
         self.check_new(st, &t)?;
         let mut moved = vec![r.clone()];
         if !r.snapshot {
-            let parent = self.resolve(st, t.parent().unwrap_or(""))?;
+            let parent = self.parent_of_new(st, &t)?;
             if parent.snapshot || parent.name == r.name || parent.name.starts_with(&format!("{}/", r.name)) {
                 return Err(Error::invalid(format!("cannot rename '{}' below itself or a snapshot ('{}')", from, parent.name)));
             }

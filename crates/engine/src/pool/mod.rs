@@ -60,6 +60,8 @@ pub mod spacemap;
 pub mod verify;
 pub mod vet;
 
+#[cfg(test)]
+pub(crate) use pool::queue_limits;
 pub(crate) use pool::{new_guid, objset_props, read_kv};
 pub use import::Rewind;
 pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, Suspension, VdevStatus};

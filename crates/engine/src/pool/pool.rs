@@ -103,6 +103,7 @@ pub struct VdevStatus {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
+    #[serde(with = "crate::guid_json")]
     pub guid: u64,
     pub state: String,
     pub txg: u64,
@@ -612,9 +613,16 @@ impl Pool {
 
     /// Changes a tunable on the live pool.
     pub fn set_tunable(&self, name: &str, value: &str) -> Result<()> {
+        self.set_tunables(&[(name, value)])
+    }
+
+    /// Changes several tunables at once, validated together (a pair such
+    /// as zfs_arc_min and zfs_arc_max may move past each other); on error
+    /// nothing changes.
+    pub fn set_tunables(&self, sets: &[(&str, &str)]) -> Result<()> {
         let t = {
             let mut t = self.sh.core.tunables.write();
-            t.set(name, value)?;
+            t.set_many(sets)?;
             t.clone()
         };
         self.sh.core.txg.set_params(ThrottleParams::from_tunables(&t));
@@ -1388,6 +1396,7 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DiscoveredPool {
     pub name: String,
+    #[serde(with = "crate::guid_json")]
     pub guid: u64,
     pub state: String,
     pub txg: u64,
