@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use common::{wait_for, Env};
+use common::Env;
 
 /// The FUSE mounts in the test's namespace that are the test's (in its
 /// directory, or on /mnt), as (source, directory). (The namespace starts
