@@ -417,7 +417,10 @@ fn mounted_block_device_is_refused() {
     e.cwd = Some(e.dir.clone());
     let mnt = e.path("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    e.sh(&format!("mount -o noatime {} {} && echo precious > {}/file && sync", lo.0, mnt, mnt));
+    // Written, then mounted read-only: a read-write ext4 may still write
+    // its journal's checkpoint to the device long after `sync` (a failure
+    // seen under load), and nothing but tarn may change it from here on.
+    e.sh(&format!("mount -o noatime {lo} {mnt} && echo precious > {mnt}/file && umount {mnt} && mount -o ro,noload {lo} {mnt}", lo = lo.0, mnt = mnt));
     let before = ends(&lo.0);
     for args in [
         vec!["pool", "create", "-m", "none", "p", lo.0.as_str()],
