@@ -160,8 +160,17 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
     let _pid_lock = lock_pid_file()?;
     // Holding the lock, any socket file left behind is a dead daemon's.
     let _ = std::fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock).map_err(|e| Error::io(format!("binding '{}'", sock.display()), e))?;
-    let _ = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600));
+    // The socket is the owner's from its first moment: made under a umask
+    // that leaves others nothing (a chmod after bind left a window in
+    // which any user could connect). No other thread runs yet to see the
+    // umask, which is restored at once (mount points are made 0755).
+    // SAFETY: umask has no preconditions.
+    let umask = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(&sock);
+    // SAFETY: as above.
+    unsafe { libc::umask(umask) };
+    let listener = bound.map_err(|e| Error::io(format!("binding '{}'", sock.display()), e))?;
+    debug_assert_eq!(std::fs::metadata(&sock).map(|m| m.permissions().mode() & 0o777).ok(), Some(0o600));
     log(&format!("starting (process {}), socket {}", std::process::id(), sock.display()));
     settings.refused_lines(None).iter().chain(&notes).for_each(|w| log(w));
     let daemon = Arc::new(state::Daemon::new(settings, tunables));
