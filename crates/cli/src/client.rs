@@ -143,18 +143,32 @@ pub fn is_not_answering(e: &Error) -> bool {
     e.kind == ErrorKind::Busy && (e.msg.contains("sent nothing for") || e.msg.contains("accepted no connection"))
 }
 
+/// The daemon closed the connection before it answered: it exited or was
+/// killed, before or while it carried the command out.
+fn went_away() -> Error {
+    Error::new(
+        ErrorKind::Io,
+        format!(
+            "the tarn daemon closed the connection without answering: it exited or was killed (see its log '{}'); the command may or may not have been carried out: check, then run it again (a new daemon starts)",
+            proto::log_path().display()
+        ),
+    )
+}
+
 fn exchange(stream: UnixStream, req: &Request) -> Result<Response> {
     let lost = |e: std::io::Error| Error::io("talking to the tarn daemon", e);
     let wait = answer_wait();
     stream.set_read_timeout(Some(wait)).map_err(lost)?;
     stream.set_write_timeout(Some(wait)).map_err(lost)?;
     let mut w = stream.try_clone().map_err(lost)?;
-    proto::send(&mut w, req).map_err(lost)?;
+    proto::send(&mut w, req).map_err(|e| if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) { went_away() } else { lost(e) })?;
     let mut r = BufReader::new(stream);
     loop {
         let resp: Response = match proto::recv(&mut r) {
             Ok(Some(resp)) => resp,
-            Ok(None) => return Err(Error::new(ErrorKind::Io, format!("the tarn daemon closed the connection without answering (see its log '{}')", proto::log_path().display()))),
+            Ok(None) => return Err(went_away()),
+            // A daemon killed with the request in its listen queue resets it.
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe) => return Err(went_away()),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 return Err(not_answering(&format!("sent nothing for {} s (no answer, no heartbeat)", wait.as_secs_f64())))
             }
