@@ -147,3 +147,28 @@ fn a_slow_command_is_not_cut_off() {
     assert!(o.status.success(), "sync: {}", stderr(&o));
     eprintln!("pool list waited {:?} with a 3 s silence limit", waited);
 }
+
+/// Pins: a command sent just before the daemon was SIGKILLed (queued on its
+/// socket, never answered) failed with "talking to the tarn daemon:
+/// Connection reset by peer", which says nothing of what happened.
+#[test]
+fn a_daemon_killed_before_answering_is_said_to_have_gone() {
+    let Some(e) = Env::new("killed-mid") else { return };
+    e.ok(&["pool", "list"]);
+    let pid = e.pid().expect("a daemon");
+    let _resume = Resume(pid);
+    // Stopped, it accepts nothing: the request waits in the listen queue.
+    // SAFETY: signalling our own test daemon.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let mut c = e.cmd();
+    c.env("TARN_DAEMON_TIMEOUT", "60").args(["pool", "list"]);
+    let waiting = std::thread::spawn(move || within(c, 120));
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let o = waiting.join().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", err);
+    assert!(err.contains("closed the connection without answering") && err.contains("may or may not have been carried out"), "{}", err);
+    assert!(!err.contains("reset by peer"), "{}", err);
+}
