@@ -345,7 +345,7 @@ fn quota_refuses_then_space_comes_back() {
         pool.sync().unwrap();
         assert!(objs.len() < 20, "the quota never bit");
     };
-    assert_eq!(err.kind, ErrorKind::NoSpace);
+    assert_eq!(err.kind, ErrorKind::Quota, "a quota refuses with EDQUOT, not ENOSPC: {err}");
     assert!(err.msg.contains("tank/q") && err.msg.contains("quota"), "{err}");
     let used = num(&pool, "tank/q", "used");
     assert!(used <= (2 << 20) + (256 << 10), "used {used} beyond the quota");

@@ -354,14 +354,11 @@ impl Glue {
         }
     }
 
+    /// The file system's own figures: a dataset's reflect its quota.
     fn statfs_of(&self, nodeid: u64) -> PResult<tarn_engine::posix::StatFs> {
         let (slot, _) = self.table.resolve(nodeid)?;
         let e = self.table.enter(&slot)?;
-        let s = e.fs().statfs()?;
-        match (&self.table.splice, slot.kind) {
-            (Some(sp), crate::table::Kind::Dataset) => Ok(sp.statfs(&slot.name, s)),
-            _ => Ok(s),
-        }
+        e.fs().statfs()
     }
 }
 

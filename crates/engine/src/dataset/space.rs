@@ -15,14 +15,13 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 
 use super::deadlist;
 use super::dsl::{Datasets, State};
 use super::owner::Limit;
 use super::props;
 use super::record::Rec;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 
 impl Datasets {
     pub(crate) fn written(&self, st: &mut State, r: &Rec) -> Result<u64> {
@@ -99,7 +98,7 @@ impl Datasets {
     /// Pool free space less the slop and the unused reservations of
     /// datasets other than `id` and its ancestors.
     fn pool_room(&self, st: &mut State, id: u64, memo: &mut HashMap<u64, u64>) -> Result<u64> {
-        let free = self.core.free_bytes.load(Ordering::Relaxed).saturating_sub(self.core.slop_bytes());
+        let free = self.core.unreserved_bytes();
         let root = self.get_rec(st, self.root_id)?;
         if root.reservations.is_empty() {
             return Ok(free);
@@ -129,7 +128,7 @@ impl Datasets {
             if q > 0 {
                 let room = q.saturating_sub(self.used(st, a, memo)?);
                 if best.as_ref().is_none_or(|b| room < b.bytes) {
-                    best = Some(Limit { bytes: room, by: format!("quota {} of '{}'", q, r.name) });
+                    best = Some(Limit { bytes: room, by: format!("quota {} of '{}'", q, r.name), kind: ErrorKind::Quota });
                 }
             }
             a = r.parent;
@@ -146,7 +145,7 @@ impl Datasets {
         if !self.get_rec(&mut st, self.root_id)?.reservations.is_empty() {
             let room = self.pool_room(&mut st, id, &mut memo)?.saturating_sub(self.core.txg.dirty_total());
             if best.as_ref().is_none_or(|b| room < b.bytes) {
-                best = Some(Limit { bytes: room, by: "space reserved for other datasets".into() });
+                best = Some(Limit { bytes: room, by: "space reserved for other datasets".into(), kind: ErrorKind::NoSpace });
             }
         }
         Ok(best)

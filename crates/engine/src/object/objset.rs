@@ -20,7 +20,7 @@ use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, SLOTS_
 use super::state::{slot, ObjState, Source};
 use super::sync::{new_dnode, sync_objects, DnodeUpdate, SyncCtx};
 use super::Object;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::io::{block, WriteGroup, WriteProps};
 use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
@@ -30,6 +30,9 @@ use crate::txg::{TxHold, TXG_SIZE};
 const DEFAULT_SLOTS: usize = 3;
 /// Largest object offset (2^62): keeps block arithmetic far from overflow.
 pub const MAX_OBJECT_BYTES: u64 = 1 << 62;
+/// Syncs a writer short of space waits for while frees are on their way:
+/// the txg holding a delete, then the two its frees stay deferred for.
+pub const ROOM_WAIT_SYNCS: u32 = 3;
 
 /// A transaction: membership of the open txg. Dropping it releases the txg.
 pub struct Tx {
@@ -59,14 +62,36 @@ impl Drop for Tx {
     }
 }
 
+/// Whether an error says space is short (the pool's or a quota).
+fn is_short(e: &Error) -> bool {
+    matches!(e.kind, ErrorKind::NoSpace | ErrorKind::Quota)
+}
+
 /// The owner of an object set (its dataset, `crate::dataset`): asked before
 /// every open-context change and told of every block the set writes or stops
 /// referencing in syncing context. The MOS has no owner: its blocks are
 /// simply allocated and freed.
 pub trait ObjsetOwner: Send + Sync {
     /// May `bytes` more bytes be dirtied in `txg`? (0: any change at all —
-    /// refused for snapshots and read-only datasets.)
+    /// refused for snapshots and read-only datasets.) Counts them against
+    /// the owner's limits when they may.
     fn check_write(&self, txg: u64, bytes: u64) -> Result<()>;
+    /// Would `bytes` more fit the owner's limits (quota, others'
+    /// reservations)? Asked before a transaction joins a txg
+    /// (`Objset::begin_for`); counts nothing.
+    fn check_room(&self, bytes: u64) -> Result<()> {
+        let _ = bytes;
+        Ok(())
+    }
+    /// Bytes writers may still dirty under the owner's limits, net of what
+    /// is pending (None: no limit beyond the pool's).
+    fn room(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+    /// Bytes dirtied in txgs that have not synced yet.
+    fn pending(&self) -> u64 {
+        0
+    }
     /// May the set be read? (Not once its dataset is destroyed: its blocks
     /// may be reused.)
     fn check_read(&self) -> Result<()> {
@@ -249,6 +274,51 @@ impl Objset {
             Some(o) => o.check_write(txg, bytes),
             None => Ok(()),
         }
+    }
+
+    /// Begins a transaction that will dirty about `bytes` (OpenZFS's
+    /// `dmu_tx_assign` with its space estimate): refused with *no space* or
+    /// *quota* before joining a txg when they do not fit. When they do not
+    /// fit only for now — frees wait in the allocator for their txg + 2, or
+    /// a delete has not synced yet — it makes the pool sync and asks again,
+    /// up to [`ROOM_WAIT_SYNCS`] times (OpenZFS's `dmu_tx_wait` on
+    /// `ERESTART`), so space freed a moment ago is there for the writer.
+    pub fn begin_for(&self, bytes: u64) -> Result<Tx> {
+        let mut waited = 0;
+        loop {
+            match self.check_room(bytes) {
+                Ok(()) => return self.begin(),
+                Err(e) if is_short(&e) && waited < ROOM_WAIT_SYNCS && self.core.frees_pending() => {
+                    self.core.check_writable()?;
+                    self.core.txg.wait_synced(0)?;
+                    waited += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Would `bytes` more fit, under the owner's limits and in the pool?
+    fn check_room(&self, bytes: u64) -> Result<()> {
+        if let Some(o) = self.owner.get() {
+            o.check_room(bytes)?;
+        }
+        self.core.check_space(bytes)
+    }
+
+    /// What writers of this set may still dirty: the pool's room (counting
+    /// frees on their way) and the owner's (quota, reservations).
+    pub fn room(&self) -> Result<u64> {
+        let pool = self.core.room_bytes();
+        Ok(match self.owner.get().map(|o| o.room()).transpose()?.flatten() {
+            Some(r) => r.min(pool),
+            None => pool,
+        })
+    }
+
+    /// Bytes this set's writers dirtied that have not synced yet.
+    pub fn pending_bytes(&self) -> u64 {
+        self.owner.get().map_or(0, |o| o.pending())
     }
 
     /// May the set be read (see `ObjsetOwner::check_read`)?

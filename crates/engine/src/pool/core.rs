@@ -73,6 +73,9 @@ pub struct PoolCore {
     /// Pool size and free bytes as of the last sync (see `refresh_space`).
     pub size_bytes: AtomicU64,
     pub free_bytes: AtomicU64,
+    /// Freed bytes the allocator holds back until two more txgs sync, as
+    /// of the last sync: free for writers that wait for them (`room`).
+    pub deferred_bytes: AtomicU64,
     /// Prefetch reads under way, by block.
     pub inflight: Mutex<HashMap<BlockKey, Arc<Inflight>>>,
     pub prefetch_stats: PrefetchStats,
@@ -281,15 +284,19 @@ impl PoolCore {
 
     /// Space that writers may still dirty: free space less what dirty data
     /// will take and a slop reserve (1/32 of the pool, as OpenZFS) kept for
-    /// metadata and frees, so a full pool still syncs and deletes.
+    /// metadata and frees, so a full pool still syncs and deletes. Counts
+    /// only space the allocator can hand out now: a writer that finds it
+    /// short while frees are on their way waits for them first
+    /// (`Objset::begin_for`).
     pub fn check_space(&self, bytes: u64) -> Result<()> {
         let free = self.free_bytes.load(Ordering::Relaxed);
         let slop = self.slop_bytes();
-        let need = bytes + self.txg.dirty_total() + slop;
+        let dirty = self.txg.dirty_total();
+        let need = bytes.saturating_add(dirty).saturating_add(slop);
         if free < need {
             return Err(Error::no_space(format!(
-                "pool '{}' is out of space ({} bytes free, {} reserved)",
-                self.name, free, slop
+                "pool '{}' is out of space ({} bytes free, {} dirty, {} reserved, {} asked)",
+                self.name, free, dirty, slop, bytes
             )));
         }
         Ok(())
@@ -300,6 +307,29 @@ impl PoolCore {
         (self.size_bytes.load(Ordering::Relaxed) / 32).max(4 << 20)
     }
 
+    /// What writers may fill as of the last sync, dirty data aside: free
+    /// and deferred space less the slop. Deferred frees count: a writer
+    /// that needs them waits the two syncs until they are allocatable
+    /// (OpenZFS counts them free the same way, from its space accounting).
+    pub fn unreserved_bytes(&self) -> u64 {
+        let free = self.free_bytes.load(Ordering::Relaxed);
+        let deferred = self.deferred_bytes.load(Ordering::Relaxed);
+        free.saturating_add(deferred).saturating_sub(self.slop_bytes())
+    }
+
+    /// What writers may still dirty now: `unreserved_bytes` less the dirty
+    /// data of every unsynced txg (`statfs`'s available space).
+    pub fn room_bytes(&self) -> u64 {
+        self.unreserved_bytes().saturating_sub(self.txg.dirty_total())
+    }
+
+    /// Whether a sync may give writers space back: frees wait in the
+    /// allocator for their txg + 2, or a txg not yet synced has changes
+    /// (a delete not yet applied, a quota's pending writes settling).
+    pub fn frees_pending(&self) -> bool {
+        self.deferred_bytes.load(Ordering::Relaxed) > 0 || self.txg.unsynced_changes()
+    }
+
     /// Refreshes the space figures writers check (after each sync): computing
     /// them walks the allocator, too slow for every write.
     pub fn refresh_space(&self) {
@@ -308,6 +338,7 @@ impl PoolCore {
         let s = a.space();
         self.size_bytes.store(s.total.size, Ordering::Relaxed);
         self.free_bytes.store(s.total.free, Ordering::Relaxed);
+        self.deferred_bytes.store(s.total.deferred, Ordering::Relaxed);
         drop(a);
     }
 

@@ -886,6 +886,7 @@ impl ShellShared {
             readonly,
             size_bytes: Default::default(),
             free_bytes: Default::default(),
+            deferred_bytes: Default::default(),
             inflight: Default::default(),
             prefetch_stats: Default::default(),
             brt: Default::default(),
@@ -1014,8 +1015,15 @@ impl Shared {
         Ok(())
     }
 
+    /// Whether `txg` must be synced when its time comes: it has changes,
+    /// or frees wait in the allocator for two more syncs — an idle pool
+    /// keeps syncing until they are free again, else space freed by a
+    /// delete would stay unusable until the next write.
     fn has_work(&self, txg: u64) -> bool {
-        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire)
+        self.dsl.has_work(txg)
+            || self.mos.is_dirty(txg)
+            || self.dir_dirty.load(Ordering::Acquire)
+            || self.core.deferred_bytes.load(Ordering::Relaxed) > 0
     }
 
     /// Writes the pool directory into `txg` when it changed: by a property

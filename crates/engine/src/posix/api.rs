@@ -228,6 +228,7 @@ impl From<crate::Error> for Errno {
             NotFound => libc::ENOENT,
             Exists => libc::EEXIST,
             NoSpace => libc::ENOSPC,
+            Quota => libc::EDQUOT,
             Corrupt | Io | Suspended => libc::EIO,
             Busy => libc::EBUSY,
         };

@@ -160,16 +160,31 @@ impl PosixFs {
         self.os.free(tx, ino)
     }
 
-    /// A transaction for a change: `EROFS` when mounted read-only.
+    /// A transaction for a change that allocates nothing new (removals,
+    /// attributes): `EROFS` when mounted read-only. Removals may dip into
+    /// the pool's slop reserve, so a full pool can always be emptied.
     pub(crate) fn tx(&self) -> PResult<Tx> {
-        if self.opts.readonly || self.os.core.readonly {
-            return Err(err(libc::EROFS, format!("'{}' is read-only", self.os.name.read())));
-        }
+        self.check_rw()?;
         Ok(self.os.begin()?)
     }
 
+    /// A transaction for a change that may allocate about `bytes`: refused
+    /// with `ENOSPC` (pool) or `EDQUOT` (quota) before anything changes,
+    /// after waiting for frees still on their way (`Objset::begin_for`).
+    pub(crate) fn tx_for(&self, bytes: u64) -> PResult<Tx> {
+        self.check_rw()?;
+        Ok(self.os.begin_for(bytes)?)
+    }
+
+    fn check_rw(&self) -> PResult<()> {
+        if self.opts.readonly || self.os.core.readonly {
+            return Err(err(libc::EROFS, format!("'{}' is read-only", self.os.name.read())));
+        }
+        Ok(())
+    }
+
     /// Refuses a change that would allocate when the pool is nearly full,
-    /// before anything is changed (so it fails whole).
+    /// inside a transaction already begun (so it fails whole).
     pub(crate) fn check_space(&self, bytes: u64) -> PResult<()> {
         Ok(self.os.core.check_space(bytes)?)
     }

@@ -98,8 +98,7 @@ impl PosixFs {
         if is_dot(name) || self.entry(parent, name)?.is_some() {
             return Err(err(libc::EEXIST, format!("{:?} exists in directory {}", String::from_utf8_lossy(name), parent)));
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE + data.len() as u64)?;
+        let tx = self.tx_for(NAMESPACE_SPACE + data.len() as u64)?;
         let ino = if kind == FileKind::Dir {
             self.os.create_with_blksz(&tx, ObjectType::Directory, INODE_SLOTS, DIR_BLOCK as u32)?
         } else {
@@ -148,8 +147,7 @@ impl PosixFs {
         if is_dot(newname) || self.entry(newparent, newname)?.is_some() {
             return Err(err(libc::EEXIST, format!("{:?} exists", String::from_utf8_lossy(newname))));
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE)?;
+        let tx = self.tx_for(NAMESPACE_SPACE)?;
         DirTx { os: &self.os, tx: &tx, dir: newparent }.insert(newname, ino, kind)?;
         self.touch_dir(&tx, newparent, 1, 0)?;
         let mut st = node.st.lock();
@@ -295,8 +293,7 @@ impl PosixFs {
             }
             self.check_sticky(caller, &npphys, d.ino)?;
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE)?;
+        let tx = self.tx_for(NAMESPACE_SPACE)?;
         if let Some(d) = &dst {
             self.remove_entry(&tx, newparent, newname, d)?;
         }
@@ -322,8 +319,7 @@ impl PosixFs {
         if src.ino == dst.ino {
             return Ok(());
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE)?;
+        let tx = self.tx_for(NAMESPACE_SPACE)?;
         let a = DirTx { os: &self.os, tx: &tx, dir: parent };
         let b = DirTx { os: &self.os, tx: &tx, dir: newparent };
         a.remove(name)?;

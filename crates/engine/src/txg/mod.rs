@@ -130,6 +130,8 @@ struct State {
     quiesce_ns: [u64; TXG_SIZE],
     delayed: [u64; TXG_SIZE],
     stalled: [u64; TXG_SIZE],
+    /// Per txg slot: transactions that joined it (any change at all).
+    joined: [u64; TXG_SIZE],
 }
 
 /// How one txg spent its time before syncing, and what the throttle did to
@@ -191,6 +193,7 @@ impl TxgEngine {
                 quiesce_ns: [0; TXG_SIZE],
                 delayed: [0; TXG_SIZE],
                 stalled: [0; TXG_SIZE],
+                joined: [0; TXG_SIZE],
             }),
             cv: Condvar::new(),
             dirty_cv: Condvar::new(),
@@ -221,6 +224,15 @@ impl TxgEngine {
 
     pub fn synced_txg(&self) -> u64 {
         self.st.lock().synced
+    }
+
+    /// Whether a txg that has not finished syncing (open, quiescing or
+    /// syncing) had any transaction join it: a sync would change the space
+    /// figures writers check.
+    pub fn unsynced_changes(&self) -> bool {
+        let st = self.st.lock();
+        let txgs = [Some(st.open), st.quiescing, st.syncing];
+        txgs.into_iter().flatten().any(|t| st.joined[(t & TXG_MASK) as usize] > 0)
     }
 
     fn failed_error(&self, why: &str) -> Error {
@@ -257,6 +269,7 @@ impl TxgEngine {
                 if delayed || st.dirty_total <= p.dirty_max / 100 * p.delay_min_percent as u64 {
                     let txg = st.open;
                     st.holds[(txg & TXG_MASK) as usize] += 1;
+                    st.joined[(txg & TXG_MASK) as usize] += 1;
                     if delayed {
                         st.delayed[(txg & TXG_MASK) as usize] += 1;
                     }
@@ -393,6 +406,7 @@ impl TxgEngine {
         st.quiesce_ns[next] = 0;
         st.delayed[next] = 0;
         st.stalled[next] = 0;
+        st.joined[next] = 0;
         let i = (txg & TXG_MASK) as usize;
         st.open_ns[i] = now.saturating_duration_since(st.opened_at[i]).as_nanos() as u64;
         while st.holds[i] > 0 {
