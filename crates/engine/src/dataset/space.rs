@@ -98,7 +98,9 @@ impl Datasets {
     /// Pool free space less the slop and the unused reservations of
     /// datasets other than `id` and its ancestors.
     fn pool_room(&self, st: &mut State, id: u64, memo: &mut HashMap<u64, u64>) -> Result<u64> {
-        let free = self.core.unreserved_bytes();
+        let r = self.get_rec(st, id)?;
+        let recordsize = crate::pool::parse_recordsize(&self.effective(st, &r, "recordsize")?.value).unwrap_or(128 << 10);
+        let free = self.core.unreserved_bytes(recordsize as u64);
         let root = self.get_rec(st, self.root_id)?;
         if root.reservations.is_empty() {
             return Ok(free);

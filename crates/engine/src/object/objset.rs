@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, ObjectType};
-use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, SLOTS_PER_BLOCK, SLOT_SIZE};
+use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, INDIRECT_BLOCK_SIZE, SLOTS_PER_BLOCK, SLOT_SIZE};
 
 use super::state::{slot, ObjState, Source};
 use super::sync::{new_dnode, sync_objects, DnodeUpdate, SyncCtx};
@@ -60,6 +60,18 @@ impl Drop for Tx {
             self.core.txg.release(h);
         }
     }
+}
+
+/// The block size of an object after a write ending at `end`: while it
+/// has one block, that block grows to fit, up to the record size (or the
+/// fixed size it was created with); after that it stays.
+fn grown_blksz(st: &ObjState, end: u64, recordsize: u32) -> u32 {
+    if st.maxblkid > 0 || st.size > st.blksz as u64 {
+        return st.blksz;
+    }
+    let cap = if st.dn.maxblksz >= 512 { recordsize.min(st.dn.maxblksz) } else { recordsize };
+    let target = if end <= cap as u64 { end.div_ceil(512) * 512 } else { cap as u64 } as u32;
+    target.max(st.blksz)
 }
 
 /// Whether an error says space is short (the pool's or a quota).
@@ -276,17 +288,18 @@ impl Objset {
         }
     }
 
-    /// Begins a transaction that will dirty about `bytes` (OpenZFS's
-    /// `dmu_tx_assign` with its space estimate): refused with *no space* or
-    /// *quota* before joining a txg when they do not fit. When they do not
-    /// fit only for now — frees wait in the allocator for their txg + 2, or
-    /// a delete has not synced yet — it makes the pool sync and asks again,
-    /// up to [`ROOM_WAIT_SYNCS`] times (OpenZFS's `dmu_tx_wait` on
-    /// `ERESTART`), so space freed a moment ago is there for the writer.
-    pub fn begin_for(&self, bytes: u64) -> Result<Tx> {
+    /// Begins a transaction that will dirty about `bytes` in blocks of up
+    /// to `piece` bytes (OpenZFS's `dmu_tx_assign` with its space
+    /// estimate): refused with *no space* or *quota* before joining a txg
+    /// when they do not fit. When they do not fit only for now — frees
+    /// wait in the allocator for their txg + 2, or a delete has not synced
+    /// yet — it makes the pool sync and asks again, up to
+    /// [`ROOM_WAIT_SYNCS`] times (OpenZFS's `dmu_tx_wait` on `ERESTART`),
+    /// so space freed a moment ago is there for the writer.
+    pub fn begin_for(&self, bytes: u64, piece: u64) -> Result<Tx> {
         let mut waited = 0;
         loop {
-            match self.check_room(bytes) {
+            match self.check_room(bytes, piece) {
                 Ok(()) => return self.begin(),
                 Err(e) if is_short(&e) && waited < ROOM_WAIT_SYNCS && self.core.frees_pending() => {
                     self.core.check_writable()?;
@@ -299,17 +312,18 @@ impl Objset {
     }
 
     /// Would `bytes` more fit, under the owner's limits and in the pool?
-    fn check_room(&self, bytes: u64) -> Result<()> {
+    fn check_room(&self, bytes: u64, piece: u64) -> Result<()> {
         if let Some(o) = self.owner.get() {
             o.check_room(bytes)?;
         }
-        self.core.check_space(bytes)
+        self.core.check_space(bytes, piece)
     }
 
-    /// What writers of this set may still dirty: the pool's room (counting
-    /// frees on their way) and the owner's (quota, reservations).
+    /// What writers of this set may still dirty: the pool's room for
+    /// records of the set's record size (counting frees on their way) and
+    /// the owner's (quota, reservations).
     pub fn room(&self) -> Result<u64> {
-        let pool = self.core.room_bytes();
+        let pool = self.core.room_bytes(self.props().recordsize as u64);
         Ok(match self.owner.get().map(|o| o.room()).transpose()?.flatten() {
             Some(r) => r.min(pool),
             None => pool,
@@ -545,8 +559,9 @@ impl Objset {
 
     /// Writes `data` at `offset` of object `obj`.
     pub fn write(&self, tx: &Tx, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
+        let end = offset.saturating_add(data.len() as u64);
         self.check_write(tx.txg(), data.len() as u64)?;
-        self.core.check_space(data.len() as u64)?;
+        self.core.check_space(data.len() as u64, self.write_piece(obj, end)?)?;
         self.write_txg(tx.txg(), obj, offset, data)
     }
 
@@ -607,12 +622,7 @@ impl Objset {
     /// While an object has one block, that block grows to fit its data, up to
     /// the record size (so small objects do not occupy whole records).
     pub(super) fn grow_blksz(&self, st: &mut ObjState, obj: u64, end: u64, recordsize: u32, txg: u64, added: &mut u64) -> Result<()> {
-        if st.maxblkid > 0 || st.size > st.blksz as u64 {
-            return Ok(());
-        }
-        // An object created with a fixed block size stops there.
-        let cap = if st.dn.maxblksz >= 512 { recordsize.min(st.dn.maxblksz) } else { recordsize };
-        let target = if end <= cap as u64 { end.div_ceil(512) * 512 } else { cap as u64 } as u32;
+        let target = grown_blksz(st, end, recordsize);
         if target <= st.blksz {
             return Ok(());
         }
@@ -624,6 +634,17 @@ impl Objset {
         *added += target as u64 - prev;
         st.blksz = target;
         Ok(())
+    }
+
+    /// The largest block a write ending at `end` dirties in object `obj`:
+    /// its block size once grown to fit (`grow_blksz`), and an indirect
+    /// block once the object has more than one block. What the pool's free
+    /// space is counted in for the write (`PoolCore::check_space`).
+    pub fn write_piece(&self, obj: u64, end: u64) -> Result<u64> {
+        let o = self.object(obj)?;
+        let st = o.st.lock();
+        let bs = grown_blksz(&st, end, self.props().recordsize) as u64;
+        Ok(if end > bs { bs.max(INDIRECT_BLOCK_SIZE as u64) } else { bs })
     }
 
     /// The txg's dirty copy of block `blkid`, made on first touch.

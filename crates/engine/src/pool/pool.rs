@@ -887,6 +887,8 @@ impl ShellShared {
             size_bytes: Default::default(),
             free_bytes: Default::default(),
             deferred_bytes: Default::default(),
+            usable_bytes: Default::default(),
+            deferred_usable_bytes: Default::default(),
             inflight: Default::default(),
             prefetch_stats: Default::default(),
             brt: Default::default(),
@@ -1015,15 +1017,13 @@ impl Shared {
         Ok(())
     }
 
-    /// Whether `txg` must be synced when its time comes: it has changes,
-    /// or frees wait in the allocator for two more syncs — an idle pool
-    /// keeps syncing until they are free again, else space freed by a
-    /// delete would stay unusable until the next write.
+    /// Whether `txg` has changes to sync when its time comes. Frees the
+    /// allocator defers are no reason: an idle pool would write txgs that
+    /// share the newest space log with the last one, leaving import no
+    /// older txg to rewind to. Writers that need the deferred space make
+    /// the pool sync (`Objset::begin_for`), and `statfs` counts it free.
     fn has_work(&self, txg: u64) -> bool {
-        self.dsl.has_work(txg)
-            || self.mos.is_dirty(txg)
-            || self.dir_dirty.load(Ordering::Acquire)
-            || self.core.deferred_bytes.load(Ordering::Relaxed) > 0
+        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire)
     }
 
     /// Writes the pool directory into `txg` when it changed: by a property

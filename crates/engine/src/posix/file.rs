@@ -82,7 +82,7 @@ impl PosixFs {
         // Growing a file allocates nothing now but must not take the last
         // of a full pool; shrinking frees, and is never refused for space.
         let grows = set.size.is_some_and(|s| s > node.st.lock().phys.size);
-        let tx = if grows { self.tx_for(0)? } else { self.tx()? };
+        let tx = if grows { self.tx_for(0, self.record_piece())? } else { self.tx()? };
         let mut st = self.locked(&node)?;
         let now = Timespec::now();
         let mut p = st.phys.clone();
@@ -96,7 +96,7 @@ impl PosixFs {
                 return Err(err(libc::EFBIG, format!("size {} is too large", size)));
             }
             if size > p.size {
-                self.check_space(0)?;
+                self.check_space(0, self.record_piece())?;
             }
             self.os.truncate(&tx, ino, size)?;
             p.size = size;
@@ -196,7 +196,8 @@ impl PosixFs {
         let end = end.ok_or_else(|| err(libc::EFBIG, format!("write past the largest file at {}", offset)))?;
         let len = u32::try_from(data.len()).map_err(|_| err(libc::EINVAL, "write of more than 4 GiB"))?;
         let node = self.inode(ino)?;
-        let tx = self.tx_for(data.len() as u64)?;
+        let piece = self.os.write_piece(ino, end)?;
+        let tx = self.tx_for(data.len() as u64, piece)?;
         let mut st = self.file(&node)?;
         self.os.write(&tx, ino, offset, data)?;
         let now = Timespec::now();
@@ -277,7 +278,7 @@ impl PosixFs {
     /// source ends before `off_in`).
     fn copy_step(&self, caller: &Caller, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
         let node = self.inode(ino_out)?;
-        let tx = self.tx_for(0)?;
+        let tx = self.tx_for(0, tarn_ondisk::dnode::INDIRECT_BLOCK_SIZE as u64)?;
         let mut st = self.file(&node)?;
         let step = self.os.clone_range(&tx, ino_out, off_out, &self.os, ino_in, off_in, len)?;
         if step.done == 0 {
@@ -385,7 +386,7 @@ impl PosixFs {
         }
         let node = self.inode(ino)?;
         let tx = match value {
-            Some(v) => self.tx_for(v.len() as u64)?,
+            Some(v) => self.tx_for(v.len() as u64, self.record_piece())?,
             None => self.tx()?,
         };
         let mut st = self.locked(&node)?;
@@ -405,7 +406,7 @@ impl PosixFs {
         p.ctime = Timespec::now();
         let mut placed = false;
         if let Some(v) = value {
-            self.check_space(v.len() as u64)?;
+            self.check_space(v.len() as u64, self.record_piece())?;
             if v.len() <= XATTR_SMALL_MAX {
                 p.xattrs.push((name.to_vec(), v.to_vec()));
                 placed = self.save(&tx, ino, &p).is_ok();

@@ -168,12 +168,18 @@ impl PosixFs {
         Ok(self.os.begin()?)
     }
 
-    /// A transaction for a change that may allocate about `bytes`: refused
-    /// with `ENOSPC` (pool) or `EDQUOT` (quota) before anything changes,
-    /// after waiting for frees still on their way (`Objset::begin_for`).
-    pub(crate) fn tx_for(&self, bytes: u64) -> PResult<Tx> {
+    /// A transaction for a change that may allocate about `bytes` in
+    /// blocks of up to `piece` bytes: refused with `ENOSPC` (pool) or
+    /// `EDQUOT` (quota) before anything changes, after waiting for frees
+    /// still on their way (`Objset::begin_for`).
+    pub(crate) fn tx_for(&self, bytes: u64, piece: u64) -> PResult<Tx> {
         self.check_rw()?;
-        Ok(self.os.begin_for(bytes)?)
+        Ok(self.os.begin_for(bytes, piece)?)
+    }
+
+    /// The largest block the file system writes for a file's data.
+    pub(crate) fn record_piece(&self) -> u64 {
+        self.os.props().recordsize as u64
     }
 
     fn check_rw(&self) -> PResult<()> {
@@ -183,10 +189,11 @@ impl PosixFs {
         Ok(())
     }
 
-    /// Refuses a change that would allocate when the pool is nearly full,
-    /// inside a transaction already begun (so it fails whole).
-    pub(crate) fn check_space(&self, bytes: u64) -> PResult<()> {
-        Ok(self.os.core.check_space(bytes)?)
+    /// Refuses a change that would allocate (in blocks of up to `piece`
+    /// bytes) when the pool is nearly full, inside a transaction already
+    /// begun (so it fails whole).
+    pub(crate) fn check_space(&self, bytes: u64, piece: u64) -> PResult<()> {
+        Ok(self.os.core.check_space(bytes, piece)?)
     }
 
     /// The inode `ino`, loaded from its bonus if not in memory.

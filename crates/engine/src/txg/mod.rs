@@ -159,6 +159,10 @@ pub struct TxgEngine {
     params: Mutex<ThrottleParams>,
     /// Lock-free copy of the dirty total, read on every I/O issue.
     dirty_total: AtomicU64,
+    /// Dirty bytes whose blocks the sync has allocated but whose writes
+    /// have not landed: the pool's free space no longer counts them, so
+    /// space checks must not count them as still to be allocated.
+    placed: AtomicU64,
     pub stats: ThrottleStats,
 }
 
@@ -200,6 +204,7 @@ impl TxgEngine {
             last_wakeup: Mutex::new(now),
             params: Mutex::new(params),
             dirty_total: AtomicU64::new(0),
+            placed: AtomicU64::new(0),
             stats: ThrottleStats::default(),
         }
     }
@@ -325,8 +330,21 @@ impl TxgEngine {
         }
     }
 
+    /// The sync allocated the block of `bytes` dirty bytes; they retire
+    /// when its write lands (`dirty_retire`).
+    pub fn dirty_placed(&self, bytes: u64) {
+        self.placed.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Dirty bytes that still need space: those whose blocks are not
+    /// allocated yet.
+    pub fn dirty_unplaced(&self) -> u64 {
+        self.dirty_total().saturating_sub(self.placed.load(Ordering::Relaxed))
+    }
+
     /// Retires `bytes` of `txg`'s dirty data (a write completed).
     pub fn dirty_retire(&self, txg: u64, bytes: u64) {
+        let _ = self.placed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| Some(p.saturating_sub(bytes)));
         let mut st = self.st.lock();
         let i = (txg & TXG_MASK) as usize;
         let b = bytes.min(st.dirty[i]);
