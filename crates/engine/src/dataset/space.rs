@@ -12,6 +12,10 @@
 //!  used(S), snapshot  unique: entries of next(S)'s dead list born after prev(S)
 //!  available(D)       min(pool free − slop − others' unused reservations,
 //!                         quota(A) − used(A) for D and every ancestor A with a quota)
+//!                     (pool free: space that holds D's records, and frees
+//!                     the allocator still defers; see PoolCore::unreserved_bytes)
+//!  compressratio(D)   Σ ref_lsize / Σ ref_psize over D and its descendants
+//!  refcompressratio(X) ref_lsize(X) / ref_psize(X)
 //! ```
 
 use std::collections::{HashMap, HashSet};
@@ -79,6 +83,24 @@ impl Datasets {
         let u = self.used_by_dataset(st, &r)? + self.used_by_snapshots(st, &r)? + self.used_by_children(st, &r, memo)?;
         memo.insert(id, u);
         Ok(u)
+    }
+
+    /// (logical, physical) bytes a file system and its descendants
+    /// reference: `compressratio`'s numerator and denominator, memoised
+    /// per call (bottom-up over the subtree). Blocks only snapshots hold
+    /// are not counted (dead lists keep no logical sizes).
+    pub(crate) fn tree_sizes(&self, st: &mut State, r: &Rec, memo: &mut HashMap<u64, (u64, u64)>) -> Result<(u64, u64)> {
+        if let Some(&v) = memo.get(&r.id) {
+            return Ok(v);
+        }
+        let (mut lsize, mut psize) = (r.ref_lsize, r.ref_psize);
+        for c in self.children_of(st, r)? {
+            let (l, p) = self.tree_sizes(st, &c, memo)?;
+            lsize += l;
+            psize += p;
+        }
+        memo.insert(r.id, (lsize, psize));
+        Ok((lsize, psize))
     }
 
     /// Bytes only snapshot `s` holds (freed if it alone were destroyed).
