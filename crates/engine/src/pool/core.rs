@@ -97,6 +97,10 @@ pub struct PoolCore {
     /// of the last sync: what writers are admitted against.
     pub usable_bytes: [AtomicU64; PIECE_CLASSES],
     pub deferred_usable_bytes: [AtomicU64; PIECE_CLASSES],
+    /// Bytes of written data the kernel may hold, per mount of the pool's
+    /// file systems, before they reach the pool (the FUSE write-back
+    /// cache): see `posix::FileSystem::kernel_cache`.
+    pub kernel_caches: Mutex<HashMap<u64, u64>>,
     /// Prefetch reads under way, by block.
     pub inflight: Mutex<HashMap<BlockKey, Arc<Inflight>>>,
     pub prefetch_stats: PrefetchStats,
@@ -397,6 +401,21 @@ impl PoolCore {
         drop(a);
         assert!(usable[0] <= s.total.free, "pool '{}': {} usable of {} free bytes", self.name, usable[0], s.total.free);
         assert!(usable.windows(2).all(|w| w[0] >= w[1]), "pool '{}': usable space grows with the piece size: {:?}", self.name, usable);
+    }
+
+    /// Records what the kernel may hold for mount `mount` (0: none).
+    pub fn set_kernel_cache(&self, mount: u64, bytes: u64) {
+        let mut m = self.kernel_caches.lock();
+        if bytes == 0 {
+            m.remove(&mount);
+        } else {
+            m.insert(mount, bytes);
+        }
+    }
+
+    /// What the kernel may hold for all the pool's mounts together.
+    pub fn kernel_cache_bytes(&self) -> u64 {
+        self.kernel_caches.lock().values().fold(0u64, |a, &b| a.saturating_add(b))
     }
 
     pub fn check_writable(&self) -> Result<()> {

@@ -889,6 +889,7 @@ impl ShellShared {
             deferred_bytes: Default::default(),
             usable_bytes: Default::default(),
             deferred_usable_bytes: Default::default(),
+            kernel_caches: Default::default(),
             inflight: Default::default(),
             prefetch_stats: Default::default(),
             brt: Default::default(),

@@ -295,6 +295,38 @@ impl PosixFs {
         Ok(step.done)
     }
 
+    /// Files opened for writing bypass the kernel's write-back cache while
+    /// the room left for this file system's writers (its quotas', the
+    /// pool's) is less than what the kernel may hold for the pool's mounts
+    /// (`FileSystem::uncached_writes`); not on a read-only file system.
+    pub(crate) fn do_uncached_writes(&self) -> bool {
+        if self.opts.readonly {
+            return false;
+        }
+        let cached = self.os.core.kernel_cache_bytes();
+        cached > 0 && self.os.room().map_or(true, |room| room < cached)
+    }
+
+    /// `FileSystem::keep_size`: grows the file to `size` (a hole) without a
+    /// space check — it allocates no data, and the kernel already shows it.
+    pub(crate) fn do_keep_size(&self, ino: Ino, size: u64) -> PResult<()> {
+        if size > MAX_OBJECT_BYTES {
+            return Err(err(libc::EFBIG, format!("size {} is too large", size)));
+        }
+        let node = self.inode(ino)?;
+        let tx = self.tx()?;
+        let mut st = self.file(&node)?;
+        if st.phys.size >= size {
+            return Ok(());
+        }
+        self.os.truncate(&tx, ino, size)?;
+        let mut p = st.phys.clone();
+        p.size = size;
+        self.save(&tx, ino, &p)?;
+        st.phys = p;
+        Ok(())
+    }
+
     /// As OpenZFS's `zfs_statvfs`: the file system's size is what it uses
     /// plus what it may still write, and only what it may still write is
     /// free (`bfree` = `bavail`: the slop reserve is nobody's). Both sides
