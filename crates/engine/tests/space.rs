@@ -234,3 +234,39 @@ fn a_pool_fills_to_its_slop() {
         assert!(free <= (slop as f64 / size as f64) + 0.03, "round {round}: ENOSPC with {:.1}% free", free * 100.0);
     }
 }
+
+/// What the FUSE glue asks before caching a file's writes: a file system
+/// with less room than the kernel may hold for the pool's mounts wants its
+/// files written around the cache (so write(2) fails, not the write-back).
+#[test]
+fn uncached_writes_follow_the_room_the_kernel_may_fill() {
+    let (_d, pool) = pool_of(128 << 20);
+    pool.datasets().create("tank/q", &[("quota", "10M")], false).unwrap();
+    let (root, q) = (fs_of(&pool, "tank"), fs_of(&pool, "tank/q"));
+    assert!(!root.uncached_writes() && !q.uncached_writes(), "no mount caches anything");
+    root.kernel_cache(1, 32 << 20);
+    assert!(!root.uncached_writes(), "a 128 MiB pool has room for 32 MiB of cached writes");
+    assert!(q.uncached_writes(), "a 10M quota has not");
+    q.kernel_cache(2, 100 << 20);
+    assert!(root.uncached_writes(), "two mounts may cache 132 MiB together");
+    root.kernel_cache(2, 0);
+    root.kernel_cache(1, 0);
+    assert!(!q.uncached_writes(), "no mount left");
+}
+
+/// `keep_size`: after a refused write-back the file takes the size the
+/// kernel shows, as a hole; never shrinks.
+#[test]
+fn keep_size_grows_a_file_by_a_hole() {
+    let (_d, pool) = pool_of(128 << 20);
+    let fs = fs_of(&pool, "tank");
+    let (_, e) = fill(&fs, "f", 1 << 20, 1);
+    assert!(e.is_none());
+    let f = fs.lookup(fs.root(), b"f").unwrap().ino;
+    fs.keep_size(f, 3 << 20).unwrap();
+    fs.keep_size(f, 2 << 20).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 3 << 20);
+    let tail = fs.read(f, 1 << 20, 2 << 20).unwrap();
+    assert!(tail.len() == 2 << 20 && tail.iter().all(|&b| b == 0), "the part never stored reads as zeros");
+    assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), common::pattern(1 << 20, 1));
+}

@@ -559,9 +559,11 @@ impl Objset {
 
     /// Writes `data` at `offset` of object `obj`.
     pub fn write(&self, tx: &Tx, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
-        let end = offset.saturating_add(data.len() as u64);
         self.check_write(tx.txg(), data.len() as u64)?;
-        self.core.check_space(data.len() as u64, self.write_piece(obj, end)?)?;
+        if !data.is_empty() {
+            let end = offset.saturating_add(data.len() as u64);
+            self.core.check_space(data.len() as u64, self.write_piece(obj, end)?)?;
+        }
         self.write_txg(tx.txg(), obj, offset, data)
     }
 
