@@ -15,18 +15,10 @@ use std::os::unix::io::AsRawFd;
 
 use common::Env;
 
-/// The 1 MiB every write(2) of `write_until_error` writes (xorshift:
-/// incompressible, so sizes on disk are the sizes written).
+/// The 1 MiB every write(2) of `write_until_error` writes (incompressible,
+/// so sizes on disk are the sizes written).
 fn chunk(seed: u8) -> Vec<u8> {
-    let mut x = u64::from(seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..1 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::noise(1 << 20, u64::from(seed))
 }
 
 /// Writes `total` bytes to `f` in 1 MiB write(2)s until one fails: the

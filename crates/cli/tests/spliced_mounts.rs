@@ -151,9 +151,7 @@ fn child_datasets_are_served_inside_their_parent() {
     assert!(statvfs(&mnt).f_blocks * statvfs(&mnt).f_frsize > 64 << 20, "tank's own size");
     let mut big = File::create(format!("{a}/big")).unwrap();
     // Incompressible: a quota counts the bytes stored, after compression.
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let data: Vec<u8> = (0..12 << 20).map(|_| { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 }).collect();
-    let w = big.write_all(&data);
+    let w = big.write_all(&common::noise(12 << 20, 3));
     assert_eq!(errno_of(w), libc::EDQUOT, "the quota holds inside the parent's mount, at write(2)");
     drop(big);
     fs::remove_file(format!("{a}/big")).unwrap();
