@@ -98,6 +98,34 @@ fn properties_inherit_and_get_shows_their_source() {
     assert!(e.fails(&["set", "atime=on", "tank/a@s"]).contains("cannot set property for 'tank/a@s'"));
 }
 
+/// Pins wrong answers about quotas: `inherit quota` and `inherit -r quota`
+/// silently cleared it (zfs: "'quota' property cannot be inherited"),
+/// a quota below the used space was accepted, and `quota=0` was shown as
+/// 0 while meaning none.
+#[test]
+fn quotas_refuse_what_zfs_refuses() {
+    let Some(e) = Env::new("ds-quota") else { return };
+    e.create("tank");
+    e.ok(&["create", "-p", "-o", "quota=1G", "tank/a/b"]);
+    e.ok(&["set", "reservation=1M", "tank/a/b"]);
+    let err = e.fails(&["inherit", "quota", "tank/a/b"]);
+    assert!(err.contains("'quota' property cannot be inherited") && err.contains("quota=none"), "{err}");
+    assert!(e.fails(&["inherit", "-r", "quota", "tank/a"]).contains("'quota' property cannot be inherited"));
+    assert!(e.fails(&["inherit", "reservation", "tank/a/b"]).contains("'reservation' property cannot be inherited"));
+    assert!(e.fails(&["inherit", "canmount", "tank/a/b"]).contains("'canmount' property cannot be inherited"));
+    assert_eq!(e.ok(&["get", "-H", "-o", "value,source", "quota,reservation", "tank/a/b"]), "1G\tlocal\n1M\tlocal\n");
+    let err = e.fails(&["set", "quota=512K", "tank/a/b"]);
+    assert!(err.contains("size is less than current used or reserved space"), "{err}");
+    assert!(e.fails(&["set", "quota=512K", "tank/a"]).contains("size is less than current used or reserved space"), "the child's reservation is used");
+    e.ok(&["set", "quota=0", "tank/a/b"]);
+    assert_eq!(e.ok(&["get", "-H", "-o", "value", "quota", "tank/a/b"]), "none\n");
+    assert_eq!(e.ok(&["get", "-H", "-p", "-o", "value", "quota", "tank/a/b"]), "0\n");
+    e.ok(&["set", "reservation=0", "tank/a/b"]);
+    assert_eq!(e.ok(&["get", "-H", "-o", "value", "reservation", "tank/a/b"]), "none\n");
+    let ratios = e.ok(&["list", "-H", "-o", "name,ratio,refratio", "tank"]);
+    assert!(ratios.starts_with("tank\t") && ratios.trim_end().split('\t').all(|f| f == "tank" || f.ends_with('x')), "{ratios}");
+}
+
 #[test]
 fn snapshots_clones_rollback_rename_and_destroy() {
     let Some(e) = Env::new("ds-snap") else { return };

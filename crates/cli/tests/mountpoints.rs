@@ -160,12 +160,12 @@ fn bad_mount_points_are_refused_before_anything_changes() {
     }
     // Remounting where it is mounted judges what it covers, not its own files.
     std::fs::write(e.at(&format!("{}/f", own)), b"own").unwrap();
-    e.ok(&["inherit", "canmount", "tank/own"]);
+    e.ok(&["set", "canmount=on", "tank/own"]);
     assert!(e.is_mounted(&own));
     e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "imp"]);
     e.ok(&["set", "overlay=off", "imp"]);
     e.ok(&["pool", "export", "imp"]);
-    // (`inherit canmount` above made tank/own's mount again.)
+    // (`set canmount` above made tank/own's mount again.)
     let before = seen(&e);
     let err = e.fails(&["pool", "import", "-d", e.dir.to_str().unwrap(), "-m", &full, "imp"]);
     assert!(err.contains("directory is not empty") && err.contains(&full), "import -m judges by the pool's own overlay: {}", err);

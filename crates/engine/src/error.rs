@@ -15,8 +15,11 @@ pub enum ErrorKind {
     Invalid,
     NotFound,
     Exists,
-    /// The pool or a quota is full.
+    /// The pool is full (ENOSPC).
     NoSpace,
+    /// A quota of the dataset or of an ancestor is reached (EDQUOT): the
+    /// pool may have room, this dataset may not use it.
+    Quota,
     /// Data on disk failed verification (checksum, structure).
     Corrupt,
     /// A device failed an operation.
@@ -50,6 +53,9 @@ impl Error {
     }
     pub fn no_space(msg: impl Into<String>) -> Self {
         Error::new(ErrorKind::NoSpace, msg)
+    }
+    pub fn quota(msg: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Quota, msg)
     }
     pub fn io(context: impl fmt::Display, e: std::io::Error) -> Self {
         Error::new(ErrorKind::Io, format!("{}: {}", context, e))

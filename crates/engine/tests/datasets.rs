@@ -345,7 +345,7 @@ fn quota_refuses_then_space_comes_back() {
         pool.sync().unwrap();
         assert!(objs.len() < 20, "the quota never bit");
     };
-    assert_eq!(err.kind, ErrorKind::NoSpace);
+    assert_eq!(err.kind, ErrorKind::Quota, "a quota refuses with EDQUOT, not ENOSPC: {err}");
     assert!(err.msg.contains("tank/q") && err.msg.contains("quota"), "{err}");
     let used = num(&pool, "tank/q", "used");
     assert!(used <= (2 << 20) + (256 << 10), "used {used} beyond the quota");
@@ -606,7 +606,7 @@ fn reservation_holds_space_for_its_dataset() {
     assert!(written <= 24 << 20, "wrote {written} bytes past the reservation");
     // The reserving dataset can still write.
     put(&ds.objset("tank/r").unwrap(), &pattern(4 << 20, 1));
-    ds.inherit("tank/r", "reservation").unwrap();
+    ds.set("tank/r", "reservation", "none").unwrap();
     put(&os, &pattern(1 << 20, 2));
     check(&pool, "reservation released");
 }
@@ -677,4 +677,69 @@ fn recursive_destroy_of_a_snapshot_reaches_every_descendant() {
     ds.destroy("tank/a@y", true).unwrap();
     assert!(ds.names("tank", true, Types::SNAPSHOTS).unwrap().is_empty());
     check(&pool, "after destroy -r of @y");
+}
+
+/// Pins three wrong answers about quotas: `inherit quota` silently cleared
+/// the quota (zfs refuses: it is not an inherited property), a quota below
+/// the space already used was accepted (zfs: "size is less than current
+/// used or reserved space"), and `quota=0` showed 0 while acting as none
+/// (zfs stores and shows none).
+#[test]
+fn quota_settings_zfs_refuses() {
+    let (_d, pool) = pool_of(128 << 20);
+    let ds = pool.datasets();
+    ds.create("tank/q", &[("quota", "8M"), ("compression", "off")], false).unwrap();
+    ds.create("tank/q/in", &[("reservation", "1M")], false).unwrap();
+    let e = ds.inherit("tank/q", "quota").unwrap_err();
+    assert!(e.kind == ErrorKind::Invalid && e.msg.contains("cannot be inherited"), "{e}");
+    assert_eq!(ds.get("tank/q", "quota").unwrap().value, "8M", "the refused inherit left the quota");
+    assert!(ds.inherit("tank/q/in", "reservation").unwrap_err().msg.contains("cannot be inherited"));
+    let e = ds.inherit("tank/q", "canmount").unwrap_err();
+    assert!(e.msg.contains("'canmount' property cannot be inherited"), "{e}");
+    // 3 MiB used below tank/q (with the child's reservation counted).
+    put(&ds.objset("tank/q").unwrap(), &pattern(3 << 20, 1));
+    pool.sync().unwrap();
+    let used = num(&pool, "tank/q", "used");
+    assert!(used >= 3 << 20, "{used}");
+    let e = ds.set("tank/q", "quota", "2M").unwrap_err();
+    assert!(e.kind == ErrorKind::NoSpace && e.msg.contains("size is less than current used or reserved space"), "{e}");
+    assert_eq!(ds.get("tank/q", "quota").unwrap().value, "8M");
+    // Data dirty but not synced counts as used too.
+    put(&ds.objset("tank/q").unwrap(), &pattern(2 << 20, 2));
+    assert!(ds.set("tank/q", "quota", "4M").unwrap_err().msg.contains("size is less than"));
+    pool.sync().unwrap();
+    ds.set("tank/q", "quota", "7M").unwrap();
+    let e = ds.set("tank/q/in", "quota", "512K").unwrap_err();
+    assert!(e.msg.contains("size is less than current used or reserved space"), "below its reservation: {e}");
+    // 0 is none: shown as none, and no limit.
+    ds.set("tank/q", "quota", "0").unwrap();
+    assert_eq!(ds.get("tank/q", "quota").unwrap().value, "none");
+    put(&ds.objset("tank/q").unwrap(), &pattern(8 << 20, 3));
+    pool.sync().unwrap();
+    assert!(num(&pool, "tank/q", "used") > 8 << 20);
+    ds.set("tank/q/in", "reservation", "0").unwrap();
+    assert_eq!(ds.get("tank/q/in", "reservation").unwrap().value, "none");
+}
+
+/// Pins: `compressratio` of a file system counted only its own blocks;
+/// OpenZFS's covers its descendants (`refcompressratio` is the dataset
+/// alone, and a snapshot's ratio is of what it references).
+#[test]
+fn compressratio_covers_descendants() {
+    let (_d, pool) = pool_of(128 << 20);
+    let ds = pool.datasets();
+    ds.create("tank/p", &[("compression", "off")], false).unwrap();
+    ds.create("tank/p/z", &[("compression", "lz4")], false).unwrap();
+    put(&ds.objset("tank/p").unwrap(), &pattern(8 << 20, 1));
+    put(&ds.objset("tank/p/z").unwrap(), &vec![7u8; 8 << 20]);
+    pool.sync().unwrap();
+    ds.snapshot("tank/p/z@s").unwrap();
+    let ratio = |name: &str, prop: &str| -> f64 { ds.get(name, prop).unwrap().value.trim_end_matches('x').parse().unwrap() };
+    let alone = ratio("tank/p", "refcompressratio");
+    assert!(alone < 1.1, "tank/p alone is incompressible: {alone}");
+    assert!(ratio("tank/p/z", "compressratio") > 10.0, "tank/p/z compresses");
+    let both = ratio("tank/p", "compressratio");
+    assert!((1.7..2.3).contains(&both), "tank/p with its child (half its bytes compress away): {both}");
+    assert_eq!(ratio("tank/p/z@s", "compressratio"), ratio("tank/p/z@s", "refcompressratio"));
+    assert_eq!(ds.get("tank/p", "refcompressratio").unwrap().source, Source::None);
 }

@@ -22,6 +22,7 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -36,6 +37,11 @@ use crate::inode::{self, is_ctl, Known, LOCAL_ROOT, LOCAL_SNAPDIR, LOCAL_ZFS};
 use crate::listing::{composed, DirHandles, Listed, SNAPSHOT_DIR, ZFS_DIR};
 use crate::table::{Entered, FsTable, Slot};
 use crate::MountOptions;
+
+/// Page drops after refused write-backs in flight at once (a burst of
+/// refusals is at most the kernel's dirty share in 1 MiB WRITEs).
+const DROP_PAGES_MAX: usize = 16;
+static DROPPING: AtomicUsize = AtomicUsize::new(0);
 
 /// The `fuser::Filesystem` of one mount.
 pub struct Glue {
@@ -150,14 +156,55 @@ impl Glue {
         self.opts.attr_ttl
     }
 
-    fn open_flags(&self) -> FopenFlags {
+    /// The flags of an open; `uncached`: the file system wants this open's
+    /// writes to bypass the write-back cache (`FileSystem::uncached_writes`).
+    fn open_flags(&self, uncached: bool) -> FopenFlags {
+        if !self.opts.writeback_cache {
+            return FopenFlags::empty();
+        }
         // The page cache of a file stays valid across opens: only this mount
         // changes the file, and changes behind its back (a rollback) are
         // invalidated explicitly.
-        if self.opts.writeback_cache {
-            FopenFlags::FOPEN_KEEP_CACHE
+        let keep = FopenFlags::FOPEN_KEEP_CACHE;
+        // Near a quota or the pool's end: each write(2) goes to the file
+        // system and fails there if it does not fit (see `dirty`).
+        if uncached {
+            keep | FopenFlags::FOPEN_DIRECT_IO
         } else {
-            FopenFlags::empty()
+            keep
+        }
+    }
+
+    /// A write-back WRITE the file system refused for lack of space: the
+    /// writer was told `write(2)` succeeded and the kernel shows the file's
+    /// size as if it had. The file system keeps that size (a hole where the
+    /// data is missing), so the size never exceeds what is stored, and the
+    /// kernel drops its pages of the range, which hold data that is not
+    /// stored. The error reaches the writer at `fsync` or `close`.
+    fn writeback_refused(&self, ino: INodeNo, offset: u64, len: usize) {
+        let end = offset.saturating_add(len as u64);
+        if let Err(e) = self.on(ino.0, true, |e, i| e.fs().keep_size(i, end)) {
+            eprintln!("tarn: node {}: cannot keep the size {} the kernel shows after a refused write-back: {}", ino.0, end, e);
+        }
+    }
+
+    /// Drops the kernel's pages of a refused write-back's range — from a
+    /// thread of its own, after the reply: the kernel may wait for those
+    /// pages' write-back to end, which the reply ends. At most
+    /// `DROP_PAGES_MAX` at once; beyond, the pages stay until evicted.
+    fn drop_pages_later(&self, ino: INodeNo, offset: u64, len: usize) {
+        let Some(n) = self.notifier.get().cloned() else { return };
+        if DROPPING.fetch_add(1, Ordering::AcqRel) >= DROP_PAGES_MAX {
+            DROPPING.fetch_sub(1, Ordering::AcqRel);
+            eprintln!("tarn: node {}: cached pages of a refused write-back at {} are left to eviction", ino.0, offset);
+            return;
+        }
+        let spawned = std::thread::Builder::new().name("tarn-fuse-inval".into()).spawn(move || {
+            let _ = n.inval_inode(ino, offset as i64, len as i64);
+            DROPPING.fetch_sub(1, Ordering::AcqRel);
+        });
+        if spawned.is_err() {
+            DROPPING.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -354,14 +401,11 @@ impl Glue {
         }
     }
 
+    /// The file system's own figures: a dataset's reflect its quota.
     fn statfs_of(&self, nodeid: u64) -> PResult<tarn_engine::posix::StatFs> {
         let (slot, _) = self.table.resolve(nodeid)?;
         let e = self.table.enter(&slot)?;
-        let s = e.fs().statfs()?;
-        match (&self.table.splice, slot.kind) {
-            (Some(sp), crate::table::Kind::Dataset) => Ok(sp.statfs(&slot.name, s)),
-            _ => Ok(s),
-        }
+        e.fs().statfs()
     }
 }
 
@@ -399,7 +443,9 @@ impl Filesystem for Glue {
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         if self.opts.writeback_cache {
-            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+            // DIRECT_IO_ALLOW_MMAP: a file opened uncached near a quota
+            // (`open_flags`) can still be mapped shared.
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         }
         // Ask for what this kernel offers; an older kernel simply goes without.
         let _ = config.add_capabilities(wanted & caps);
@@ -525,30 +571,33 @@ impl Filesystem for Glue {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        try_reply!(
+        let writing = opens_for_writing(flags.0);
+        let uncached = try_reply!(
             reply,
-            self.on(ino.0, opens_for_writing(flags.0), |e, i| {
+            self.on(ino.0, writing, |e, i| {
                 e.fs().open(i)?;
                 self.known.opened(ino.0);
-                Ok(())
+                Ok(writing && e.fs().uncached_writes())
             })
         );
-        reply.opened(FileHandle(0), self.open_flags());
+        reply.opened(FileHandle(0), self.open_flags(uncached));
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
         let mode = (mode & !libc::S_IFMT) | libc::S_IFREG;
+        let mut uncached = false;
         let (nodeid, a) = try_reply!(
             reply,
             self.creating(parent.0, |e, p| {
                 let a = e.fs().mknod(&caller(req), p, name.as_bytes(), mode, 0)?;
                 e.fs().open(a.ino)?;
+                uncached = e.fs().uncached_writes();
                 Ok(a)
             })
         );
         self.known.looked_up(nodeid, parent.0, name.as_bytes(), a.gen);
         self.known.opened(nodeid);
-        reply.created(&self.attr_ttl(), &self.fattr(nodeid, &a), Generation(a.gen), FileHandle(0), self.open_flags());
+        reply.created(&self.attr_ttl(), &self.fattr(nodeid, &a), Generation(a.gen), FileHandle(0), self.open_flags(uncached));
     }
 
     fn read(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lo: Option<LockOwner>, reply: ReplyData) {
@@ -575,7 +624,20 @@ impl Filesystem for Glue {
         // never flagged: their data was written before any chmod u+s.
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let who = Caller { fsetid: !kill, ..caller(req) };
-        let n = try_reply!(reply, self.on(ino.0, true, |e, i| e.fs().write(&who, i, offset, data)));
+        let n = match self.on(ino.0, true, |e, i| e.fs().write(&who, i, offset, data)) {
+            Ok(n) => n,
+            Err(e) => {
+                let refused = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) && [libc::EDQUOT, libc::ENOSPC].contains(&e.errno);
+                if refused {
+                    self.writeback_refused(ino, offset, data.len());
+                }
+                reply.error(errno(e));
+                if refused {
+                    self.drop_pages_later(ino, offset, data.len());
+                }
+                return;
+            }
+        };
         if kill {
             self.mode_may_have_changed(ino);
         }

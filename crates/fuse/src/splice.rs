@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use tarn_engine::posix::{FileSystem, PResult, StatFs};
+use tarn_engine::posix::{FileSystem, PResult};
 
 /// A file system opened for a slot, and whether it is read-only.
 pub struct Opened {
@@ -42,7 +42,4 @@ pub trait Splice: Send + Sync {
     fn open(&self, name: &str) -> PResult<Opened>;
     /// The mount no longer serves `name` (detached, or unmounted).
     fn closed(&self, name: &str);
-    /// What `statfs` reports for `dataset`, given the file system's own
-    /// figures (for the dataset's quota and available space).
-    fn statfs(&self, dataset: &str, base: StatFs) -> StatFs;
 }

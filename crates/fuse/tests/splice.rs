@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tarn_engine::posix::{Caller, Errno, FileSystem, PResult, StatFs};
+use tarn_engine::posix::{Caller, Errno, FileSystem, PResult};
 use tarn_engine::ErrorKind;
 use tarn_fuse::{mount_spliced, MemFs, MountHandle, MountOptions, Opened, Splice};
 
@@ -65,9 +65,6 @@ impl Splice for TestSplice {
         Ok(Opened { fs, readonly: name.contains('@') })
     }
     fn closed(&self, _name: &str) {}
-    fn statfs(&self, _dataset: &str, base: StatFs) -> StatFs {
-        base
-    }
 }
 
 struct Mounted {

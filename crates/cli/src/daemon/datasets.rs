@@ -20,8 +20,8 @@
 //! kernel is told to look again: [`mounts::refresh`]), and so does a new
 //! snapshot under `.zfs/snapshot`; a destroy unmounts first, also what is
 //! served inside other mounts (busy fails with "dataset is busy" unless
-//! `-f`); `set`/`inherit` of `mountpoint` or `canmount` remounts or
-//! unmounts, of `readonly` applies at once; rename moves the mounts.
+//! `-f`); `set`/`inherit` of `mountpoint` and `set` of `canmount`
+//! remount or unmount, of `readonly` apply at once; rename moves the mounts.
 //! Destroy, rename and rollback hold the dataset (`served::Served::hold`)
 //! so that no mount opens it again while they run.
 //!

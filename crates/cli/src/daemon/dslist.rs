@@ -85,6 +85,7 @@ fn canonical(name: &str) -> &str {
         "usedds" => "usedbydataset",
         "usedchild" => "usedbychildren",
         "ratio" => "compressratio",
+        "refratio" => "refcompressratio",
         "compress" => "compression",
         "rdonly" => "readonly",
         "recsize" => "recordsize",
@@ -99,6 +100,8 @@ fn shown(prop: &str, value: &str, parsable: bool) -> String {
     match value.parse::<u64>() {
         Ok(n) if !parsable && SIZE_PROPS.contains(&prop) => fmt::size(n),
         Ok(n) if !parsable && prop == "creation" => super::utc(n).replace('T', " ").trim_end_matches('Z').to_string(),
+        // As `zfs get -p`: no quota or reservation is 0.
+        Err(_) if parsable && value == "none" && ["quota", "reservation"].contains(&prop) => "0".to_string(),
         Err(_) if parsable && ["recordsize", "quota", "reservation"].contains(&prop) => parse_size(value).map_or(value.to_string(), |n| n.to_string()),
         _ => value.to_string(),
     }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tarn_engine::dataset::{Datasets, Source, Types};
-use tarn_engine::posix::{Errno, FileSystem, PResult, StatFs};
+use tarn_engine::posix::{Errno, FileSystem, PResult};
 use tarn_engine::{Error, ErrorKind, Result};
 use tarn_fuse::{MemFs, Opened, Splice};
 
@@ -264,18 +264,6 @@ impl Splice for DatasetSplice {
 
     fn closed(&self, name: &str) {
         self.served.reg.lock().attached.remove(name);
-    }
-
-    fn statfs(&self, dataset: &str, base: StatFs) -> StatFs {
-        let num = |p: &str| self.dsl.get(dataset, p).ok().and_then(|v| v.value.parse::<u64>().ok());
-        let (Some(avail), Some(refer)) = (num("available"), num("referenced")) else { return base };
-        // As OpenZFS's zfs_statvfs: the dataset's referenced bytes plus what
-        // it may still write (its quota and its ancestors' taken into
-        // account) is its size; what it may still write is free. The pool's
-        // figure caps it: it counts dirty data not yet synced.
-        let frsize = u64::from(base.frsize.max(1));
-        let avail = avail.min(base.bavail.saturating_mul(frsize));
-        StatFs { blocks: (refer + avail) / frsize, bfree: avail / frsize, bavail: avail / frsize, ..base }
     }
 }
 

@@ -254,6 +254,20 @@ impl Drop for Env {
     }
 }
 
+/// `len` pseudo-random bytes from `seed` (xorshift: incompressible, so a
+/// quota or a pool fills with exactly the bytes written).
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 pub fn mounts_under(dir: &Path) -> Vec<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let prefix = dir.display().to_string();

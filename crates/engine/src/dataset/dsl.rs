@@ -515,17 +515,17 @@ impl Datasets {
         if !props::is_settable(prop) && !props::READONLY.contains(&prop) {
             return Err(Error::invalid(format!("unknown property '{}'", prop)));
         }
-        self.prop_value(&mut st, &r, prop, &mut HashMap::new())
+        self.prop_value(&mut st, &r, prop, &mut Memo::default())
     }
 
     /// Every property of a dataset.
     pub fn get_all(&self, name: &str) -> Result<Vec<(String, PropValue)>> {
         let mut st = self.st.lock();
         let r = self.resolve(&mut st, name)?;
-        self.all_props(&mut st, &r, &mut HashMap::new())
+        self.all_props(&mut st, &r, &mut Memo::default())
     }
 
-    fn all_props(&self, st: &mut State, r: &Rec, memo: &mut HashMap<u64, u64>) -> Result<Vec<(String, PropValue)>> {
+    fn all_props(&self, st: &mut State, r: &Rec, memo: &mut Memo) -> Result<Vec<(String, PropValue)>> {
         props::all_names().into_iter().map(|p| Ok((p.to_string(), self.prop_value(st, r, p, memo)?))).collect()
     }
 
@@ -534,7 +534,7 @@ impl Datasets {
     pub fn list(&self, root: &str, recursive: bool, types: Types) -> Result<Vec<DatasetInfo>> {
         let mut st = self.st.lock();
         let top = self.resolve(&mut st, root)?;
-        let mut memo = HashMap::new();
+        let mut memo = Memo::default();
         let mut out = Vec::new();
         if top.snapshot {
             out.push(DatasetInfo { name: top.name.clone(), kind: DatasetKind::Snapshot, props: self.all_props(&mut st, &top, &mut memo)? });
@@ -618,27 +618,28 @@ impl Datasets {
         Ok(PropValue { value, source: Source::Default })
     }
 
-    fn prop_value(&self, st: &mut State, r: &Rec, prop: &str, memo: &mut HashMap<u64, u64>) -> Result<PropValue> {
+    fn prop_value(&self, st: &mut State, r: &Rec, prop: &str, memo: &mut Memo) -> Result<PropValue> {
         let ro = |v: String| Ok(PropValue { value: v, source: Source::None });
         let dash = || ro("-".to_string());
+        let ratio = |(lsize, psize): (u64, u64)| ro(format!("{:.2}x", if psize == 0 { 1.0 } else { lsize as f64 / psize as f64 }));
         match prop {
             "type" => ro(if r.snapshot { "snapshot" } else { "filesystem" }.into()),
             "creation" => ro(r.creation_time.to_string()),
             "referenced" => ro(r.referenced.to_string()),
-            "compressratio" => {
-                let ratio = if r.ref_psize == 0 { 1.0 } else { r.ref_lsize as f64 / r.ref_psize as f64 };
-                ro(format!("{:.2}x", ratio))
-            }
+            // As OpenZFS: a file system's ratio covers its descendants, a
+            // snapshot's is of what it references.
+            "compressratio" if !r.snapshot => ratio(self.tree_sizes(st, r, &mut memo.sizes)?),
+            "compressratio" | "refcompressratio" => ratio((r.ref_lsize, r.ref_psize)),
             "written" => ro(self.written(st, r)?.to_string()),
             "origin" if r.origin != 0 && !r.snapshot => ro(self.get_rec(st, r.origin)?.name),
             "origin" => dash(),
             "used" if r.snapshot => ro(self.unique(st, r)?.to_string()),
-            "used" => ro(self.used(st, r.id, memo)?.to_string()),
+            "used" => ro(self.used(st, r.id, &mut memo.used)?.to_string()),
             "available" | "usedbysnapshots" | "usedbydataset" | "usedbychildren" if r.snapshot => dash(),
             "available" => ro(self.available(st, r.id)?.to_string()),
             "usedbysnapshots" => ro(self.used_by_snapshots(st, r)?.to_string()),
             "usedbydataset" => ro(self.used_by_dataset(st, r)?.to_string()),
-            "usedbychildren" => ro(self.used_by_children(st, r, memo)?.to_string()),
+            "usedbychildren" => ro(self.used_by_children(st, r, &mut memo.used)?.to_string()),
             "mountpoint" | "quota" | "reservation" | "canmount" if r.snapshot => dash(),
             p if props::is_settable(p) => self.effective(st, r, p),
             p => Err(Error::invalid(format!("unknown property '{}'", p))),
@@ -666,6 +667,14 @@ impl Datasets {
         }
         Ok(())
     }
+}
+
+/// What computing properties of many datasets shares: the `used` of each
+/// file system and the (logical, physical) bytes of each subtree.
+#[derive(Default)]
+pub(crate) struct Memo {
+    pub used: HashMap<u64, u64>,
+    pub sizes: HashMap<u64, (u64, u64)>,
 }
 
 /// The mountpoint `fs` inherits from `ancestor`'s value `v`.

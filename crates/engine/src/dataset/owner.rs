@@ -30,11 +30,13 @@ pub(crate) struct Acct {
 }
 
 /// Room left under the quotas (and other datasets' reservations) as of the
-/// last sync, and who sets the limit.
+/// last sync, who sets the limit, and what going beyond it is: `Quota`
+/// (EDQUOT) for a quota, `NoSpace` for space reserved for others.
 #[derive(Clone)]
 pub(crate) struct Limit {
     pub bytes: u64,
     pub by: String,
+    pub kind: ErrorKind,
 }
 
 pub(crate) struct Owner {
@@ -81,6 +83,32 @@ impl Owner {
         *self.limit.lock() = None;
     }
 
+    /// Refuses changes to destroyed, snapshot and read-only datasets.
+    fn check_writable(&self) -> Result<()> {
+        if self.destroyed.load(Ordering::Acquire) {
+            return Err(Error::not_found(format!("dataset '{}' was destroyed", self.name.lock())));
+        }
+        if self.snapshot {
+            return Err(Error::invalid(format!("snapshot '{}' is read-only", self.name.lock())));
+        }
+        if self.readonly.load(Ordering::Acquire) {
+            return Err(Error::invalid(format!("dataset '{}' is read-only (readonly=on)", self.name.lock())));
+        }
+        Ok(())
+    }
+
+    /// `bytes` more on top of `pending` must fit the room `l` leaves.
+    fn refuse_beyond(&self, l: &Limit, pending: u64, bytes: u64) -> Result<()> {
+        if pending.saturating_add(bytes) <= l.bytes {
+            return Ok(());
+        }
+        let what = if l.kind == ErrorKind::Quota { "is over its quota" } else { "is out of space" };
+        Err(Error::new(
+            l.kind,
+            format!("dataset '{}' {}: {} ({} bytes left, {} pending, {} asked)", self.name.lock(), what, l.by, l.bytes, pending, bytes),
+        ))
+    }
+
     fn limit(&self) -> Result<Option<Limit>> {
         if let Some(l) = self.limit.lock().clone() {
             return Ok(l);
@@ -103,15 +131,7 @@ impl ObjsetOwner for Owner {
     }
 
     fn check_write(&self, txg: u64, bytes: u64) -> Result<()> {
-        if self.destroyed.load(Ordering::Acquire) {
-            return Err(Error::not_found(format!("dataset '{}' was destroyed", self.name.lock())));
-        }
-        if self.snapshot {
-            return Err(Error::invalid(format!("snapshot '{}' is read-only", self.name.lock())));
-        }
-        if self.readonly.load(Ordering::Acquire) {
-            return Err(Error::invalid(format!("dataset '{}' is read-only (readonly=on)", self.name.lock())));
-        }
+        self.check_writable()?;
         if bytes == 0 {
             return Ok(());
         }
@@ -119,12 +139,7 @@ impl ObjsetOwner for Owner {
         let mut w = self.writes.lock();
         let pending: u64 = w.iter().map(|e| e.1).sum();
         if let Some(l) = limit {
-            if pending + bytes > l.bytes {
-                return Err(Error::new(
-                    ErrorKind::NoSpace,
-                    format!("dataset '{}' is out of space: {} ({} bytes left, {} pending, {} asked)", self.name.lock(), l.by, l.bytes, pending, bytes),
-                ));
-            }
+            self.refuse_beyond(&l, pending, bytes)?;
         }
         let s = (txg % TXG_SIZE as u64) as usize;
         if w[s].0 != txg {
@@ -132,6 +147,25 @@ impl ObjsetOwner for Owner {
         }
         w[s].1 += bytes;
         Ok(())
+    }
+
+    fn check_room(&self, bytes: u64) -> Result<()> {
+        self.check_writable()?;
+        match self.limit()? {
+            Some(l) => self.refuse_beyond(&l, self.pending(), bytes),
+            None => Ok(()),
+        }
+    }
+
+    fn room(&self) -> Result<Option<u64>> {
+        if self.snapshot {
+            return Ok(Some(0));
+        }
+        Ok(self.limit()?.map(|l| l.bytes.saturating_sub(self.pending())))
+    }
+
+    fn pending(&self) -> u64 {
+        self.writes.lock().iter().map(|e| e.1).sum()
     }
 
     fn block_born(&self, bp: &BlockPtr) {

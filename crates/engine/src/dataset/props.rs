@@ -114,7 +114,7 @@ pub fn mountpoint_problem(path: &str) -> Option<String> {
 
 /// Computed properties (source `-`).
 pub const READONLY: &[&str] = &[
-    "type", "creation", "used", "available", "referenced", "compressratio", "written", "origin", "usedbysnapshots",
+    "type", "creation", "used", "available", "referenced", "compressratio", "refcompressratio", "written", "origin", "usedbysnapshots",
     "usedbydataset", "usedbychildren",
 ];
 
@@ -127,7 +127,9 @@ fn def(name: &str) -> Option<&'static Def> {
     SETTABLE.iter().find(|d| d.name == name)
 }
 
-/// Checks that `name` is settable and `value` allowed; returns the value to store.
+/// Checks that `name` is settable and `value` allowed; returns the value to
+/// store. A size of 0 for `quota` or `reservation` means none, and is
+/// stored (and shown) as `none`, as OpenZFS does.
 pub fn validate(name: &str, value: &str) -> Result<String> {
     let Some(d) = def(name) else {
         if READONLY.contains(&name) {
@@ -139,13 +141,25 @@ pub fn validate(name: &str, value: &str) -> Result<String> {
         let why = if name == "mountpoint" { mountpoint_problem(value).map(|w| format!("{}; ", w)) } else { None };
         return Err(Error::invalid(format!("bad value '{}' for property '{}': {}expected {}", printable(value), name, why.unwrap_or_default(), d.allowed)));
     }
+    if SIZE_LIMITS.contains(&name) && size_value(value) == 0 {
+        return Ok("none".to_string());
+    }
     Ok(value.to_string())
 }
 
-/// Checks that `name` can be inherited (settable).
+/// The size properties for which 0 means none.
+const SIZE_LIMITS: &[&str] = &["quota", "reservation"];
+
+/// Checks that `name` can be inherited: settable, and inherited by
+/// children. Like `zfs inherit`, the others (`quota`, `reservation`,
+/// `canmount`) are refused rather than silently cleared.
 pub fn check_inheritable(name: &str) -> Result<()> {
     match def(name) {
-        Some(_) => Ok(()),
+        Some(d) if d.inherit => Ok(()),
+        Some(_) if SIZE_LIMITS.contains(&name) => {
+            Err(Error::invalid(format!("'{}' property cannot be inherited: use 'set {}=none' to clear", name, name)))
+        }
+        Some(_) => Err(Error::invalid(format!("'{}' property cannot be inherited", name))),
         None if READONLY.contains(&name) => Err(Error::invalid(format!("property '{}' is read-only", name))),
         None => Err(Error::invalid(format!("unknown property '{}'", name))),
     }
@@ -202,5 +216,21 @@ mod tests {
         assert!(inherits("overlay") && default_of("overlay") == "on");
         assert!(validate("snapdir", "visible").is_ok() && validate("snapdir", "shown").is_err());
         assert!(inherits("snapdir") && default_of("snapdir") == "hidden");
+    }
+
+    /// Pins: `inherit quota` silently cleared the quota, and `quota=0`
+    /// was shown as 0 while acting as none.
+    #[test]
+    fn limits_are_not_inherited_and_zero_is_none() {
+        for p in ["quota", "reservation"] {
+            let e = check_inheritable(p).unwrap_err();
+            assert!(e.msg.contains("cannot be inherited") && e.msg.contains(&format!("set {p}=none")), "{e}");
+            assert_eq!(validate(p, "0").unwrap(), "none");
+            assert_eq!(validate(p, "0K").unwrap(), "none");
+            assert_eq!(validate(p, "1M").unwrap(), "1M");
+        }
+        assert!(check_inheritable("canmount").unwrap_err().msg.contains("'canmount' property cannot be inherited"));
+        assert!(check_inheritable("compression").is_ok() && check_inheritable("mountpoint").is_ok());
+        assert!(check_inheritable("refcompressratio").unwrap_err().msg.contains("read-only"));
     }
 }

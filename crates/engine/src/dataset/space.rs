@@ -12,17 +12,20 @@
 //!  used(S), snapshot  unique: entries of next(S)'s dead list born after prev(S)
 //!  available(D)       min(pool free − slop − others' unused reservations,
 //!                         quota(A) − used(A) for D and every ancestor A with a quota)
+//!                     (pool free: space that holds D's records, and frees
+//!                     the allocator still defers; see PoolCore::unreserved_bytes)
+//!  compressratio(D)   Σ ref_lsize / Σ ref_psize over D and its descendants
+//!  refcompressratio(X) ref_lsize(X) / ref_psize(X)
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
 
 use super::deadlist;
 use super::dsl::{Datasets, State};
 use super::owner::Limit;
 use super::props;
 use super::record::Rec;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 
 impl Datasets {
     pub(crate) fn written(&self, st: &mut State, r: &Rec) -> Result<u64> {
@@ -82,6 +85,24 @@ impl Datasets {
         Ok(u)
     }
 
+    /// (logical, physical) bytes a file system and its descendants
+    /// reference: `compressratio`'s numerator and denominator, memoised
+    /// per call (bottom-up over the subtree). Blocks only snapshots hold
+    /// are not counted (dead lists keep no logical sizes).
+    pub(crate) fn tree_sizes(&self, st: &mut State, r: &Rec, memo: &mut HashMap<u64, (u64, u64)>) -> Result<(u64, u64)> {
+        if let Some(&v) = memo.get(&r.id) {
+            return Ok(v);
+        }
+        let (mut lsize, mut psize) = (r.ref_lsize, r.ref_psize);
+        for c in self.children_of(st, r)? {
+            let (l, p) = self.tree_sizes(st, &c, memo)?;
+            lsize += l;
+            psize += p;
+        }
+        memo.insert(r.id, (lsize, psize));
+        Ok((lsize, psize))
+    }
+
     /// Bytes only snapshot `s` holds (freed if it alone were destroyed).
     pub(crate) fn unique(&self, st: &mut State, s: &Rec) -> Result<u64> {
         let next = self.get_rec(st, s.next_snap)?;
@@ -99,7 +120,9 @@ impl Datasets {
     /// Pool free space less the slop and the unused reservations of
     /// datasets other than `id` and its ancestors.
     fn pool_room(&self, st: &mut State, id: u64, memo: &mut HashMap<u64, u64>) -> Result<u64> {
-        let free = self.core.free_bytes.load(Ordering::Relaxed).saturating_sub(self.core.slop_bytes());
+        let r = self.get_rec(st, id)?;
+        let recordsize = crate::pool::parse_recordsize(&self.effective(st, &r, "recordsize")?.value).unwrap_or(128 << 10);
+        let free = self.core.unreserved_bytes(recordsize as u64);
         let root = self.get_rec(st, self.root_id)?;
         if root.reservations.is_empty() {
             return Ok(free);
@@ -129,7 +152,7 @@ impl Datasets {
             if q > 0 {
                 let room = q.saturating_sub(self.used(st, a, memo)?);
                 if best.as_ref().is_none_or(|b| room < b.bytes) {
-                    best = Some(Limit { bytes: room, by: format!("quota {} of '{}'", q, r.name) });
+                    best = Some(Limit { bytes: room, by: format!("quota {} of '{}'", q, r.name), kind: ErrorKind::Quota });
                 }
             }
             a = r.parent;
@@ -146,7 +169,7 @@ impl Datasets {
         if !self.get_rec(&mut st, self.root_id)?.reservations.is_empty() {
             let room = self.pool_room(&mut st, id, &mut memo)?.saturating_sub(self.core.txg.dirty_total());
             if best.as_ref().is_none_or(|b| room < b.bytes) {
-                best = Some(Limit { bytes: room, by: "space reserved for other datasets".into() });
+                best = Some(Limit { bytes: room, by: "space reserved for other datasets".into(), kind: ErrorKind::NoSpace });
             }
         }
         Ok(best)

@@ -526,6 +526,44 @@ impl Datasets {
         Ok(())
     }
 
+    /// A quota below what the file system and its descendants use (with
+    /// what their writers dirtied since the last sync) or below its own
+    /// reservation is refused, as `zfs set quota` refuses it.
+    fn check_quota(&self, st: &mut State, r: &Rec) -> Result<()> {
+        let size = |v: Option<&String>| props::size_value(v.map_or("none", |s| s.as_str()));
+        let quota = size(r.props.get("quota"));
+        if quota == 0 {
+            return Ok(());
+        }
+        let mut used = self.used(st, r.id, &mut HashMap::new())?;
+        let open: Vec<(u64, u64)> = self.open.lock().iter().map(|(&id, o)| (id, crate::object::ObjsetOwner::pending(o.owner.as_ref()))).collect();
+        for (id, pending) in open.into_iter().filter(|&(_, p)| p > 0) {
+            if self.is_within(st, id, r.id)? {
+                used += pending;
+            }
+        }
+        let reserved = size(r.props.get("reservation"));
+        if quota < used.max(reserved) {
+            return Err(Error::no_space(format!(
+                "cannot set quota {} for '{}': size is less than current used or reserved space ({} used, {} reserved)",
+                quota, r.name, used, reserved
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether dataset `id` is `top` or a descendant of it.
+    fn is_within(&self, st: &mut State, id: u64, top: u64) -> Result<bool> {
+        let mut a = id;
+        while a != 0 {
+            if a == top {
+                return Ok(true);
+            }
+            a = self.get_rec(st, a)?.parent;
+        }
+        Ok(false)
+    }
+
     fn exec_set(&self, st: &mut State, name: &str, prop: &str, value: Option<&str>) -> Result<()> {
         let mut r = self.resolve(st, name)?;
         if r.snapshot {
@@ -540,6 +578,9 @@ impl Datasets {
                 props::check_inheritable(prop)?;
                 r.props.remove(prop);
             }
+        }
+        if prop == "quota" {
+            self.check_quota(st, &r)?;
         }
         if prop == "reservation" {
             let want = props::size_value(r.props.get(prop).map_or("none", |s| s.as_str()));

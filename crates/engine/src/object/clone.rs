@@ -84,7 +84,7 @@ impl Objset {
             return self.copy_range(tx, dst, dst_off, src_os, src, src_off, bs64.min(copy_one));
         }
         self.check_write(tx.txg(), k * bs64)?;
-        self.core.check_space(0)?;
+        self.core.check_space(0, tarn_ondisk::dnode::INDIRECT_BLOCK_SIZE as u64)?;
         let bps: Vec<BlockPtr> = bps.into_iter().take(k as usize).flatten().collect();
         if !self.link_clones(tx, dst, dst_off / bs64, bs, &bps)? {
             return self.copy_range(tx, dst, dst_off, src_os, src, src_off, (k * bs64).min(copy_one));

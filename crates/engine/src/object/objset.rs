@@ -15,12 +15,12 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, ObjectType};
-use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, SLOTS_PER_BLOCK, SLOT_SIZE};
+use tarn_ondisk::dnode::{Dnode, ObjsetPhys, ObjsetType, DNODE_BLOCK_SIZE, INDIRECT_BLOCK_SIZE, SLOTS_PER_BLOCK, SLOT_SIZE};
 
 use super::state::{slot, ObjState, Source};
 use super::sync::{new_dnode, sync_objects, DnodeUpdate, SyncCtx};
 use super::Object;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::io::{block, WriteGroup, WriteProps};
 use crate::pool::core::PoolCore;
 use crate::pool::errlog::Bookmark;
@@ -31,6 +31,9 @@ use crate::txg::{TxHold, TXG_SIZE};
 const DEFAULT_SLOTS: usize = 3;
 /// Largest object offset (2^62): keeps block arithmetic far from overflow.
 pub const MAX_OBJECT_BYTES: u64 = 1 << 62;
+/// Syncs a writer short of space waits for while frees are on their way:
+/// the txg holding a delete, then the two its frees stay deferred for.
+pub const ROOM_WAIT_SYNCS: u32 = 3;
 
 /// A transaction: membership of the open txg. Dropping it releases the txg.
 pub struct Tx {
@@ -60,14 +63,48 @@ impl Drop for Tx {
     }
 }
 
+/// The block size of an object after a write ending at `end`: while it
+/// has one block, that block grows to fit, up to the record size (or the
+/// fixed size it was created with); after that it stays.
+fn grown_blksz(st: &ObjState, end: u64, recordsize: u32) -> u32 {
+    if st.maxblkid > 0 || st.size > st.blksz as u64 {
+        return st.blksz;
+    }
+    let cap = if st.dn.maxblksz >= 512 { recordsize.min(st.dn.maxblksz) } else { recordsize };
+    let target = if end <= cap as u64 { end.div_ceil(512) * 512 } else { cap as u64 } as u32;
+    target.max(st.blksz)
+}
+
+/// Whether an error says space is short (the pool's or a quota).
+fn is_short(e: &Error) -> bool {
+    matches!(e.kind, ErrorKind::NoSpace | ErrorKind::Quota)
+}
+
 /// The owner of an object set (its dataset, `crate::dataset`): asked before
 /// every open-context change and told of every block the set writes or stops
 /// referencing in syncing context. The MOS has no owner: its blocks are
 /// simply allocated and freed.
 pub trait ObjsetOwner: Send + Sync {
     /// May `bytes` more bytes be dirtied in `txg`? (0: any change at all —
-    /// refused for snapshots and read-only datasets.)
+    /// refused for snapshots and read-only datasets.) Counts them against
+    /// the owner's limits when they may.
     fn check_write(&self, txg: u64, bytes: u64) -> Result<()>;
+    /// Would `bytes` more fit the owner's limits (quota, others'
+    /// reservations)? Asked before a transaction joins a txg
+    /// (`Objset::begin_for`); counts nothing.
+    fn check_room(&self, bytes: u64) -> Result<()> {
+        let _ = bytes;
+        Ok(())
+    }
+    /// Bytes writers may still dirty under the owner's limits, net of what
+    /// is pending (None: no limit beyond the pool's).
+    fn room(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+    /// Bytes dirtied in txgs that have not synced yet.
+    fn pending(&self) -> u64 {
+        0
+    }
     /// May the set be read? (Not once its dataset is destroyed: its blocks
     /// may be reused.)
     fn check_read(&self) -> Result<()> {
@@ -252,6 +289,53 @@ impl Objset {
             Some(o) => o.check_write(txg, bytes),
             None => Ok(()),
         }
+    }
+
+    /// Begins a transaction that will dirty about `bytes` in blocks of up
+    /// to `piece` bytes (OpenZFS's `dmu_tx_assign` with its space
+    /// estimate): refused with *no space* or *quota* before joining a txg
+    /// when they do not fit. When they do not fit only for now — frees
+    /// wait in the allocator for their txg + 2, or a delete has not synced
+    /// yet — it makes the pool sync and asks again, up to
+    /// [`ROOM_WAIT_SYNCS`] times (OpenZFS's `dmu_tx_wait` on `ERESTART`),
+    /// so space freed a moment ago is there for the writer.
+    pub fn begin_for(&self, bytes: u64, piece: u64) -> Result<Tx> {
+        let mut waited = 0;
+        loop {
+            match self.check_room(bytes, piece) {
+                Ok(()) => return self.begin(),
+                Err(e) if is_short(&e) && waited < ROOM_WAIT_SYNCS && self.core.frees_pending() => {
+                    self.core.check_writable()?;
+                    self.core.txg.wait_synced(0)?;
+                    waited += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Would `bytes` more fit, under the owner's limits and in the pool?
+    fn check_room(&self, bytes: u64, piece: u64) -> Result<()> {
+        if let Some(o) = self.owner.get() {
+            o.check_room(bytes)?;
+        }
+        self.core.check_space(bytes, piece)
+    }
+
+    /// What writers of this set may still dirty: the pool's room for
+    /// records of the set's record size (counting frees on their way) and
+    /// the owner's (quota, reservations).
+    pub fn room(&self) -> Result<u64> {
+        let pool = self.core.room_bytes(self.props().recordsize as u64);
+        Ok(match self.owner.get().map(|o| o.room()).transpose()?.flatten() {
+            Some(r) => r.min(pool),
+            None => pool,
+        })
+    }
+
+    /// Bytes this set's writers dirtied that have not synced yet.
+    pub fn pending_bytes(&self) -> u64 {
+        self.owner.get().map_or(0, |o| o.pending())
     }
 
     /// May the set be read (see `ObjsetOwner::check_read`)?
@@ -488,7 +572,10 @@ impl Objset {
     /// Writes `data` at `offset` of object `obj`.
     pub fn write(&self, tx: &Tx, obj: u64, offset: u64, data: &[u8]) -> Result<()> {
         self.check_write(tx.txg(), data.len() as u64)?;
-        self.core.check_space(data.len() as u64)?;
+        if !data.is_empty() {
+            let end = offset.saturating_add(data.len() as u64);
+            self.core.check_space(data.len() as u64, self.write_piece(obj, end)?)?;
+        }
         self.write_txg(tx.txg(), obj, offset, data)
     }
 
@@ -549,12 +636,7 @@ impl Objset {
     /// While an object has one block, that block grows to fit its data, up to
     /// the record size (so small objects do not occupy whole records).
     pub(super) fn grow_blksz(&self, st: &mut ObjState, obj: u64, end: u64, recordsize: u32, txg: u64, added: &mut u64) -> Result<()> {
-        if st.maxblkid > 0 || st.size > st.blksz as u64 {
-            return Ok(());
-        }
-        // An object created with a fixed block size stops there.
-        let cap = if st.dn.maxblksz >= 512 { recordsize.min(st.dn.maxblksz) } else { recordsize };
-        let target = if end <= cap as u64 { end.div_ceil(512) * 512 } else { cap as u64 } as u32;
+        let target = grown_blksz(st, end, recordsize);
         if target <= st.blksz {
             return Ok(());
         }
@@ -566,6 +648,17 @@ impl Objset {
         *added += target as u64 - prev;
         st.blksz = target;
         Ok(())
+    }
+
+    /// The largest block a write ending at `end` dirties in object `obj`:
+    /// its block size once grown to fit (`grow_blksz`), and an indirect
+    /// block once the object has more than one block. What the pool's free
+    /// space is counted in for the write (`PoolCore::check_space`).
+    pub fn write_piece(&self, obj: u64, end: u64) -> Result<u64> {
+        let o = self.object(obj)?;
+        let st = o.st.lock();
+        let bs = grown_blksz(&st, end, self.props().recordsize) as u64;
+        Ok(if end > bs { bs.max(INDIRECT_BLOCK_SIZE as u64) } else { bs })
     }
 
     /// The txg's dirty copy of block `blkid`, made on first touch.

@@ -30,6 +30,22 @@ use crate::pool::errlog::{Bookmark, ErrorLog};
 use crate::tunables::Tunables;
 use crate::txg::TxgEngine;
 
+/// Free space is counted per piece size, for blocks of up to `2^(PIECE_MIN_SHIFT + i)`
+/// bytes, `i < PIECE_CLASSES`: 512 B … 16 MiB, the largest block.
+pub const PIECE_MIN_SHIFT: u32 = 9;
+pub const PIECE_CLASSES: usize = 16;
+/// The smallest piece an admission counts in: any change may dirty a dnode
+/// block, which needs a piece of its own size.
+pub const PIECE_MIN_ADMIT: u64 = tarn_ondisk::dnode::DNODE_BLOCK_SIZE as u64;
+
+/// The class of the smallest piece that holds a `bytes`-byte block, never
+/// below [`PIECE_MIN_ADMIT`].
+pub fn piece_class(bytes: u64) -> usize {
+    let b = bytes.max(PIECE_MIN_ADMIT);
+    let shift = 64 - (b - 1).leading_zeros();
+    (shift.saturating_sub(PIECE_MIN_SHIFT) as usize).min(PIECE_CLASSES - 1)
+}
+
 /// One top-level vdev (a single leaf device: tarn stripes over them).
 pub struct TopVdev {
     pub id: u32,
@@ -77,6 +93,18 @@ pub struct PoolCore {
     /// Pool size and free bytes as of the last sync (see `refresh_space`).
     pub size_bytes: AtomicU64,
     pub free_bytes: AtomicU64,
+    /// Freed bytes the allocator holds back until two more txgs sync, as
+    /// of the last sync: free for writers that wait for them (`room`).
+    pub deferred_bytes: AtomicU64,
+    /// Of `free_bytes` and `deferred_bytes`, per piece class (see
+    /// [`piece_class`]), what blocks of up to that size surely fit into, as
+    /// of the last sync: what writers are admitted against.
+    pub usable_bytes: [AtomicU64; PIECE_CLASSES],
+    pub deferred_usable_bytes: [AtomicU64; PIECE_CLASSES],
+    /// Bytes of written data the kernel may hold, per mount of the pool's
+    /// file systems, before they reach the pool (the FUSE write-back
+    /// cache): see `posix::FileSystem::kernel_cache`.
+    pub kernel_caches: Mutex<HashMap<u64, u64>>,
     /// Prefetch reads under way, by block.
     pub inflight: Mutex<HashMap<BlockKey, Arc<Inflight>>>,
     pub prefetch_stats: PrefetchStats,
@@ -275,6 +303,9 @@ impl PoolCore {
             used.push(vdev);
             bp.dva[i] = Dva { vdev, asize, offset };
         }
+        // The free-space figures dropped with the allocation; until the
+        // write retires `retire`, space checks must not count it twice.
+        self.txg.dirty_placed(retire);
         for (i, dva) in bp.dva.iter().filter(|d| !d.is_empty()).enumerate() {
             let leaf = &self.vdevs[dva.vdev as usize].leaf;
             leaf.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 });
@@ -301,6 +332,9 @@ impl PoolCore {
         // dirty nor as allocated — letting writers admit up to a txg of data
         // more than the pool holds, which the sync then cannot allocate.
         let _ = self.free_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(asize)));
+        for u in &self.usable_bytes {
+            let _ = u.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(asize)));
+        }
         Ok((vdev, offset, asize))
     }
 
@@ -328,23 +362,73 @@ impl PoolCore {
 
     /// Space that writers may still dirty: free space less what dirty data
     /// will take and a slop reserve (1/32 of the pool, as OpenZFS) kept for
-    /// metadata and frees, so a full pool still syncs and deletes.
-    pub fn check_space(&self, bytes: u64) -> Result<()> {
-        let free = self.free_bytes.load(Ordering::Relaxed);
+    /// metadata and frees, so a full pool still syncs and deletes. Free
+    /// space counts only where the allocator can surely place the blocks
+    /// (`usable_bytes`): without gang blocks, free space in pieces smaller
+    /// than a block cannot take it, and admitting data on the strength of
+    /// such pieces fails the sync and suspends the pool. So the change and
+    /// all dirty data must fit pieces that hold `piece`-byte blocks (the
+    /// largest the change dirties), and together with the slop, pieces that
+    /// hold metadata blocks. Counts only space the allocator can hand out
+    /// now: a writer that finds it short while frees are on their way waits
+    /// for them first (`Objset::begin_for`).
+    pub fn check_space(&self, bytes: u64, piece: u64) -> Result<()> {
+        let dirty = self.txg.dirty_unplaced();
+        let want = bytes.saturating_add(dirty);
+        let (usable, piece) = self.usable(piece, false);
+        let (small, _) = self.usable(PIECE_MIN_ADMIT, false);
         let slop = self.slop_bytes();
-        let need = bytes + self.txg.dirty_total() + slop;
-        if free < need {
+        if usable < want || small < want.saturating_add(slop) {
+            let free = self.free_bytes.load(Ordering::Relaxed);
             return Err(Error::no_space(format!(
-                "pool '{}' is out of space ({} bytes free, {} reserved)",
-                self.name, free, slop
+                "pool '{}' is out of space: {} bytes free, {} of them in pieces that hold {}-byte blocks and {} in pieces that hold metadata; {} dirty, {} reserved for metadata, {} asked",
+                self.name, free, usable, piece, small, dirty, slop, bytes
             )));
         }
         Ok(())
     }
 
+    /// Usable bytes for blocks of up to `piece` (raised to the smallest
+    /// admitted piece), free now or (`deferred`) on their way back; and
+    /// the piece size they were counted for.
+    fn usable(&self, piece: u64, deferred: bool) -> (u64, u64) {
+        let i = piece_class(piece);
+        let mut u = self.usable_bytes[i].load(Ordering::Relaxed);
+        if deferred {
+            u = u.saturating_add(self.deferred_usable_bytes[i].load(Ordering::Relaxed));
+        }
+        (u, 1 << (PIECE_MIN_SHIFT + i as u32))
+    }
+
     /// The reserve kept for metadata and frees: 1/32 of the pool, at least 4 MiB.
     pub fn slop_bytes(&self) -> u64 {
         (self.size_bytes.load(Ordering::Relaxed) / 32).max(4 << 20)
+    }
+
+    /// What writers of blocks of up to `piece` bytes may fill as of the
+    /// last sync, dirty data aside: usable free and deferred space, and
+    /// with the slop kept back in pieces for metadata (as `check_space`).
+    /// Deferred frees count: a writer that needs them waits the two syncs
+    /// until they are allocatable (OpenZFS counts them free the same way,
+    /// from its space accounting).
+    pub fn unreserved_bytes(&self, piece: u64) -> u64 {
+        let data = self.usable(piece, true).0;
+        let small = self.usable(PIECE_MIN_ADMIT, true).0.saturating_sub(self.slop_bytes());
+        data.min(small)
+    }
+
+    /// What writers of blocks of up to `piece` bytes may still dirty now:
+    /// `unreserved_bytes` less the dirty data of every unsynced txg
+    /// (`statfs`'s available space).
+    pub fn room_bytes(&self, piece: u64) -> u64 {
+        self.unreserved_bytes(piece).saturating_sub(self.txg.dirty_unplaced())
+    }
+
+    /// Whether a sync may give writers space back: frees wait in the
+    /// allocator for their txg + 2, or a txg not yet synced has changes
+    /// (a delete not yet applied, a quota's pending writes settling).
+    pub fn frees_pending(&self) -> bool {
+        self.deferred_bytes.load(Ordering::Relaxed) > 0 || self.txg.unsynced_changes()
     }
 
     /// Refreshes the space figures writers check (after each sync): computing
@@ -353,9 +437,32 @@ impl PoolCore {
         // Stored under the allocator's lock, as `alloc_copy` lowers it.
         let a = self.alloc.lock();
         let s = a.space();
+        let (usable, deferred) = a.space_by_piece::<PIECE_CLASSES>(PIECE_MIN_SHIFT);
         self.size_bytes.store(s.total.size, Ordering::Relaxed);
         self.free_bytes.store(s.total.free, Ordering::Relaxed);
+        self.deferred_bytes.store(s.total.deferred, Ordering::Relaxed);
+        for i in 0..PIECE_CLASSES {
+            self.usable_bytes[i].store(usable[i], Ordering::Relaxed);
+            self.deferred_usable_bytes[i].store(deferred[i], Ordering::Relaxed);
+        }
         drop(a);
+        assert!(usable[0] <= s.total.free, "pool '{}': {} usable of {} free bytes", self.name, usable[0], s.total.free);
+        assert!(usable.windows(2).all(|w| w[0] >= w[1]), "pool '{}': usable space grows with the piece size: {:?}", self.name, usable);
+    }
+
+    /// Records what the kernel may hold for mount `mount` (0: none).
+    pub fn set_kernel_cache(&self, mount: u64, bytes: u64) {
+        let mut m = self.kernel_caches.lock();
+        if bytes == 0 {
+            m.remove(&mount);
+        } else {
+            m.insert(mount, bytes);
+        }
+    }
+
+    /// What the kernel may hold for all the pool's mounts together.
+    pub fn kernel_cache_bytes(&self) -> u64 {
+        self.kernel_caches.lock().values().fold(0u64, |a, &b| a.saturating_add(b))
     }
 
     pub fn check_writable(&self) -> Result<()> {
@@ -363,5 +470,22 @@ impl PoolCore {
             return Err(Error::new(ErrorKind::Invalid, format!("pool '{}' is open read-only", self.name)));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn piece_classes_round_up_and_start_at_a_dnode_block() {
+        let size = |b: u64| 1u64 << (PIECE_MIN_SHIFT + piece_class(b) as u32);
+        assert_eq!(size(0), PIECE_MIN_ADMIT);
+        assert_eq!(size(512), PIECE_MIN_ADMIT);
+        assert_eq!(size(16 << 10), 16 << 10);
+        assert_eq!(size((16 << 10) + 1), 32 << 10);
+        assert_eq!(size(128 << 10), 128 << 10);
+        assert_eq!(size(16 << 20), 16 << 20);
+        assert_eq!(piece_class(u64::MAX), PIECE_CLASSES - 1);
     }
 }

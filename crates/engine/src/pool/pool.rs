@@ -1026,6 +1026,10 @@ impl ShellShared {
             readonly,
             size_bytes: Default::default(),
             free_bytes: Default::default(),
+            deferred_bytes: Default::default(),
+            usable_bytes: Default::default(),
+            deferred_usable_bytes: Default::default(),
+            kernel_caches: Default::default(),
             inflight: Default::default(),
             prefetch_stats: Default::default(),
             brt: Default::default(),
@@ -1162,6 +1166,11 @@ impl Shared {
         Ok(())
     }
 
+    /// Whether `txg` has changes to sync when its time comes. Frees the
+    /// allocator defers are no reason: an idle pool would write txgs that
+    /// share the newest space log with the last one, leaving import no
+    /// older txg to rewind to. Writers that need the deferred space make
+    /// the pool sync (`Objset::begin_for`), and `statfs` counts it free.
     fn has_work(&self, txg: u64) -> bool {
         self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire) || self.core.errlog.is_dirty()
     }

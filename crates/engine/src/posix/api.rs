@@ -228,6 +228,7 @@ impl From<crate::Error> for Errno {
             NotFound => libc::ENOENT,
             Exists => libc::EEXIST,
             NoSpace => libc::ENOSPC,
+            Quota => libc::EDQUOT,
             Corrupt | Io | Suspended => libc::EIO,
             Busy => libc::EBUSY,
         };
@@ -284,6 +285,29 @@ pub trait FileSystem: Send + Sync {
     fn removexattr(&self, caller: &Caller, ino: Ino, name: &[u8]) -> PResult<()>;
     /// Makes everything durable (unmount, `syncfs`).
     fn sync_all(&self) -> PResult<()>;
+    /// The kernel may hold up to `bytes` of written data for the mount
+    /// numbered `mount` before this file system sees it (the write-back
+    /// cache; 0: that mount is gone). A file system with limited room
+    /// keeps that much of it for the kernel (see `uncached_writes`).
+    fn kernel_cache(&self, mount: u64, bytes: u64) {
+        let _ = (mount, bytes);
+    }
+    /// Whether files opened for writing now should bypass the kernel's
+    /// write-back cache (`FOPEN_DIRECT_IO`): the room writers have left
+    /// (a quota, the pool's free space) is less than the kernel's caches
+    /// may hold, so data the cache accepted might not be storable.
+    /// Uncached, a write that does not fit fails at `write(2)`.
+    fn uncached_writes(&self) -> bool {
+        false
+    }
+    /// The kernel shows `size` for `ino` although write-back the file
+    /// system refused (no space) did not store the data up to it: make the
+    /// file at least that long, so that the size shown never exceeds the
+    /// size stored. The bytes that were not stored read as zeros.
+    fn keep_size(&self, ino: Ino, size: u64) -> PResult<()> {
+        let _ = (ino, size);
+        Ok(())
+    }
     /// The dataset's `atime` and `relatime` properties changed: reads
     /// follow the new values from now on (as a remount does on OpenZFS).
     fn set_access_times(&self, atime: bool, relatime: bool) {

@@ -19,6 +19,8 @@ pub const XATTR_VALUE_MAX: usize = 64 << 10;
 const XATTR_SMALL_MAX: usize = 64;
 /// Largest total of an inode's large extended attributes.
 const XATTR_TOTAL_MAX: usize = 4 << 20;
+/// The unit `statfs` counts space in.
+const STATFS_FRSIZE: u64 = 4096;
 /// relatime: an access time older than this is refreshed anyway.
 const RELATIME_SEC: i64 = 24 * 3600;
 
@@ -77,7 +79,10 @@ impl PosixFs {
             return Err(err(libc::EINVAL, "a time with a billion nanoseconds or more"));
         }
         let node = self.inode(ino)?;
-        let tx = self.tx()?;
+        // Growing a file allocates nothing now but must not take the last
+        // of a full pool; shrinking frees, and is never refused for space.
+        let grows = set.size.is_some_and(|s| s > node.st.lock().phys.size);
+        let tx = if grows { self.tx_for(0, self.record_piece())? } else { self.tx()? };
         let mut st = self.locked(&node)?;
         let now = Timespec::now();
         let mut p = st.phys.clone();
@@ -91,7 +96,7 @@ impl PosixFs {
                 return Err(err(libc::EFBIG, format!("size {} is too large", size)));
             }
             if size > p.size {
-                self.check_space(0)?;
+                self.check_space(0, self.record_piece())?;
             }
             self.os.truncate(&tx, ino, size)?;
             p.size = size;
@@ -191,7 +196,8 @@ impl PosixFs {
         let end = end.ok_or_else(|| err(libc::EFBIG, format!("write past the largest file at {}", offset)))?;
         let len = u32::try_from(data.len()).map_err(|_| err(libc::EINVAL, "write of more than 4 GiB"))?;
         let node = self.inode(ino)?;
-        let tx = self.tx()?;
+        let piece = self.os.write_piece(ino, end)?;
+        let tx = self.tx_for(data.len() as u64, piece)?;
         let mut st = self.file(&node)?;
         self.os.write(&tx, ino, offset, data)?;
         let now = Timespec::now();
@@ -272,7 +278,7 @@ impl PosixFs {
     /// source ends before `off_in`).
     fn copy_step(&self, caller: &Caller, ino_in: Ino, off_in: u64, ino_out: Ino, off_out: u64, len: u64) -> PResult<u64> {
         let node = self.inode(ino_out)?;
-        let tx = self.tx()?;
+        let tx = self.tx_for(0, tarn_ondisk::dnode::INDIRECT_BLOCK_SIZE as u64)?;
         let mut st = self.file(&node)?;
         let step = self.os.clone_range(&tx, ino_out, off_out, &self.os, ino_in, off_in, len)?;
         if step.done == 0 {
@@ -289,19 +295,57 @@ impl PosixFs {
         Ok(step.done)
     }
 
+    /// Files opened for writing bypass the kernel's write-back cache while
+    /// the room left for this file system's writers (its quotas', the
+    /// pool's) is less than what the kernel may hold for the pool's mounts
+    /// (`FileSystem::uncached_writes`); not on a read-only file system.
+    pub(crate) fn do_uncached_writes(&self) -> bool {
+        if self.opts.readonly {
+            return false;
+        }
+        let cached = self.os.core.kernel_cache_bytes();
+        cached > 0 && self.os.room().map_or(true, |room| room < cached)
+    }
+
+    /// `FileSystem::keep_size`: grows the file to `size` (a hole) without a
+    /// space check — it allocates no data, and the kernel already shows it.
+    pub(crate) fn do_keep_size(&self, ino: Ino, size: u64) -> PResult<()> {
+        if size > MAX_OBJECT_BYTES {
+            return Err(err(libc::EFBIG, format!("size {} is too large", size)));
+        }
+        let node = self.inode(ino)?;
+        let tx = self.tx()?;
+        let mut st = self.file(&node)?;
+        if st.phys.size >= size {
+            return Ok(());
+        }
+        self.os.truncate(&tx, ino, size)?;
+        let mut p = st.phys.clone();
+        p.size = size;
+        self.save(&tx, ino, &p)?;
+        st.phys = p;
+        Ok(())
+    }
+
+    /// As OpenZFS's `zfs_statvfs`: the file system's size is what it uses
+    /// plus what it may still write, and only what it may still write is
+    /// free (`bfree` = `bavail`: the slop reserve is nobody's). Both sides
+    /// count dirty data: what its writers dirtied and has not synced yet is
+    /// used already, and the room left (the pool's free and deferred space
+    /// less the slop and all dirty data, and under the dataset's and its
+    /// ancestors' quotas) is what a writer could still write. So the size
+    /// stays put while data streams in and is never the 0 that subtracting
+    /// dirty data from the synced figures alone gave.
     pub(crate) fn do_statfs(&self) -> PResult<StatFs> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let core = &self.os.core;
-        let frsize = 4096u64;
-        let size = core.size_bytes.load(Relaxed);
-        let free = core.free_bytes.load(Relaxed).saturating_sub(core.txg.dirty_total());
-        // What writers may still use: the slop reserve is kept back.
-        let avail = free.saturating_sub((size / 32).max(4 << 20));
+        let frsize = STATFS_FRSIZE;
+        let avail = self.os.room()?;
+        let used = self.os.used_bytes().saturating_add(self.os.pending_bytes());
+        let size = used.saturating_add(avail);
         let inode_bytes = (super::fs::INODE_SLOTS * tarn_ondisk::dnode::SLOT_SIZE) as u64;
         let files = self.os.object_count();
         Ok(StatFs {
             blocks: size / frsize,
-            bfree: free / frsize,
+            bfree: avail / frsize,
             bavail: avail / frsize,
             files: files + avail / inode_bytes,
             ffree: avail / inode_bytes,
@@ -373,7 +417,10 @@ impl PosixFs {
             return Err(err(libc::E2BIG, "extended attribute value over 64 KiB"));
         }
         let node = self.inode(ino)?;
-        let tx = self.tx()?;
+        let tx = match value {
+            Some(v) => self.tx_for(v.len() as u64, self.record_piece())?,
+            None => self.tx()?,
+        };
         let mut st = self.locked(&node)?;
         let mut p = st.phys.clone();
         let mut large = self.large_xattrs(&p)?;
@@ -391,7 +438,7 @@ impl PosixFs {
         p.ctime = Timespec::now();
         let mut placed = false;
         if let Some(v) = value {
-            self.check_space(v.len() as u64)?;
+            self.check_space(v.len() as u64, self.record_piece())?;
             if v.len() <= XATTR_SMALL_MAX {
                 p.xattrs.push((name.to_vec(), v.to_vec()));
                 placed = self.save(&tx, ino, &p).is_ok();

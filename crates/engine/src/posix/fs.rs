@@ -160,18 +160,40 @@ impl PosixFs {
         self.os.free(tx, ino)
     }
 
-    /// A transaction for a change: `EROFS` when mounted read-only.
+    /// A transaction for a change that allocates nothing new (removals,
+    /// attributes): `EROFS` when mounted read-only. Removals may dip into
+    /// the pool's slop reserve, so a full pool can always be emptied.
     pub(crate) fn tx(&self) -> PResult<Tx> {
-        if self.opts.readonly || self.os.core.readonly {
-            return Err(err(libc::EROFS, format!("'{}' is read-only", self.os.name.read())));
-        }
+        self.check_rw()?;
         Ok(self.os.begin()?)
     }
 
-    /// Refuses a change that would allocate when the pool is nearly full,
-    /// before anything is changed (so it fails whole).
-    pub(crate) fn check_space(&self, bytes: u64) -> PResult<()> {
-        Ok(self.os.core.check_space(bytes)?)
+    /// A transaction for a change that may allocate about `bytes` in
+    /// blocks of up to `piece` bytes: refused with `ENOSPC` (pool) or
+    /// `EDQUOT` (quota) before anything changes, after waiting for frees
+    /// still on their way (`Objset::begin_for`).
+    pub(crate) fn tx_for(&self, bytes: u64, piece: u64) -> PResult<Tx> {
+        self.check_rw()?;
+        Ok(self.os.begin_for(bytes, piece)?)
+    }
+
+    /// The largest block the file system writes for a file's data.
+    pub(crate) fn record_piece(&self) -> u64 {
+        self.os.props().recordsize as u64
+    }
+
+    fn check_rw(&self) -> PResult<()> {
+        if self.opts.readonly || self.os.core.readonly {
+            return Err(err(libc::EROFS, format!("'{}' is read-only", self.os.name.read())));
+        }
+        Ok(())
+    }
+
+    /// Refuses a change that would allocate (in blocks of up to `piece`
+    /// bytes) when the pool is nearly full, inside a transaction already
+    /// begun (so it fails whole).
+    pub(crate) fn check_space(&self, bytes: u64, piece: u64) -> PResult<()> {
+        Ok(self.os.core.check_space(bytes, piece)?)
     }
 
     /// The inode `ino`, loaded from its bonus if not in memory.

@@ -72,13 +72,19 @@
 //! `PosixFs::verify` walks the tree and checks the first three (and that
 //! entries agree with their inodes' kinds and link counts).
 //!
-//! ## Full pools
+//! ## Full pools and quotas
 //!
-//! A change that allocates is refused with `ENOSPC` before it changes
-//! anything (`PoolCore::check_space` with a margin); directory writes then
-//! skip the check, so a directory is never left half-changed, and a create
-//! whose data write still fails frees the object it made. Removals may dip
-//! into the pool's slop reserve, so a full pool can always be emptied.
+//! A change that allocates is refused before it changes anything
+//! (`PosixFs::tx_for`, through `Objset::begin_for`): `ENOSPC` when the
+//! pool lacks the space (less its slop reserve and all dirty data),
+//! `EDQUOT` when a quota of the dataset or an ancestor does. Short of space
+//! while frees are still on their way (a delete not yet synced, frees the
+//! allocator defers two txgs), it first makes the pool sync, up to three
+//! times, and asks again, so space a delete freed is the next writer's at
+//! once. Directory writes then skip the check, so a directory is never left
+//! half-changed, and a create whose data write still fails frees the object
+//! it made. Removals may dip into the pool's slop reserve, so a full pool
+//! can always be emptied.
 
 pub mod api;
 mod dir;

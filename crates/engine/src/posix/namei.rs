@@ -19,6 +19,9 @@ pub const SYMLINK_MAX: usize = 4095;
 /// Space a namespace change is refused without (a few directory blocks and
 /// a dnode block), so that it fails before changing anything.
 const NAMESPACE_SPACE: u64 = 64 << 10;
+/// The largest block a namespace change dirties: a dnode block (directory
+/// leaves are 4 KiB, a symlink's target at most 4 KiB).
+const NAMESPACE_PIECE: u64 = tarn_ondisk::dnode::DNODE_BLOCK_SIZE as u64;
 
 pub(crate) fn check_name(name: &[u8]) -> PResult<()> {
     if name.len() > NAME_MAX {
@@ -98,8 +101,7 @@ impl PosixFs {
         if is_dot(name) || self.entry(parent, name)?.is_some() {
             return Err(err(libc::EEXIST, format!("{:?} exists in directory {}", String::from_utf8_lossy(name), parent)));
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE + data.len() as u64)?;
+        let tx = self.tx_for(NAMESPACE_SPACE + data.len() as u64, NAMESPACE_PIECE)?;
         let ino = if kind == FileKind::Dir {
             self.os.create_with_blksz(&tx, ObjectType::Directory, INODE_SLOTS, DIR_BLOCK as u32)?
         } else {
@@ -148,8 +150,7 @@ impl PosixFs {
         if is_dot(newname) || self.entry(newparent, newname)?.is_some() {
             return Err(err(libc::EEXIST, format!("{:?} exists", String::from_utf8_lossy(newname))));
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE)?;
+        let tx = self.tx_for(NAMESPACE_SPACE, NAMESPACE_PIECE)?;
         DirTx { os: &self.os, tx: &tx, dir: newparent }.insert(newname, ino, kind)?;
         self.touch_dir(&tx, newparent, 1, 0)?;
         let mut st = node.st.lock();
@@ -295,8 +296,7 @@ impl PosixFs {
             }
             self.check_sticky(caller, &npphys, d.ino)?;
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE)?;
+        let tx = self.tx_for(NAMESPACE_SPACE, NAMESPACE_PIECE)?;
         if let Some(d) = &dst {
             self.remove_entry(&tx, newparent, newname, d)?;
         }
@@ -322,8 +322,7 @@ impl PosixFs {
         if src.ino == dst.ino {
             return Ok(());
         }
-        let tx = self.tx()?;
-        self.check_space(NAMESPACE_SPACE)?;
+        let tx = self.tx_for(NAMESPACE_SPACE, NAMESPACE_PIECE)?;
         let a = DirTx { os: &self.os, tx: &tx, dir: parent };
         let b = DirTx { os: &self.os, tx: &tx, dir: newparent };
         a.remove(name)?;

@@ -133,6 +133,18 @@ impl FileSystem for PosixFs {
         self.sync_now()
     }
 
+    fn kernel_cache(&self, mount: u64, bytes: u64) {
+        self.os.core.set_kernel_cache(mount, bytes);
+    }
+
+    fn uncached_writes(&self) -> bool {
+        self.do_uncached_writes()
+    }
+
+    fn keep_size(&self, ino: Ino, size: u64) -> PResult<()> {
+        self.do_keep_size(ino, size)
+    }
+
     fn set_access_times(&self, atime: bool, relatime: bool) {
         self.atime.store(atime, Ordering::Relaxed);
         self.relatime.store(relatime, Ordering::Relaxed);

@@ -138,6 +138,8 @@ struct State {
     quiesce_ns: [u64; TXG_SIZE],
     delayed: [u64; TXG_SIZE],
     stalled: [u64; TXG_SIZE],
+    /// Per txg slot: transactions that joined it (any change at all).
+    joined: [u64; TXG_SIZE],
 }
 
 /// How one txg spent its time before syncing, and what the throttle did to
@@ -178,6 +180,10 @@ pub struct TxgEngine {
     params: Mutex<ThrottleParams>,
     /// Lock-free copy of the dirty total, read on every I/O issue.
     dirty_total: AtomicU64,
+    /// Dirty bytes whose blocks the sync has allocated but whose writes
+    /// have not landed: the pool's free space no longer counts them, so
+    /// space checks must not count them as still to be allocated.
+    placed: AtomicU64,
     pub stats: ThrottleStats,
 }
 
@@ -215,12 +221,14 @@ impl TxgEngine {
                 quiesce_ns: [0; TXG_SIZE],
                 delayed: [0; TXG_SIZE],
                 stalled: [0; TXG_SIZE],
+                joined: [0; TXG_SIZE],
             }),
             cv: Condvar::new(),
             dirty_cv: Condvar::new(),
             last_wakeup: Mutex::new(now),
             params: Mutex::new(params),
             dirty_total: AtomicU64::new(0),
+            placed: AtomicU64::new(0),
             stats: ThrottleStats::default(),
         }
     }
@@ -245,6 +253,15 @@ impl TxgEngine {
 
     pub fn synced_txg(&self) -> u64 {
         self.st.lock().synced
+    }
+
+    /// Whether a txg that has not finished syncing (open, quiescing or
+    /// syncing) had any transaction join it: a sync would change the space
+    /// figures writers check.
+    pub fn unsynced_changes(&self) -> bool {
+        let st = self.st.lock();
+        let txgs = [Some(st.open), st.quiescing, st.syncing];
+        txgs.into_iter().flatten().any(|t| st.joined[(t & TXG_MASK) as usize] > 0)
     }
 
     fn failed_error(&self, why: &str) -> Error {
@@ -281,6 +298,7 @@ impl TxgEngine {
                 if delayed || st.dirty_total <= p.dirty_max / 100 * p.delay_min_percent as u64 {
                     let txg = st.open;
                     st.holds[(txg & TXG_MASK) as usize] += 1;
+                    st.joined[(txg & TXG_MASK) as usize] += 1;
                     if delayed {
                         st.delayed[(txg & TXG_MASK) as usize] += 1;
                     }
@@ -336,8 +354,21 @@ impl TxgEngine {
         }
     }
 
+    /// The sync allocated the block of `bytes` dirty bytes; they retire
+    /// when its write lands (`dirty_retire`).
+    pub fn dirty_placed(&self, bytes: u64) {
+        self.placed.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Dirty bytes that still need space: those whose blocks are not
+    /// allocated yet.
+    pub fn dirty_unplaced(&self) -> u64 {
+        self.dirty_total().saturating_sub(self.placed.load(Ordering::Relaxed))
+    }
+
     /// Retires `bytes` of `txg`'s dirty data (a write completed).
     pub fn dirty_retire(&self, txg: u64, bytes: u64) {
+        let _ = self.placed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| Some(p.saturating_sub(bytes)));
         let mut st = self.st.lock();
         let i = (txg & TXG_MASK) as usize;
         let b = bytes.min(st.dirty[i]);
@@ -420,6 +451,7 @@ impl TxgEngine {
         st.quiesce_ns[next] = 0;
         st.delayed[next] = 0;
         st.stalled[next] = 0;
+        st.joined[next] = 0;
         let i = (txg & TXG_MASK) as usize;
         st.open_ns[i] = now.saturating_duration_since(st.opened_at[i]).as_nanos() as u64;
         while st.holds[i] > 0 {

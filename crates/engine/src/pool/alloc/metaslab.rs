@@ -757,6 +757,18 @@ impl VdevSpace {
         hist
     }
 
+    /// (free, deferred) bytes that blocks of each piece size surely fit
+    /// into (see `RangeTree::space_by_piece`).
+    fn space_by_piece<const N: usize>(&self, min_shift: u32) -> ([u64; N], [u64; N]) {
+        let mut free = [0u64; N];
+        for ms in &self.metaslabs {
+            for (f, x) in free.iter_mut().zip(ms.free.space_by_piece::<N>(min_shift)) {
+                *f = f.saturating_add(x);
+            }
+        }
+        (free, self.deferred_all.space_by_piece::<N>(min_shift))
+    }
+
     fn summary(&self) -> SpaceSummary {
         SpaceSummary {
             size: self.size,
@@ -1253,6 +1265,24 @@ impl Allocator {
                 .map(|v| v.checkpoint())
                 .collect(),
         }
+    }
+
+    /// (free, deferred) bytes of the pool that blocks of up to each piece
+    /// size `2^(min_shift + i)` surely fit into: free space counts only in
+    /// segments of at least the piece (there are no gang blocks to split a
+    /// block over smaller ones), less what a segment's last block may
+    /// leave unused. Deferred frees are counted the same way, as they lie
+    /// now (they can only grow by joining their neighbours when released).
+    pub fn space_by_piece<const N: usize>(&self, min_shift: u32) -> ([u64; N], [u64; N]) {
+        let (mut free, mut deferred) = ([0u64; N], [0u64; N]);
+        for vs in self.vdevs.iter().flatten() {
+            let (f, d) = vs.space_by_piece::<N>(min_shift);
+            for i in 0..N {
+                free[i] = free[i].saturating_add(f[i]);
+                deferred[i] = deferred[i].saturating_add(d[i]);
+            }
+        }
+        (free, deferred)
     }
 
     /// Space accounting per vdev and for the pool.

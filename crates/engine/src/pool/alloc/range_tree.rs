@@ -341,6 +341,28 @@ impl RangeTree {
         self.by_start.iter().map(|(s, l)| (*s, *l))
     }
 
+    /// For each piece size `2^(min_shift + i)`, `i < N`: the bytes blocks of
+    /// up to that size each can surely fill. A segment of `len ≥ piece`
+    /// takes blocks until less than the next one is left, so at least
+    /// `len − piece + 1` of it; a shorter segment may take none (without
+    /// gang blocks a block needs one segment). One pass over the segments,
+    /// largest first: Σ(len − piece + 1) = Σlen − (piece − 1) × count.
+    pub fn space_by_piece<const N: usize>(&self, min_shift: u32) -> [u64; N] {
+        let mut out = [0u64; N];
+        let (mut sum, mut count) = (0u128, 0u128);
+        let mut segs = self.by_size.iter().rev().peekable();
+        for i in (0..N).rev() {
+            let piece = 1u64 << (min_shift + i as u32);
+            while let Some(&&(len, _)) = segs.peek().filter(|(len, _)| *len >= piece) {
+                sum += u128::from(len);
+                count += 1;
+                segs.next();
+            }
+            out[i] = (sum - u128::from(piece - 1) * count) as u64;
+        }
+        out
+    }
+
     /// Segment count per size class: `hist[i]` counts segments with
     /// `2^i <= len < 2^(i+1)`.
     pub fn histogram(&self) -> [u64; HISTOGRAM_BUCKETS] {
@@ -384,6 +406,26 @@ mod tests {
 
     fn segs(t: &RangeTree) -> Vec<(u64, u64)> {
         t.iter().collect()
+    }
+
+    /// Space by piece: a segment counts for pieces up to its length, less
+    /// what a last block may leave (piece − 1); shorter segments not at all.
+    #[test]
+    fn space_by_piece_counts_only_segments_that_hold_the_piece() {
+        let mut t = RangeTree::new();
+        t.add(0, 1 << 20).unwrap();
+        t.add(2 << 20, 100 << 10).unwrap();
+        t.add(4 << 20, 4096).unwrap();
+        let by: [u64; 13] = t.space_by_piece(9);
+        let at = |shift: u32| by[(shift - 9) as usize];
+        assert_eq!(at(9), (1 << 20) - 511 + (100 << 10) - 511 + 4096 - 511);
+        assert_eq!(at(12), (1 << 20) - 4095 + (100 << 10) - 4095 + 1);
+        assert_eq!(at(16), (1 << 20) - 65535 + (100 << 10) - 65535);
+        assert_eq!(at(17), (1 << 20) - 131071);
+        assert_eq!(at(20), 1);
+        assert_eq!(at(21), 0);
+        assert!(by.windows(2).all(|w| w[0] >= w[1]));
+        assert_eq!(RangeTree::new().space_by_piece::<4>(9), [0; 4]);
     }
 
     #[test]
