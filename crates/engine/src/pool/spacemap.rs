@@ -29,7 +29,7 @@ use crate::sys::buf::AlignedBuf;
 pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// Copies of every space block: import cannot proceed without them.
-const SPACE_COPIES: usize = 2;
+const SPACE_COPIES: u8 = crate::pool::core::POOL_METADATA_COPIES;
 
 /// Queues the write of a space block into its pre-allocated places. The block
 /// is stored uncompressed so its size is known before it is allocated.
@@ -61,16 +61,12 @@ fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, places: &[(u32, u64, 
     Ok(bp)
 }
 
-/// Allocates the copies of one space block.
+/// Allocates the copies of one space block (apart from each other, as
+/// every block's copies are).
 fn alloc(core: &PoolCore, len: usize, txg: u64) -> Result<Vec<(u32, u64, u64)>> {
     let sector = core.sector;
     let len = (len.div_ceil(sector) * sector) as u64;
-    let mut places: Vec<(u32, u64, u64)> = Vec::with_capacity(SPACE_COPIES);
-    for _ in 0..SPACE_COPIES {
-        let used: Vec<u32> = places.iter().map(|p| p.0).collect();
-        places.push(core.alloc_copy(len, txg, &used).map_err(|e| e.context("space log"))?);
-    }
-    Ok(places)
+    core.alloc_copies(len, txg, SPACE_COPIES).map_err(|e| e.context("space log"))
 }
 
 /// Writes `txg`'s log block after `prev`; returns its pointer, or None when
@@ -81,7 +77,7 @@ pub fn write_log(core: &PoolCore, txg: u64, prev: &BlockPtr, group: &Arc<WriteGr
         return Ok(None);
     }
     // The log block's own allocation is one more extent in the records.
-    let bound = BP_SIZE + core.alloc.lock().records_upper_bound(txg, SPACE_COPIES);
+    let bound = BP_SIZE + core.alloc.lock().records_upper_bound(txg, SPACE_COPIES as usize);
     let place = alloc(core, bound, txg)?;
     let recs = core.alloc.lock().take_records(txg);
     let place = place.as_slice();
