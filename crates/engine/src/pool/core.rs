@@ -331,7 +331,7 @@ impl PoolCore {
     /// Refreshes the space figures writers check (after each sync): computing
     /// them walks the allocator, too slow for every write.
     pub fn refresh_space(&self) {
-        // Stored under the allocator's lock, as `alloc_copy` lowers it.
+        // Stored under the allocator's lock, as `alloc_copies` lowers it.
         let a = self.alloc.lock();
         let s = a.space();
         self.size_bytes.store(s.total.size, Ordering::Relaxed);
