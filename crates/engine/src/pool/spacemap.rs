@@ -92,13 +92,18 @@ pub fn write_checkpoint(core: &PoolCore, txg: u64, old: &[BlockPtr], group: &Arc
     for bp in old {
         core.free_block(bp, txg)?;
     }
-    let estimate = {
-        let a = core.alloc.lock();
-        spacelog::encoded_checkpoint_upper_bound(&a.checkpoint(), 64)
+    // Each allocation can split one free range in two, adding one extent:
+    // the chunks' own copies add up to SPACE_COPIES extents each. The bound
+    // is taken once for one chunk, then again for the chunks that needs;
+    // the 64 spare extents cover the few chunks the second pass may add.
+    let (estimate, nchunks) = {
+        let cp = core.alloc.lock().checkpoint();
+        let extra = |chunks: usize| 64 + SPACE_COPIES as usize * chunks;
+        let chunks_for = |bytes: usize| bytes.div_ceil(CHUNK_BYTES - BP_SIZE).max(1);
+        let first = chunks_for(spacelog::encoded_checkpoint_upper_bound(&cp, extra(1)));
+        let estimate = spacelog::encoded_checkpoint_upper_bound(&cp, extra(first));
+        (estimate, chunks_for(estimate))
     };
-    let nchunks = estimate.div_ceil(CHUNK_BYTES - BP_SIZE).max(1);
-    // Each allocation can split one free range in two, adding one extent; the
-    // 64 extra extents in the estimate cover far more chunks than we take.
     let mut places = Vec::with_capacity(nchunks);
     for i in 0..nchunks {
         let remaining = estimate.saturating_sub(i * (CHUNK_BYTES - BP_SIZE));
