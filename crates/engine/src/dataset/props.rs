@@ -80,7 +80,7 @@ const SETTABLE: &[Def] = &[
     Def { name: "mountpoint", default: "", inherit: true, allowed: "an absolute path, none or legacy", check: |v| v.starts_with('/') || v == "none" || v == "legacy" },
     Def { name: "canmount", default: "on", inherit: false, allowed: "on, off, noauto", check: |v| one_of(v, &["on", "off", "noauto"]) },
     Def { name: "copies", default: "1", inherit: true, allowed: "1, 2, 3", check: |v| one_of(v, &["1", "2", "3"]) },
-    Def { name: "redundant_metadata", default: "all", inherit: true, allowed: "all, most, some, none", check: |v| one_of(v, &["all", "most", "some", "none"]) },
+    Def { name: "redundant_metadata", default: "all", inherit: true, allowed: "all, most, some, none", check: |v| crate::io::RedundantMetadata::parse(v).is_some() },
     Def { name: "snapdir", default: "hidden", inherit: true, allowed: "hidden, visible", check: |v| one_of(v, &["hidden", "visible"]) },
 ];
 

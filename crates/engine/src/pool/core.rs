@@ -9,9 +9,10 @@
 //! of the device apart: `Allocator::alloc_ditto`) and queueing the writes
 //! into the txg's write group. How many copies a block gets is its writer's
 //! choice (`WriteProps::copies_for`: data `copies`, metadata one more under
-//! `redundant_metadata`, pool-wide metadata three). Frees are deferred by the allocator
-//! until the txg is two syncs old. Every free passes the block reference
-//! table first (`brt`): a cloned block loses one reference instead.
+//! `redundant_metadata`, pool-wide metadata three). Frees are deferred by
+//! the allocator until the txg is two syncs old. Every free passes the
+//! block reference table first (`brt`): a cloned block loses one reference
+//! instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
