@@ -16,11 +16,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, first_difference, mem_devs, mount, pattern, small_tunables};
+use common::{as_dyn, first_difference, mount, pattern, small_tunables};
 use tarn_engine::pool::label::read_labels;
 use tarn_engine::posix::{Caller, FileSystem, Ino};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
-use tarn_engine::{CreateOptions, OpenOptions, Pool};
+use tarn_engine::{OpenOptions, Pool};
 use tarn_ondisk::bp::{BlockPtr, Dva};
 use tarn_ondisk::uberblock::Uberblock;
 
@@ -29,14 +29,7 @@ const MIB: u64 = 1 << 20;
 
 /// A pool "tank" on one in-memory device of `size` bytes.
 fn pool_on(size: u64, seed: u64, props: &[(&str, &str)]) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(1, size, seed);
-    let opts = CreateOptions {
-        tunables: small_tunables(),
-        root_props: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        ..Default::default()
-    };
-    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
-    (devs, pool)
+    common::pool_with(1, size, seed, props)
 }
 
 /// Imports without a rewind (no `-F`).
@@ -206,10 +199,13 @@ fn without_redundant_metadata_the_same_damage_loses_the_file() {
     assert_eq!(e.kind, tarn_engine::ErrorKind::Corrupt, "{e}");
 }
 
+/// A file written through the POSIX layer: (name, inode, content).
+type File = (String, Ino, Vec<u8>);
+
 /// 300 files in one directory: 280 of 1 KiB (stored in their dnodes) and 20
 /// of 40 KiB (a data block each). Returns the exported devices and the
 /// files' (name, inode, content).
-fn three_hundred_files(seed: u64) -> (Vec<Arc<FaultDevice>>, Vec<(String, Ino, Vec<u8>)>) {
+fn three_hundred_files(seed: u64) -> (Vec<Arc<FaultDevice>>, Vec<File>) {
     let (devs, pool) = pool_on(256 * MIB, seed, &[]);
     let fs = mount(&pool);
     let d = fs.mkdir(&ROOT, fs.root(), b"d", 0o755).expect("mkdir").ino;
@@ -351,9 +347,7 @@ fn redundant_metadata_decides_which_blocks_get_a_copy_more() {
 /// size (inline, one block, indirect), directories, a snapshot,
 /// overwrites and deletes over many txgs.
 fn populated(ndevs: usize, size: u64, dirs: u64) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(ndevs, size, 11);
-    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
-    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
+    let (devs, pool) = common::pool_with(ndevs, size, 11, &[]);
     let fs = mount(&pool);
     let mut rng = common::Rng::new(12);
     let mut files: Vec<Ino> = Vec::new();
