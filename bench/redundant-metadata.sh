@@ -104,9 +104,11 @@ LABELS = [
     ("smallobj_ops_per_device_write", "smallobj: objects per physical write", "objects"),
     ("smallobj_bytes_allocated_per_object", "smallobj: bytes allocated per 1 KiB object", "bytes"),
 ]
-for k in sorted(runs):
-    if not k.startswith("smallobj_"):
-        LABELS.append((k, k, ""))
+# fs-compare's file rows: filesNt_PHASE_per_s and space_bytes_per_file.
+for t in sorted({k.split("t_")[0][5:] for k in runs if k.startswith("files")}, key=int):
+    for ph, what in (("create", "create 1 KiB files"), ("stat", "stat (cold)"), ("read", "read (cold)"), ("delete", "delete")):
+        LABELS.append(("files%st_%s_per_s" % (t, ph), "files: %s, %s thread%s" % (what, t, "" if t == "1" else "s"), "files/s"))
+LABELS.append(("space_bytes_per_file", "files: statfs bytes per 1 KiB file", "bytes"))
 def fmt(x):
     return "%.0f" % x if abs(x) >= 10 else "%.2f" % x
 print("| measure | unit | " + " | ".join("redundant_metadata=" + v for v in values) + " |")
