@@ -10,7 +10,8 @@
 # 1. smallobj: `tarn bench POOL --workload smallobj --objects N
 #    --redundant-metadata V` on one 4 GiB pool (the override applies to the
 #    run's writes only; the bench frees its objects afterwards): objects/s,
-#    objects per physical write, bytes allocated per 1 KiB object.
+#    objects per physical write, bytes allocated per 1 KiB object, bytes
+#    written to the device per object.
 # 2. files: `bench/fs-compare.sh --systems tarn --workloads files1,filesN
 #    --reps 1 --size 1G` with TARN_CREATE_OPTS adding `-O redundant_metadata=V`
 #    (a fresh pool per run): creates/stat/read/delete per second with 1 and
@@ -64,6 +65,7 @@ import json, sys
 j = json.load(open(sys.argv[1])); v, l = sys.argv[2], sys.argv[3]
 for k in ("ops_per_s", "ops_per_device_write", "bytes_allocated_per_object"):
     print("%s\tsmallobj_%s\t%s\t%s" % (v, k, j[k], l))
+print("%s\tsmallobj_device_bytes_per_object\t%s\t%s" % (v, j["device_write_bytes"] / max(j["ops"], 1), l))
 EOF
     done
   done
@@ -103,6 +105,7 @@ LABELS = [
     ("smallobj_ops_per_s", "smallobj: 1 KiB objects created", "objects/s"),
     ("smallobj_ops_per_device_write", "smallobj: objects per physical write", "objects"),
     ("smallobj_bytes_allocated_per_object", "smallobj: bytes allocated per 1 KiB object", "bytes"),
+    ("smallobj_device_bytes_per_object", "smallobj: bytes written to the device per object (all txgs of the run)", "bytes"),
 ]
 # fs-compare's file rows: filesNt_PHASE_per_s and space_bytes_per_file.
 for t in sorted({k.split("t_")[0][5:] for k in runs if k.startswith("files")}, key=int):
