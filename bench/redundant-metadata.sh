@@ -11,7 +11,8 @@
 #    --redundant-metadata V` on one 4 GiB pool (the override applies to the
 #    run's writes only; the bench frees its objects afterwards): objects/s,
 #    objects per physical write, bytes allocated per 1 KiB object, bytes
-#    written to the device per object.
+#    written to the device per object, CPU time per object (less disturbed
+#    by other work on the machine than the wall-clock rate).
 # 2. files: `bench/fs-compare.sh --systems tarn --workloads files1,filesN
 #    --reps 1 --size 1G` with TARN_CREATE_OPTS adding `-O redundant_metadata=V`
 #    (a fresh pool per run): creates/stat/read/delete per second with 1 and
@@ -59,10 +60,16 @@ if [ "$SMALLOBJ" = 1 ]; then
   for r in $(seq "$ROUNDS"); do
     for v in "${VALS[@]}"; do
       l=$(load); log "smallobj round $r/$ROUNDS, redundant_metadata=$v (load $l)"
-      "$TARN" bench rmbench --workload smallobj --objects "$OBJECTS" --redundant-metadata "$v" --json >"$WORK/smallobj/out.json" || continue
-      python3 - "$WORK/smallobj/out.json" "$v" "$l" >>"$RES" <<'EOF'
+      # CPU time (user + system) of the whole bench process: unlike the
+      # wall clock, hardly changed by other processes on the machine.
+      TIMEFORMAT='%3U %3S'
+      { time "$TARN" bench rmbench --workload smallobj --objects "$OBJECTS" --redundant-metadata "$v" --json \
+          >"$WORK/smallobj/out.json" 2>"$WORK/smallobj/err.log"; } 2>"$WORK/smallobj/cpu.txt" || continue
+      python3 - "$WORK/smallobj/out.json" "$v" "$l" "$WORK/smallobj/cpu.txt" >>"$RES" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1])); v, l = sys.argv[2], sys.argv[3]
+cpu = sum(float(x) for x in open(sys.argv[4]).read().split())
+print("%s\tsmallobj_cpu_us_per_object\t%s\t%s" % (v, cpu * 1e6 / max(j["ops"], 1), l))
 for k in ("ops_per_s", "ops_per_device_write", "bytes_allocated_per_object"):
     print("%s\tsmallobj_%s\t%s\t%s" % (v, k, j[k], l))
 print("%s\tsmallobj_device_bytes_per_object\t%s\t%s" % (v, j["device_write_bytes"] / max(j["ops"], 1), l))
@@ -106,6 +113,7 @@ LABELS = [
     ("smallobj_ops_per_device_write", "smallobj: objects per physical write", "objects"),
     ("smallobj_bytes_allocated_per_object", "smallobj: bytes allocated per 1 KiB object", "bytes"),
     ("smallobj_device_bytes_per_object", "smallobj: bytes written to the device per object (all txgs of the run)", "bytes"),
+    ("smallobj_cpu_us_per_object", "smallobj: CPU time (user + system) of the bench process per object", "us"),
 ]
 # fs-compare's file rows: filesNt_PHASE_per_s and space_bytes_per_file.
 for t in sorted({k.split("t_")[0][5:] for k in runs if k.startswith("files")}, key=int):
