@@ -77,6 +77,7 @@ EOF
     done
   done
   "$TARN" pool destroy rmbench >/dev/null 2>&1; "$TARN" daemon stop >/dev/null 2>&1
+  rm -f "$WORK/smallobj/pool.img"   # up to its 4 GiB on the disk once written
   unset TARN_CACHE TARN_SOCKET
 fi
 
