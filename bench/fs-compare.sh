@@ -5,6 +5,7 @@
 #   bench/fs-compare.sh [--size 4G] [--files 100000] [--threads 4] [--reps 3]
 #                       [--runtime 20] [--systems tarn,zfs-fuse,ext4]
 #                       [--compression off|on] [--workdir /var/tmp/tarn-fscompare]
+#                       [--workloads seq,small,fsync,overdrive,files1,filesN]
 #                       [--use-mount SYSTEM=DIR]... [--json]
 #
 # Systems (set up and torn down here; each mounted at WORKDIR/SYSTEM/mnt):
@@ -38,7 +39,8 @@
 # pool imported again, which starts a new daemon (TARN_IMPORT_CMD overrides the
 # import: it is run with MNT, POOL, IMGDIR set).
 #
-# Workloads (each run REPS times, systems interleaved run by run; medians):
+# Workloads (each run REPS times, systems interleaved run by run; medians;
+# --workloads runs a subset, the other rows are n/a):
 #   seqwrite  fio 1 MiB writes of a new SIZE file, buffered, psync, end_fsync=1
 #   seqread   fio 1 MiB reads of that file after a cold step (buffered: the
 #             kernel's read-ahead and the FS's own are part of the figure)
@@ -63,6 +65,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 
 SIZE=4G FILES=100000 THREADS=4 REPS=3 RUNTIME=20 COMPRESSION=off JSON=0
+ALL_WORKLOADS="seq small fsync overdrive files1 filesN" WORKLOADS="seq small fsync overdrive files1 filesN"
 SYSTEMS="tarn,zfs-fuse,ext4" WORK=/var/tmp/tarn-fscompare
 declare -A USE_MOUNT
 while [ $# -gt 0 ]; do
@@ -75,6 +78,7 @@ while [ $# -gt 0 ]; do
     --systems) SYSTEMS="$2"; shift ;;
     --compression) COMPRESSION="$2"; shift ;;
     --workdir) WORK="$2"; shift ;;
+    --workloads) WORKLOADS="${2//,/ }"; shift ;;
     --json) JSON=1 ;;
     --use-mount) [[ "$2" == ?*=/* ]] || { echo "--use-mount SYSTEM=/DIR" >&2; exit 2; }
                  USE_MOUNT[${2%%=*}]="${2#*=}"; shift ;;
@@ -83,6 +87,10 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+for w in $WORKLOADS; do
+  [[ " $ALL_WORKLOADS " == *" $w "* ]] || { echo "unknown workload $w: one of ${ALL_WORKLOADS// /, }" >&2; exit 2; }
+done
+[ -n "${WORKLOADS// /}" ] || { echo "--workloads names no workload" >&2; exit 2; }
 case "$COMPRESSION" in
   off) TARN_COMP=off ZFS_COMP=off ;;
   on) TARN_COMP=lz4 ZFS_COMP=lzjb ;;
@@ -361,7 +369,7 @@ for s in "${SYS[@]}"; do
 done
 
 START=$(date +%s)
-for w in seq small fsync overdrive files1 filesN; do
+for w in $WORKLOADS; do
   for rep in $(seq "$REPS"); do
     for s in "${SYS[@]}"; do
       [ -n "${NA[$s]:-}" ] && continue
@@ -416,7 +424,7 @@ METRICS = [  # key, label, unit, higher is better
 def median(vals):
     nums = [float(v) for v in vals if v != "fail"]
     return statistics.median(nums) if nums else None
-out = {"command": "bench/fs-compare.sh --size $SIZE --files $FILES --threads $THREADS --reps $REPS --runtime $RUNTIME --compression $COMPRESSION",
+out = {"command": "bench/fs-compare.sh --size $SIZE --files $FILES --threads $THREADS --reps $REPS --runtime $RUNTIME --compression $COMPRESSION --workloads ${WORKLOADS// /,}",
        "elapsed_s": $ELAPSED, "systems": systems, "metrics": {}}
 for key, label, unit, higher in METRICS:
     vals = runs.get(key, {})

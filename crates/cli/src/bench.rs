@@ -24,7 +24,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
-use tarn_engine::io::CompressSetting;
+use tarn_engine::io::{CompressSetting, RedundantMetadata};
 use tarn_engine::pool::parse_recordsize;
 use tarn_engine::sys::{BlockDevice, ThrottledDevice};
 use tarn_engine::tunables::parse_size;
@@ -65,6 +65,9 @@ pub struct BenchArgs {
     /// Override the checksum property for the run (fletcher4, blake3)
     #[arg(long)]
     pub checksum: Option<String>,
+    /// Override the redundant_metadata property for the run (all, most, some, none)
+    #[arg(long)]
+    pub redundant_metadata: Option<String>,
     /// Write compressible data instead of random bytes
     #[arg(long)]
     pub compressible: bool,
@@ -240,6 +243,10 @@ fn apply_overrides(os: &Objset, a: &BenchArgs) -> Result<()> {
     }
     if let Some(r) = &a.recordsize {
         p.recordsize = parse_recordsize(r)?;
+    }
+    if let Some(r) = &a.redundant_metadata {
+        p.write.redundant_metadata = RedundantMetadata::parse(r)
+            .ok_or_else(|| Error::invalid(format!("bad --redundant-metadata '{}': all, most, some or none", r)))?;
     }
     os.set_props(p);
     Ok(())

@@ -74,6 +74,14 @@ pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
                 fmt::size(rep.brt_saved_bytes)
             );
         }
+        let c = rep.blocks_by_copies;
+        println!("copies: {} blocks with one, {} with two, {} with three", c[1], c[2], c[3]);
+        if rep.near_copies > 0 {
+            println!("WARNING: {} blocks have copies nearer each other than the allocator's minimum distance (a full vdev); one damaged region may take all of them:", rep.near_copies);
+            for e in &rep.near_copy_examples {
+                println!("  {}", e);
+            }
+        }
         for e in &rep.errors {
             println!("ERROR: {}", e);
         }

@@ -48,7 +48,7 @@ pub enum Cmd {
     #[command(subcommand)]
     Pool(pool_cmd::PoolCmd),
     /// Measure a pool: writes and reads objects through the file system's path
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Show a pool's on-disk structures, like zdb
     Inspect(inspect::InspectArgs),
     #[command(flatten)]
@@ -120,7 +120,7 @@ fn run(cli: Cli) -> Result<()> {
             through_daemon(Command::Unmount(a), &cli.tunables)
         }
         Cmd::Daemon(a) => daemon::run(a, &cli.tunables),
-        Cmd::Bench(a) => bench::run(a, &t),
+        Cmd::Bench(a) => bench::run(*a, &t),
         Cmd::Inspect(a) => inspect::run(a, &t),
         Cmd::Tunable(c @ (TunableCmd::Set { .. } | TunableCmd::Reset { .. })) => through_daemon(Command::Tunable(c), &cli.tunables),
         // The daemon's live values when it runs; else what a daemon started

@@ -126,6 +126,33 @@ fn quotas_refuse_what_zfs_refuses() {
     assert!(ratios.starts_with("tank\t") && ratios.trim_end().split('\t').all(|f| f == "tank" || f.ends_with('x')), "{ratios}");
 }
 
+/// Issue 11 item 4: `redundant_metadata` is a dataset property with
+/// OpenZFS's values and default, inherited, and checked wherever it is set
+/// (what it does to the blocks written: crates/engine/tests/ditto.rs).
+#[test]
+fn redundant_metadata_is_an_inherited_property_with_openzfs_values() {
+    let Some(e) = Env::new("ds-redundant") else { return };
+    let (mnt, img) = (e.path("tank-mnt"), e.path("tank.img"));
+    let err = e.fails(&["pool", "create", "-m", &mnt, "-O", "redundant_metadata=double", "tank", &img, "--size", "128M"]);
+    assert!(err.contains("'double'") && err.contains("redundant_metadata") && err.contains("all, most, some, none"), "{}", err);
+    assert!(!std::path::Path::new(&img).exists(), "a refused create leaves no image behind");
+    e.ok(&["pool", "create", "-m", &mnt, "tank", &img, "--size", "128M"]);
+    assert_eq!(e.ok(&["get", "-H", "-o", "value,source", "redundant_metadata", "tank"]), "all\tdefault\n");
+    e.ok(&["set", "redundant_metadata=most", "tank"]);
+    e.ok(&["create", "tank/a"]);
+    let got = e.ok(&["get", "-H", "-o", "name,value,source", "redundant_metadata", "tank", "tank/a"]);
+    assert_eq!(got, "tank\tmost\tlocal\ntank/a\tmost\tinherited from tank\n");
+    for v in ["all", "some", "none"] {
+        e.ok(&["set", &format!("redundant_metadata={v}"), "tank/a"]);
+        assert_eq!(e.ok(&["get", "-H", "-o", "value,source", "redundant_metadata", "tank/a"]), format!("{v}\tlocal\n"));
+    }
+    let err = e.fails(&["set", "redundant_metadata=2", "tank/a"]);
+    assert!(err.contains("bad value '2'") && err.contains("all, most, some, none"), "{}", err);
+    assert_eq!(e.ok(&["get", "-H", "-o", "value", "redundant_metadata", "tank/a"]), "none\n", "a refused value changes nothing");
+    e.ok(&["inherit", "redundant_metadata", "tank/a"]);
+    assert_eq!(e.ok(&["get", "-H", "-o", "value,source", "redundant_metadata", "tank/a"]), "most\tinherited from tank\n");
+}
+
 #[test]
 fn snapshots_clones_rollback_rename_and_destroy() {
     let Some(e) = Env::new("ds-snap") else { return };

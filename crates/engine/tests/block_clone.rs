@@ -13,10 +13,10 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, mem_devs, open, pattern, small_tunables};
+use common::{as_dyn, open, pattern, small_tunables};
 use tarn_engine::object::CloneProgress;
 use tarn_engine::sys::FaultDevice;
-use tarn_engine::{CreateOptions, ErrorKind, Objset, Pool, Tx};
+use tarn_engine::{ErrorKind, Objset, Pool, Tx};
 use tarn_ondisk::brt::{decode_bucket, encode_bucket, BrtHeader, BRT_BLOCK_SIZE};
 use tarn_ondisk::uberblock::FEATURE_BLOCK_CLONING;
 use tarn_ondisk::ObjectType;
@@ -24,14 +24,7 @@ use tarn_ondisk::ObjectType;
 const REC: u64 = 128 << 10;
 
 fn pool_with(props: &[(&str, &str)]) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(1, 256 << 20, 7);
-    let opts = CreateOptions {
-        tunables: small_tunables(),
-        root_props: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        ..Default::default()
-    };
-    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
-    (devs, pool)
+    common::pool_with(1, 256 << 20, 7, props)
 }
 
 fn new_pool() -> (Vec<Arc<FaultDevice>>, Pool) {

@@ -25,6 +25,11 @@ fn block(pool: &Pool, obj: u64, level: u8, index: u64) -> BlockPtr {
     found.unwrap_or_else(|| panic!("object {obj} has no block L{level} #{index}: {:?}", tree.iter().map(|(l, i, _)| (l, i)).collect::<Vec<_>>())).2
 }
 
+/// Every copy of a block.
+fn every_copy(bp: &BlockPtr) -> Vec<Dva> {
+    bp.dva.iter().filter(|d| !d.is_empty()).copied().collect()
+}
+
 /// Exports, damages the given copies, imports again (so no cache holds them).
 fn damage_and_reopen(devs: &[Arc<FaultDevice>], pool: Pool, copies: &[Dva]) -> Pool {
     pool.export().expect("export");
@@ -52,8 +57,8 @@ fn verify_errors(pool: &Pool) -> Vec<String> {
 }
 
 /// An object with records of 4 KiB and data at 0 and at 5 MiB has two level-1
-/// indirect blocks under a level-2 one. Damaging the second L1 makes only the
-/// data under it unreadable.
+/// indirect blocks under a level-2 one. Damaging the second L1 (both its
+/// copies) makes only the data under it unreadable.
 #[test]
 fn damaged_indirect_block_fails_reads_under_it_naming_the_object() {
     let (devs, pool) = new_pool(1, &[("recordsize", "4K")]);
@@ -66,7 +71,8 @@ fn damaged_indirect_block_fails_reads_under_it_naming_the_object() {
     pool.sync().unwrap();
     assert_eq!(pool.root().info(big).unwrap().nlevels, 3);
     let l1 = block(&pool, big, 1, 1);
-    let pool = damage_and_reopen(&devs, pool, &[l1.dva[0]]);
+    // Every copy: metadata has two (redundant_metadata=all).
+    let pool = damage_and_reopen(&devs, pool, &every_copy(&l1));
     assert_corrupt(pool.root().read(big, 5 << 20, 100), &[&format!("object {big}"), "checksum mismatch"]);
     assert_reads(&pool, big, 0, &low);
     assert_reads(&pool, other, 0, &pattern(100 << 10, 3));
@@ -75,15 +81,15 @@ fn damaged_indirect_block_fails_reads_under_it_naming_the_object() {
 }
 
 /// Dnode blocks hold 256 slots; objects of 3000 bytes live inline in 48 of
-/// them, five to a block. Damaging the first dnode block makes exactly its
-/// objects unreadable.
+/// them, five to a block. Damaging the first dnode block (both its copies)
+/// makes exactly its objects unreadable.
 #[test]
 fn damaged_dnode_block_fails_its_objects_only() {
     let (devs, pool) = new_pool(1, &[]);
     let objs: Vec<u64> = (0..12).map(|i| put(&pool, &pattern(3000, 10 + i))).collect();
     pool.sync().unwrap();
     let dnode_block = block(&pool, 0, 0, 0);
-    let pool = damage_and_reopen(&devs, pool, &[dnode_block.dva[0]]);
+    let pool = damage_and_reopen(&devs, pool, &every_copy(&dnode_block));
     let in_first = |o: u64| o < SLOTS_PER_BLOCK as u64;
     assert!(objs.iter().any(|&o| in_first(o)) && objs.iter().any(|&o| !in_first(o)));
     for (i, &o) in objs.iter().enumerate() {
@@ -131,8 +137,8 @@ fn damaged_mos_root_import_refuses_then_rewinds_to_the_previous_txg() {
 }
 
 /// The space log rebuilds the allocator at import, so it is needed too. It
-/// is kept in two copies: one damaged copy costs nothing; with every copy of
-/// the newest log block damaged, import refuses without -F and with it
+/// is kept in three copies: one damaged copy costs nothing; with every copy
+/// of the newest log block damaged, import refuses without -F and with it
 /// rewinds to the previous txg, whose log chain ends one block earlier.
 #[test]
 fn damaged_space_log_import_refuses_then_rewinds_to_the_previous_txg() {
@@ -147,7 +153,7 @@ fn damaged_space_log_import_refuses_then_rewinds_to_the_previous_txg() {
     let last_txg = pool.uberblock().txg;
     let images = durable(&devs);
     drop(pool);
-    assert_eq!(log.ndvas(), 2, "space log blocks have two copies");
+    assert_eq!(log.ndvas(), 3, "space log blocks have three copies");
     corrupt(&images, &log.dva[0]);
     let healed = open(&images).expect("the second copy of the log block serves");
     assert_eq!(healed.uberblock().txg, last_txg);

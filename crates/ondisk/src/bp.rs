@@ -189,6 +189,16 @@ impl ObjectType {
     pub fn is_metadata(self) -> bool {
         !matches!(self, ObjectType::PlainData)
     }
+
+    /// Critical metadata (OpenZFS's `DMU_OT_IS_CRITICAL`): metadata other
+    /// than dnode blocks and directories. Losing a block of it can lose a
+    /// whole dataset or pool (an object-set root, the MOS's maps, the space
+    /// maps); losing a dnode block or a directory block loses the files it
+    /// holds or names. `redundant_metadata=some` keeps extra copies of
+    /// critical metadata only.
+    pub fn is_critical(self) -> bool {
+        self.is_metadata() && !matches!(self, ObjectType::DnodeArray | ObjectType::Directory)
+    }
 }
 
 /// A data virtual address: one copy of a block on one top-level vdev.

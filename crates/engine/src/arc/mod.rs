@@ -940,7 +940,7 @@ mod tests {
         };
         let data: Vec<u8> = (0..131072u64).map(|j| if compressible { (j / 512 % 7) as u8 + (i % 200) as u8 + 1 } else { random() }).collect();
         let buf = Arc::new(crate::sys::buf::AlignedBuf::from_slice(&data));
-        let props = WriteProps { compress: CompressSetting::Lz4, checksum: tarn_ondisk::ChecksumType::Fletcher4, copies: 1 };
+        let props = WriteProps { compress: CompressSetting::Lz4, checksum: tarn_ondisk::ChecksumType::Fletcher4, copies: 1, redundant_metadata: Default::default() };
         let prep = block::prepare(&buf, data.len(), otype, level, 7, props, 4096);
         let mut bp = prep.bp;
         bp.dva[0] = tarn_ondisk::bp::Dva { vdev: 0, asize: 1 << 20, offset: i << 20 };

@@ -81,6 +81,7 @@ const SETTABLE: &[Def] = &[
     Def { name: "canmount", default: "on", inherit: false, allowed: "on, off, noauto", check: |v| one_of(v, &["on", "off", "noauto"]) },
     Def { name: "overlay", default: "on", inherit: true, allowed: "on, off", check: |v| one_of(v, &["on", "off"]) },
     Def { name: "copies", default: "1", inherit: true, allowed: "1, 2, 3", check: |v| one_of(v, &["1", "2", "3"]) },
+    Def { name: "redundant_metadata", default: "all", inherit: true, allowed: "all, most, some, none", check: |v| crate::io::RedundantMetadata::parse(v).is_some() },
     Def { name: "snapdir", default: "hidden", inherit: true, allowed: "hidden, visible", check: |v| one_of(v, &["hidden", "visible"]) },
 ];
 
@@ -187,7 +188,7 @@ pub fn size_value(v: &str) -> u64 {
 }
 
 /// Properties that change how the object set writes.
-pub const WRITE_PROPS: &[&str] = &["recordsize", "compression", "checksum", "copies", "primarycache", "secondarycache"];
+pub const WRITE_PROPS: &[&str] = &["recordsize", "compression", "checksum", "copies", "redundant_metadata", "primarycache", "secondarycache"];
 
 #[cfg(test)]
 mod tests {

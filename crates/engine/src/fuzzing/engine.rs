@@ -213,7 +213,7 @@ fn write_then_read(mode: &Mode, payload: &[u8]) {
     if lsize > FUZZ_LSIZE_MAX {
         return;
     }
-    let props = WriteProps { compress: mode.setting(), checksum: mode.checksum, copies: 1 };
+    let props = WriteProps { compress: mode.setting(), checksum: mode.checksum, copies: 1, redundant_metadata: Default::default() };
     let mut p = block::prepare(&data, lsize, ObjectType::PlainData, 0, 7, props, mode.sector);
     let logical = match &p.phys {
         None => block::decode_inline(&p.bp).expect("prepared block decodes").expect("no I/O needed"),

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use tarn_ondisk::bp::{BlockPtr, ChecksumType, Compression, ObjectType, EMBEDDED_MAX};
+use tarn_ondisk::bp::{BlockPtr, ChecksumType, Compression, ObjectType, EMBEDDED_MAX, MAX_DVAS};
 
 use super::checksum;
 use super::compress::{self, CompressSetting};
@@ -24,14 +24,76 @@ use crate::sys::buf::AlignedBuf;
 pub struct WriteProps {
     pub compress: CompressSetting,
     pub checksum: ChecksumType,
-    /// Copies of each block (1..=3), on different vdevs where possible.
+    /// Copies of each data block (1..=3), on different vdevs where
+    /// possible, else far apart on one (`PoolCore::alloc_copies`).
     pub copies: u8,
+    /// Which metadata blocks get one copy more (see [`Self::copies_for`]).
+    pub redundant_metadata: RedundantMetadata,
 }
 
 impl WriteProps {
     /// Metadata: always compressed (lz4) and checksummed with blake3.
-    pub const METADATA: WriteProps =
-        WriteProps { compress: CompressSetting::Lz4, checksum: ChecksumType::Blake3, copies: 1 };
+    pub const METADATA: WriteProps = WriteProps {
+        compress: CompressSetting::Lz4,
+        checksum: ChecksumType::Blake3,
+        copies: 1,
+        redundant_metadata: RedundantMetadata::All,
+    };
+
+    /// Copies of a block of an object of type `otype` at `level` (0: its
+    /// data, above: indirect blocks): `copies` for data; for metadata — any
+    /// indirect block, and every block of a metadata object (dnode blocks,
+    /// directories, key/value maps, the object-set root) — one more when
+    /// `redundant_metadata` covers it, at most three. As OpenZFS's
+    /// `dmu_write_policy`.
+    pub fn copies_for(&self, otype: ObjectType, level: u8) -> u8 {
+        let metadata = level > 0 || otype.is_metadata();
+        let extra = metadata
+            && match self.redundant_metadata {
+                RedundantMetadata::All => true,
+                RedundantMetadata::Most => level >= MOST_DITTO_LEVEL || otype.is_metadata(),
+                RedundantMetadata::Some => otype.is_critical(),
+                RedundantMetadata::None => false,
+            };
+        (self.copies.max(1) + u8::from(extra)).min(MAX_DVAS as u8)
+    }
+}
+
+/// Under `redundant_metadata=most`, the indirect blocks of data objects get
+/// their extra copy from this level up: level 1 (which names up to 1024 data
+/// blocks of one file) keeps one (OpenZFS
+/// `zfs_redundant_metadata_most_ditto_level`).
+const MOST_DITTO_LEVEL: u8 = 2;
+
+/// The `redundant_metadata` property (OpenZFS's values and meaning): which
+/// metadata blocks get one copy more than the data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RedundantMetadata {
+    /// Every metadata block: a single damaged block loses at most one
+    /// record of data.
+    #[default]
+    All,
+    /// All but the level-1 indirect blocks of files: a single damaged block
+    /// loses at most 1024 records of one file.
+    Most,
+    /// Only critical metadata (not dnode blocks or directories, see
+    /// `ObjectType::is_critical`): a damaged block can lose many files or
+    /// directories, but not the dataset.
+    Some,
+    /// No extra copies: a damaged block can lose the whole dataset.
+    None,
+}
+
+impl RedundantMetadata {
+    pub fn parse(s: &str) -> Option<RedundantMetadata> {
+        Some(match s {
+            "all" => RedundantMetadata::All,
+            "most" => RedundantMetadata::Most,
+            "some" => RedundantMetadata::Some,
+            "none" => RedundantMetadata::None,
+            _ => return None,
+        })
+    }
 }
 
 /// A block ready to be allocated and written.
@@ -179,7 +241,7 @@ mod tests {
     }
 
     const DATA: WriteProps =
-        WriteProps { compress: CompressSetting::Lz4, checksum: ChecksumType::Fletcher4, copies: 1 };
+        WriteProps { compress: CompressSetting::Lz4, checksum: ChecksumType::Fletcher4, copies: 1, redundant_metadata: RedundantMetadata::All };
 
     #[test]
     fn zero_block_is_a_hole() {

@@ -8,7 +8,7 @@ pub mod pipeline;
 pub mod queue;
 pub mod stats;
 
-pub use block::{Prepared, WriteProps};
+pub use block::{Prepared, RedundantMetadata, WriteProps};
 pub use compress::CompressSetting;
 pub use pipeline::{DirtyGauge, Leaf, LeafStats, WriteGroup};
 pub use queue::{IoClass, IoKind, QueueLimits};

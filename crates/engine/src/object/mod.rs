@@ -23,7 +23,9 @@
 //!
 //! Small objects (up to `tarn_inline_max_bytes`, 3 KiB) keep their data in
 //! their dnode when their reserved dnode slots allow, so a 1 KiB object costs
-//! about 1.1 KiB of dnode block instead of a 4 KiB sector.
+//! about 1.1 KiB of dnode block instead of a 4 KiB sector — for each copy of
+//! the dnode block: two under `redundant_metadata=all` (the default), which
+//! treats dnode blocks as the metadata they are.
 //!
 //! A range of blocks can be cloned from one object to another of the same
 //! pool (`Objset::clone_range`, `clone.rs`): the destination gets the

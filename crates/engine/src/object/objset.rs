@@ -1085,7 +1085,8 @@ impl Objset {
         let updates = sync_objects(&ctx, &objs)?;
         let mut used: i64 = updates.iter().map(|u| u.used_delta).sum();
         used += self.patch_dnodes(txg, &updates)?;
-        let meta_props = WriteProps { copies: self.props().write.copies, ..WriteProps::METADATA };
+        let w = self.props().write;
+        let meta_props = WriteProps { copies: w.copies, redundant_metadata: w.redundant_metadata, ..WriteProps::METADATA };
         let meta_ctx = SyncCtx { core: &self.core, txg, group, props: meta_props, caching, inline_max: 0, owner: self.owner() };
         let meta_updates = sync_objects(&meta_ctx, std::slice::from_ref(&self.meta))?;
         used += meta_updates.iter().map(|u| u.used_delta).sum::<i64>();
@@ -1145,9 +1146,10 @@ impl Objset {
         };
         let buf = Arc::new(AlignedBuf::from_slice(&phys.encode()));
         let prep = block::prepare(&buf, buf.len(), ObjectType::Objset, 0, txg, WriteProps::METADATA, self.core.sector);
-        // The root of an object set is worth a second copy whatever the
-        // dataset's `copies`: without it nothing below can be found.
-        let copies = self.props().write.copies.max(2);
+        // Without the root nothing below can be found: it is critical
+        // metadata, kept twice (three times in the MOS) unless
+        // `redundant_metadata=none`.
+        let copies = self.props().write.copies_for(ObjectType::Objset, 0);
         let bp = self.core.write_block(prep, txg, copies, group, 0, None)?;
         if let Some(o) = self.owner() {
             o.block_born(&bp);

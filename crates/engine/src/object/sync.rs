@@ -328,7 +328,7 @@ fn leave_inline(ctx: &SyncCtx, st: &mut ObjState, wk: &Work, blksz: u32) -> Resu
 /// allocated bytes.
 fn install(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire: u64) -> Result<i64> {
     let hole = prep.phys.is_none();
-    let new = ctx.write_block(prep, ctx.props.copies, retire)?;
+    let new = ctx.write_block(prep, ctx.props.copies_for(st.dn.otype, 0), retire)?;
     if hole {
         // Nothing will be written, so nothing would retire these bytes.
         ctx.core.txg.dirty_retire(ctx.txg, retire);
@@ -475,7 +475,7 @@ fn write_indirects(ctx: &SyncCtx, st: &mut ObjState) -> Result<i64> {
             // once the object lets go of them (see `ObjState::tree_bp`) —
             // unless the set's primarycache keeps metadata out.
             let cached = ctx.caching.primary.allows(true).then(|| Arc::new(BlockData::new(AlignedBuf::from_slice(&buf), buf.len())));
-            let new = ctx.write_block_cached(prep, ctx.props.copies.max(1), 0, cached)?;
+            let new = ctx.write_block_cached(prep, ctx.props.copies_for(st.dn.otype, l), 0, cached)?;
             used += new.asize_total() as i64;
             let old = if l == st.dn.nlevels - 1 {
                 st.dn.blkptr.replace(new).unwrap_or_default()

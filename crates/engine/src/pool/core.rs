@@ -8,10 +8,14 @@
 //! reported to the daemon log, and a block no copy of which verifies enters
 //! the pool's error log under its bookmark when the reader gave one
 //! (`errlog`). A block is written by
-//! allocating each copy (on different vdevs where possible) and queueing the
-//! writes into the txg's write group. Frees are deferred by the allocator
-//! until the txg is two syncs old. Every free passes the block reference
-//! table first (`brt`): a cloned block loses one reference instead.
+//! allocating each copy (on different vdevs where possible, else an eighth
+//! of the device apart: `Allocator::alloc_ditto`) and queueing the writes
+//! into the txg's write group. How many copies a block gets is its writer's
+//! choice (`WriteProps::copies_for`: data `copies`, metadata one more under
+//! `redundant_metadata`, pool-wide metadata three). Frees are deferred by
+//! the allocator until the txg is two syncs old. Every free passes the
+//! block reference table first (`brt`): a cloned block loses one reference
+//! instead.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +49,12 @@ pub fn piece_class(bytes: u64) -> usize {
     let shift = 64 - (b - 1).leading_zeros();
     (shift.saturating_sub(PIECE_MIN_SHIFT) as usize).min(PIECE_CLASSES - 1)
 }
+
+/// Copies of every block of pool-wide metadata: the meta object set (its
+/// root, which the uberblock names, and every block below it) and the space
+/// checkpoint and log. Without them the pool cannot be imported; OpenZFS
+/// also keeps three.
+pub const POOL_METADATA_COPIES: u8 = 3;
 
 /// One top-level vdev (a single leaf device: tarn stripes over them).
 pub struct TopVdev {
@@ -112,6 +122,9 @@ pub struct PoolCore {
     pub brt: Brt,
     /// Blocks no copy of which could be read, and reports of damaged copies.
     pub errlog: ErrorLog,
+    /// Blocks written since import with copies nearer each other than the
+    /// allocator's minimum distance (no room far enough apart).
+    pub near_copies: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -296,11 +309,8 @@ impl PoolCore {
     ) -> Result<BlockPtr> {
         let mut bp = prep.bp;
         let Some(phys) = prep.phys else { return Ok(bp) };
-        let copies = (copies as usize).clamp(1, MAX_DVAS);
-        let mut used: Vec<u32> = Vec::with_capacity(copies);
-        for i in 0..copies {
-            let (vdev, offset, asize) = self.alloc_copy(phys.len() as u64, txg, &used)?;
-            used.push(vdev);
+        let places = self.alloc_copies(phys.len() as u64, txg, copies)?;
+        for (i, &(vdev, offset, asize)) in places.iter().enumerate() {
             bp.dva[i] = Dva { vdev, asize, offset };
         }
         // The free-space figures dropped with the allocation; until the
@@ -316,26 +326,45 @@ impl PoolCore {
         Ok(bp)
     }
 
-    /// Allocates one copy, on a vdev not in `used` when the pool has one
-    /// with room, else anywhere (a second copy on the same vdev still guards
-    /// against a bad sector).
-    pub fn alloc_copy(&self, len: u64, txg: u64, used: &[u32]) -> Result<(u32, u64, u64)> {
+    /// Allocates `copies` copies (1 to 3) of a block of `len` bytes: the
+    /// first where the allocator's policy puts it, the others on other
+    /// vdevs or far from it on the same one (`Allocator::alloc_ditto`), so
+    /// that no one damaged region holds two of them. Returns (vdev, offset,
+    /// allocated length) per copy. A copy the allocator could only place
+    /// near another (a vdev too full to keep the distance) is counted in
+    /// `near_copies`; every other block is checked to be apart.
+    pub fn alloc_copies(&self, len: u64, txg: u64, copies: u8) -> Result<Vec<(u32, u64, u64)>> {
+        let copies = (copies as usize).clamp(1, MAX_DVAS);
         let mut a = self.alloc.lock();
-        let r = match a.alloc(len, txg, used) {
-            Err(_) if !used.is_empty() => a.alloc(len, txg, &[]),
-            r => r,
-        };
-        let (vdev, offset, asize) = r.map_err(|e| Error::no_space(format!("pool '{}': cannot allocate {} bytes: {}", self.name, len, e)))?;
+        let no_space = |e: crate::pool::alloc::metaslab::AllocError| Error::no_space(format!("pool '{}': cannot allocate {} bytes: {}", self.name, len, e));
+        let mut places = Vec::with_capacity(copies);
+        places.push(a.alloc(len, txg, &[]).map_err(no_space)?);
+        let mut apart = true;
+        while places.len() < copies {
+            let d = a.alloc_ditto(len, txg, &places).map_err(no_space)?;
+            apart &= d.apart;
+            places.push((d.vdev, d.offset, d.len));
+        }
+        if apart {
+            // Cheap (three copies at most): a broken placement is a bug.
+            if let Err(e) = a.check_copies_apart(&places) {
+                panic!("pool '{}': {}", self.name, e);
+            }
+        } else {
+            self.near_copies.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(a);
         // The writers' figure follows allocations as they happen: a block
         // written during a sync retires its dirty bytes at once, and until
         // the next `refresh_space` it would otherwise be counted neither as
         // dirty nor as allocated — letting writers admit up to a txg of data
         // more than the pool holds, which the sync then cannot allocate.
+        let asize: u64 = places.iter().map(|p| p.2).sum();
         let _ = self.free_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(asize)));
         for u in &self.usable_bytes {
             let _ = u.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(asize)));
         }
-        Ok((vdev, offset, asize))
+        Ok(places)
     }
 
     /// Drops one reference to the block `bp` names: a cloned block with
@@ -434,7 +463,7 @@ impl PoolCore {
     /// Refreshes the space figures writers check (after each sync): computing
     /// them walks the allocator, too slow for every write.
     pub fn refresh_space(&self) {
-        // Stored under the allocator's lock, as `alloc_copy` lowers it.
+        // Stored under the allocator's lock, as `alloc_copies` lowers it.
         let a = self.alloc.lock();
         let s = a.space();
         let (usable, deferred) = a.space_by_piece::<PIECE_CLASSES>(PIECE_MIN_SHIFT);

@@ -23,7 +23,7 @@ use super::vet::{Role, Vetted};
 use crate::arc::BlockCache;
 use crate::dataset::{Datasets, Rec};
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, WriteGroup, WriteProps};
+use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, RedundantMetadata, WriteGroup, WriteProps};
 use crate::object::{Objset, ObjsetProps};
 use crate::sys::clock::now_secs;
 use crate::sys::device::{BlockDevice, Health};
@@ -282,7 +282,10 @@ pub(crate) fn objset_props(rec: &KvMap) -> Result<ObjsetProps> {
         let v = kv::get_str(rec, &format!("prop:{}", name)).unwrap_or("all");
         crate::object::CachePolicy::parse(v).ok_or_else(|| Error::invalid(format!("bad {} '{}': expected all, metadata or none", name, v)))
     };
-    Ok(ObjsetProps { write: WriteProps { compress, checksum, copies }, recordsize, primarycache: policy("primarycache")?, secondarycache: policy("secondarycache")? })
+    let redundant = kv::get_str(rec, "prop:redundant_metadata").unwrap_or("all");
+    let redundant_metadata = RedundantMetadata::parse(redundant)
+        .ok_or_else(|| Error::invalid(format!("bad redundant_metadata '{}': expected all, most, some or none", redundant)))?;
+    Ok(ObjsetProps { write: WriteProps { compress, checksum, copies, redundant_metadata }, recordsize, primarycache: policy("primarycache")?, secondarycache: policy("secondarycache")? })
 }
 
 /// Parses a record size: a power of two from 512 to 16M.
@@ -1034,6 +1037,7 @@ impl ShellShared {
             prefetch_stats: Default::default(),
             brt: Default::default(),
             errlog: super::errlog::ErrorLog::new(&config.pool_name),
+            near_copies: Default::default(),
         });
         core.refresh_space();
         // From now on a second use of these devices in this process is
@@ -1106,10 +1110,10 @@ impl ShellShared {
     }
 }
 
-/// The meta object set keeps two copies of every block (OpenZFS keeps three
-/// for the MOS): losing it loses the pool, and it is small.
+/// The meta object set keeps three copies of every block, as OpenZFS does:
+/// losing it loses the pool, and it is small.
 const MOS_PROPS: ObjsetProps = ObjsetProps {
-    write: WriteProps { copies: 2, ..WriteProps::METADATA },
+    write: WriteProps { copies: super::core::POOL_METADATA_COPIES, ..WriteProps::METADATA },
     recordsize: 128 << 10,
     primarycache: crate::object::CachePolicy::All,
     secondarycache: crate::object::CachePolicy::All,

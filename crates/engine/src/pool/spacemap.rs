@@ -29,7 +29,7 @@ use crate::sys::buf::AlignedBuf;
 pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// Copies of every space block: import cannot proceed without them.
-const SPACE_COPIES: usize = 2;
+const SPACE_COPIES: u8 = crate::pool::core::POOL_METADATA_COPIES;
 
 /// Queues the write of a space block into its pre-allocated places. The block
 /// is stored uncompressed so its size is known before it is allocated.
@@ -61,16 +61,12 @@ fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, places: &[(u32, u64, 
     Ok(bp)
 }
 
-/// Allocates the copies of one space block.
+/// Allocates the copies of one space block (apart from each other, as
+/// every block's copies are).
 fn alloc(core: &PoolCore, len: usize, txg: u64) -> Result<Vec<(u32, u64, u64)>> {
     let sector = core.sector;
     let len = (len.div_ceil(sector) * sector) as u64;
-    let mut places: Vec<(u32, u64, u64)> = Vec::with_capacity(SPACE_COPIES);
-    for _ in 0..SPACE_COPIES {
-        let used: Vec<u32> = places.iter().map(|p| p.0).collect();
-        places.push(core.alloc_copy(len, txg, &used).map_err(|e| e.context("space log"))?);
-    }
-    Ok(places)
+    core.alloc_copies(len, txg, SPACE_COPIES).map_err(|e| e.context("space log"))
 }
 
 /// Writes `txg`'s log block after `prev`; returns its pointer, or None when
@@ -81,7 +77,7 @@ pub fn write_log(core: &PoolCore, txg: u64, prev: &BlockPtr, group: &Arc<WriteGr
         return Ok(None);
     }
     // The log block's own allocation is one more extent in the records.
-    let bound = BP_SIZE + core.alloc.lock().records_upper_bound(txg, SPACE_COPIES);
+    let bound = BP_SIZE + core.alloc.lock().records_upper_bound(txg, SPACE_COPIES as usize);
     let place = alloc(core, bound, txg)?;
     let recs = core.alloc.lock().take_records(txg);
     let place = place.as_slice();
@@ -96,13 +92,18 @@ pub fn write_checkpoint(core: &PoolCore, txg: u64, old: &[BlockPtr], group: &Arc
     for bp in old {
         core.free_block(bp, txg)?;
     }
-    let estimate = {
-        let a = core.alloc.lock();
-        spacelog::encoded_checkpoint_upper_bound(&a.checkpoint(), 64)
+    // Each allocation can split one free range in two, adding one extent:
+    // the chunks' own copies add up to SPACE_COPIES extents each. The bound
+    // is taken once for one chunk, then again for the chunks that needs;
+    // the 64 spare extents cover the few chunks the second pass may add.
+    let (estimate, nchunks) = {
+        let cp = core.alloc.lock().checkpoint();
+        let extra = |chunks: usize| 64 + SPACE_COPIES as usize * chunks;
+        let chunks_for = |bytes: usize| bytes.div_ceil(CHUNK_BYTES - BP_SIZE).max(1);
+        let first = chunks_for(spacelog::encoded_checkpoint_upper_bound(&cp, extra(1)));
+        let estimate = spacelog::encoded_checkpoint_upper_bound(&cp, extra(first));
+        (estimate, chunks_for(estimate))
     };
-    let nchunks = estimate.div_ceil(CHUNK_BYTES - BP_SIZE).max(1);
-    // Each allocation can split one free range in two, adding one extent; the
-    // 64 extra extents in the estimate cover far more chunks than we take.
     let mut places = Vec::with_capacity(nchunks);
     for i in 0..nchunks {
         let remaining = estimate.saturating_sub(i * (CHUNK_BYTES - BP_SIZE));

@@ -2,6 +2,9 @@
 //! verifies each one's checksum and structure, and cross-checks the
 //! allocator — every referenced copy must be allocated, no two copies may
 //! overlap, and the allocated total must equal what is referenced (no leaks).
+//! It counts blocks by their number of copies and those whose copies lie
+//! nearer each other than the allocator's minimum (`near_copies`: the
+//! placement invariant, which only a full vdev may excuse).
 //!
 //! Snapshots, clones and dead lists share blocks. Each dataset record's tree
 //! is walked only below pointers born after its previous snapshot (or
@@ -56,11 +59,23 @@ pub struct VerifyReport {
     pub brt_saved_bytes: u64,
     /// Block pointers visited beyond the first of their block (clones).
     pub extra_references: u64,
+    /// Blocks by their number of copies (index 1 to 3).
+    pub blocks_by_copies: [u64; 4],
+    /// Blocks whose copies share a vdev nearer than the allocator's minimum
+    /// distance (`Allocator::check_copies_apart`): placed so only when a
+    /// vdev had no room far enough apart. Not an error, but one damaged
+    /// region can take all their copies. The first few are described in
+    /// `near_copy_examples`.
+    pub near_copies: u64,
+    pub near_copy_examples: Vec<String>,
     pub errors: Vec<String>,
     /// How many of `errors` are unreadable data blocks (level 0 of plain
     /// data objects); the others are metadata or structure.
     pub data_errors: u64,
 }
+
+/// Near-copy blocks described in a report, at most.
+const NEAR_EXAMPLES_MAX: usize = 10;
 
 struct Walker<'a> {
     core: &'a PoolCore,
@@ -94,7 +109,20 @@ impl<'a> Walker<'a> {
             self.rep.referenced_bytes += d.asize;
             self.extents.push((d.vdev, d.offset, d.asize, what.to_string()));
         }
+        self.check_placement(bp, what);
         true
+    }
+
+    /// Counts the block's copies and checks they lie apart.
+    fn check_placement(&mut self, bp: &BlockPtr, what: &str) {
+        let copies: Vec<(u32, u64, u64)> = bp.dva.iter().filter(|d| !d.is_empty()).map(|d| (d.vdev, d.offset, d.asize)).collect();
+        self.rep.blocks_by_copies[copies.len().min(3)] += 1;
+        if let Err(e) = self.core.alloc.lock().check_copies_apart(&copies) {
+            self.rep.near_copies += 1;
+            if self.rep.near_copy_examples.len() < NEAR_EXAMPLES_MAX {
+                self.rep.near_copy_examples.push(format!("{}: {}", what, e));
+            }
+        }
     }
 
     /// Reads a block not seen before (None: seen, or unreadable).

@@ -114,7 +114,13 @@ pub fn first_difference(a: &[u8], b: &[u8]) -> String {
 /// A pool named "tank" on `n` in-memory devices of 128 MiB, with root
 /// dataset properties `props`.
 pub fn new_pool(n: usize, props: &[(&str, &str)]) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(n, 128 << 20, 1);
+    pool_with(n, 128 << 20, 1, props)
+}
+
+/// A pool named "tank" on `n` in-memory devices of `size` bytes (devices
+/// seeded from `seed`), with root dataset properties `props`.
+pub fn pool_with(n: usize, size: u64, seed: u64, props: &[(&str, &str)]) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(n, size, seed);
     let opts = tarn_engine::CreateOptions {
         tunables: small_tunables(),
         root_props: props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
@@ -183,10 +189,7 @@ pub fn mount(pool: &Pool) -> Arc<tarn_engine::posix::PosixFs> {
 
 /// A pool named "tank" on one in-memory device of `size` bytes.
 pub fn pool_of(size: u64, seed: u64) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(1, size, seed);
-    let opts = tarn_engine::CreateOptions { tunables: small_tunables(), ..Default::default() };
-    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
-    (devs, pool)
+    pool_with(1, size, seed, &[])
 }
 
 impl Mounted {

@@ -13,7 +13,7 @@
 //! * Each vdev ([`VdevSpace`]) offers `[start, start+size)` and is cut into
 //!   metaslabs of `2^metaslab_shift` bytes (the last may be shorter).
 //!   Metaslabs exist so that allocation decisions are local: each has its own
-//!   free [`RangeTree`], a weight, and two cursors.  Metaslab boundaries are
+//!   free [`RangeTree`], a weight, and two cursors per copy slot.  Metaslab boundaries are
 //!   purely an in-memory device — nothing on disk depends on them (records
 //!   and checkpoints hold absolute extents), so the shift may change between
 //!   imports.
@@ -66,9 +66,25 @@
 //!    [`AllocError::NoSpace`].  Since metaslabs are at least 64 MiB, any
 //!    request up to 64 MiB fits on an empty metaslab, i.e. a 16 MiB block
 //!    plus parity overhead up to 4× (raidz3 on 4 disks, the worst case).
-//! 6. **Exclusion is strict.**  Vdevs in `exclude` are never used; a caller
-//!    placing a second copy that wants "another vdev if possible" retries
-//!    with an empty `exclude` after `NoSpace`.
+//! 6. **Exclusion is strict.**  Vdevs in `exclude` are never used.
+//! 7. **Further copies apart** ([`Allocator::alloc_ditto`]).  The second and
+//!    third copy of a block (`copies`, and the extra copies of metadata) go
+//!    to a vdev that holds no copy of it when one has room, like OpenZFS's
+//!    ditto blocks.  Otherwise (one vdev, or the others full) they go on a
+//!    vdev that does, at least `ditto_distance` = 1/8 of the vdev from each
+//!    copy there (bytes between the extents; OpenZFS
+//!    `ditto_same_vdev_distance_shift`), failing that at least
+//!    `ditto_min_distance` = min(1/8 of the vdev, 16 MiB), and failing that
+//!    wherever they fit — reported, never silent (`Ditto::apart`).  So no
+//!    region of a few MiB holds two copies of one block, and the damage that
+//!    destroys a copy (a bad stretch of disk, a stray write) spares the
+//!    others.  Copies sharing a vdev each take a *copy slot* (0, 1, 2) with
+//!    its own active metaslab per class and its own cursors, so one txg's
+//!    second copies stream into a region of their own just as its first
+//!    copies do, and the scheduler still merges them into large writes.
+//!    Slot k's metaslab is chosen in the class's order, preferring
+//!    metaslabs no other slot is using; inside it, the copy takes the first
+//!    fit from the slot's cursor within the windows the distance leaves.
 //!
 //! ## Deferred frees and txgs
 //! A block freed in txg N stays *deferred* until `txg_synced(N + 2)`
@@ -117,6 +133,11 @@
 //! 5. No internal inconsistency has been detected (`fault` is empty); paths
 //!    that cannot return an error (`txg_synced`) record one there.
 //!
+//! And per block, checked by [`Allocator::check_copies_apart`] when a block
+//! is written (`PoolCore::write_block`) and by the pool checker for every
+//! block pointer: its copies are on different vdevs or at least
+//! `ditto_min_distance` apart, unless `alloc_ditto` reported otherwise.
+//!
 //! ## Complexity
 //! `alloc`, `free` and `is_allocated` are O(log n) in the number of free
 //! segments (the first-fit scan is capped at `FIRST_FIT_MAX_PROBES`), plus
@@ -158,6 +179,20 @@ pub const MAX_VDEVS: u32 = 1 << 16;
 
 const SMALL: usize = 0;
 const LARGE: usize = 1;
+
+/// Copy slots per vdev: a block has at most three copies, and the copies
+/// that share a vdev each stream from their own active metaslab and cursor
+/// (policy point 7). Slot 0 is a block's first copy on a vdev.
+const COPY_SLOTS: usize = 3;
+/// Copies of one block on one vdev are placed at least 1/2^3 of the vdev
+/// apart when there is room (OpenZFS `ditto_same_vdev_distance_shift`).
+pub const DITTO_DISTANCE_SHIFT: u32 = 3;
+/// The least distance the allocator accepts before giving up on distance:
+/// 1/8 of the vdev, but no more than this.
+pub const DITTO_MIN_DISTANCE_BYTES: u64 = 16 << 20;
+/// Metaslabs `VdevSpace::alloc_ditto` searches, at most, for one copy at
+/// one distance (each search is itself bounded by the range tree's probes).
+const DITTO_MAX_PROBES: usize = 64;
 
 /// OpenZFS `zfs_frag_table`: fragmentation % attributed to free space held
 /// in segments of 2^9 (512 B) … 2^24 (16 MiB) bytes; larger segments are 0.
@@ -299,6 +334,68 @@ impl AllocConfig {
     }
 }
 
+/// Where [`Allocator::alloc_ditto`] put a further copy of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ditto {
+    pub vdev: u32,
+    pub offset: u64,
+    /// Allocated length (the request rounded up to the sector size).
+    pub len: u64,
+    /// False only when the copy had to go nearer to another copy of the
+    /// block than [`VdevSpace::ditto_min_distance`] (no room far enough).
+    pub apart: bool,
+}
+
+/// Bytes between two extents (0 when they touch or overlap).
+fn extent_gap(a: (u64, u64), b: (u64, u64)) -> u64 {
+    let (first, second) = if a.0 <= b.0 { (a, b) } else { (b, a) };
+    second.0.saturating_sub(first.0.saturating_add(first.1))
+}
+
+/// Where a fresh metaslab's cursors start, in eighths of it: slot 0's small
+/// class mid-metaslab (if both classes ever share a metaslab, e.g. on a
+/// vdev with one, the large run from the start gets half of it before
+/// meeting small blocks), the further copy slots a quarter and three
+/// eighths further on, so that streams sharing a metaslab begin apart.
+fn initial_cursors(start: u64, len: u64, mask: u64) -> [[u64; 2]; COPY_SLOTS] {
+    let at = |eighths: u64| start + ((len / 8 * eighths) & !mask);
+    let mut c = [[0; 2]; COPY_SLOTS];
+    c[0][SMALL] = at(4);
+    c[0][LARGE] = start;
+    c[1][SMALL] = at(6);
+    c[1][LARGE] = at(2);
+    c[2][SMALL] = at(7);
+    c[2][LARGE] = at(3);
+    c
+}
+
+/// Zones a further copy of `len` bytes must keep out of: `[off - gap,
+/// off + len + gap)` around each copy `(off, len)`, ordered by start.
+fn keep_out(copies: &[(u64, u64)], gap: u64) -> Vec<(u64, u64)> {
+    let mut z: Vec<(u64, u64)> = copies.iter().map(|&(o, l)| (o.saturating_sub(gap), o.saturating_add(l).saturating_add(gap))).collect();
+    z.sort_unstable();
+    z
+}
+
+/// `[start, end)` less the (ordered) zones: the windows a copy may lie in.
+fn windows(start: u64, end: u64, zones: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::with_capacity(zones.len() + 1);
+    let mut at = start;
+    for &(lo, hi) in zones {
+        if lo > at {
+            out.push((at, lo.min(end)));
+        }
+        at = at.max(hi);
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        out.push((at, end));
+    }
+    out
+}
+
 /// Space totals for one vdev or the whole pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SpaceSummary {
@@ -356,8 +453,10 @@ struct Metaslab {
     free: RangeTree,
     /// Cached (largest free segment, free bytes).
     weight: (u64, u64),
-    /// Where the next allocation of each class starts looking.
-    cursor: [u64; 2],
+    /// Where the next allocation of each class starts looking, for each
+    /// copy slot (slot 0: a block's first copy on this vdev; slots 1 and 2:
+    /// its further copies there, see `VdevSpace::alloc_ditto`).
+    cursor: [[u64; 2]; COPY_SLOTS],
 }
 
 impl Metaslab {
@@ -411,8 +510,8 @@ pub struct VdevSpace {
     cfg: AllocConfig,
     metaslabs: Vec<Metaslab>,
     by_weight: BTreeSet<WeightKey>,
-    /// Active metaslab of each class (`SMALL`, `LARGE`).
-    active: [Option<usize>; 2],
+    /// Active metaslab of each copy slot and class (`SMALL`, `LARGE`).
+    active: [[Option<usize>; 2]; COPY_SLOTS],
     free_bytes: u64,
     allocated: u64,
     /// txg freed in → ranges; released by `release_through`.
@@ -439,7 +538,7 @@ impl VdevSpace {
             cfg,
             metaslabs: Vec::with_capacity(count as usize),
             by_weight: BTreeSet::new(),
-            active: [None, None],
+            active: [[None; 2]; COPY_SLOTS],
             free_bytes: 0,
             allocated: size,
             deferred: BTreeMap::new(),
@@ -449,16 +548,12 @@ impl VdevSpace {
         for i in 0..count {
             let ms_start = start + i * ms_size;
             let len = (start + size - ms_start).min(ms_size);
-            // The small class starts mid-metaslab: if both classes ever share
-            // a metaslab (e.g. a vdev with one metaslab), the large run from
-            // the start gets half of it before meeting small blocks.
-            let mid = ms_start + ((len / 2) & !mask);
             vs.metaslabs.push(Metaslab {
                 start: ms_start,
                 size: len,
                 free: RangeTree::new(),
                 weight: (0, 0),
-                cursor: [mid, ms_start],
+                cursor: initial_cursors(ms_start, len, mask),
             });
             vs.by_weight.insert(weight_key((0, 0), i as usize));
         }
@@ -584,12 +679,8 @@ impl VdevSpace {
         let Some(len) = size.checked_add(mask).map(|v| v & !mask) else {
             return Ok(None);
         };
-        let class = if len < self.cfg.small_block_bytes {
-            SMALL
-        } else {
-            LARGE
-        };
-        if let Some(idx) = self.active[class] {
+        let class = self.class_of(len);
+        if let Some(idx) = self.active[0][class] {
             if let Some(off) = self.alloc_in(idx, class, len)? {
                 return Ok(Some((off, len)));
             }
@@ -597,7 +688,7 @@ impl VdevSpace {
         let Some(idx) = self.select(class, len) else {
             return Ok(None);
         };
-        self.active[class] = Some(idx);
+        self.active[0][class] = Some(idx);
         Ok(self.alloc_in(idx, class, len)?.map(|off| (off, len)))
     }
 
@@ -608,18 +699,118 @@ impl VdevSpace {
         if ms.weight.0 < len {
             return Ok(None);
         }
-        let Some(off) = ms.free.first_fit_from(ms.cursor[class], len, sector) else {
+        let Some(off) = ms.free.first_fit_from(ms.cursor[0][class], len, sector) else {
             return Ok(None);
         };
+        self.take_at(idx, class, 0, off, len)?;
+        Ok(Some(off))
+    }
+
+    /// How far apart (bytes between their extents) the copies of one block
+    /// on this vdev are placed when there is room: 1/8 of the vdev.
+    pub fn ditto_distance(&self) -> u64 {
+        self.size >> DITTO_DISTANCE_SHIFT
+    }
+
+    /// The least distance between copies of one block on this vdev the
+    /// allocator accepts before placing a copy wherever it fits: 1/8 of
+    /// the vdev, at most [`DITTO_MIN_DISTANCE_BYTES`].
+    pub fn ditto_min_distance(&self) -> u64 {
+        self.ditto_distance().min(DITTO_MIN_DISTANCE_BYTES)
+    }
+
+    fn class_of(&self, len: u64) -> usize {
+        if len < self.cfg.small_block_bytes {
+            SMALL
+        } else {
+            LARGE
+        }
+    }
+
+    /// Allocates a further copy of a block whose copies on this vdev so far
+    /// are `others` (offset, len): `size` bytes (rounded up to the sector)
+    /// lying at least `gap` bytes from each of them (policy point 7). The
+    /// copy takes slot `others.len()`, whose own active metaslab and cursor
+    /// keep one txg's further copies streaming as its first copies do.
+    fn alloc_ditto(&mut self, size: u64, others: &[(u64, u64)], gap: u64) -> Result<Option<(u64, u64)>, AllocError> {
+        let slot = others.len();
+        assert!((1..COPY_SLOTS).contains(&slot), "vdev {}: a further copy with {} copies before it", self.id, slot);
+        let mask = self.sector() - 1;
+        let Some(len) = size.checked_add(mask).map(|v| v & !mask) else {
+            return Ok(None);
+        };
+        let class = self.class_of(len);
+        let zones = keep_out(others, gap);
+        if let Some(idx) = self.active[slot][class] {
+            let ms = &self.metaslabs[idx];
+            let w = windows(ms.start, ms.end(), &zones);
+            if let Some(off) = self.alloc_in_windows(idx, class, slot, len, &w)? {
+                return Ok(Some((off, len)));
+            }
+        }
+        let mut probes = 0;
+        for idx in self.ditto_candidates(class, slot, len) {
+            let ms = &self.metaslabs[idx];
+            let w = windows(ms.start, ms.end(), &zones);
+            if w.is_empty() {
+                continue;
+            }
+            probes += 1;
+            if probes > DITTO_MAX_PROBES {
+                break;
+            }
+            if let Some(off) = self.alloc_in_windows(idx, class, slot, len, &w)? {
+                self.active[slot][class] = Some(idx);
+                return Ok(Some((off, len)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Metaslabs that can hold `len` bytes, in the class's order of
+    /// preference (policy point 4); those active for another copy slot come
+    /// last, as their own streams run there.
+    fn ditto_candidates(&self, class: usize, slot: usize, len: u64) -> Vec<usize> {
+        let fitting: Vec<usize> = if class == LARGE {
+            self.by_weight.iter().rev().take_while(|k| k.0 >= len).map(key_index).collect()
+        } else {
+            self.by_weight.range((len, 0, 0)..).map(key_index).collect()
+        };
+        let busy = |i: usize| self.active.iter().enumerate().any(|(s, a)| s != slot && a.contains(&Some(i)));
+        let (idle, busy): (Vec<usize>, Vec<usize>) = fitting.into_iter().partition(|&i| !busy(i));
+        idle.into_iter().chain(busy).collect()
+    }
+
+    /// First fit of `len` bytes inside the windows of metaslab `idx`: from
+    /// the cursor of `slot` and `class` on, then from each window's start.
+    fn alloc_in_windows(&mut self, idx: usize, class: usize, slot: usize, len: u64, windows: &[(u64, u64)]) -> Result<Option<u64>, AllocError> {
+        let sector = self.sector();
+        let ms = &self.metaslabs[idx];
+        if ms.weight.0 < len {
+            return Ok(None);
+        }
+        let cursor = ms.cursor[slot][class];
+        let from_cursor = windows.iter().filter(|w| w.1 > cursor).map(|&(a, b)| (a.max(cursor), a, b));
+        let from_start = windows.iter().map(|&(a, b)| (a, a, b));
+        let found = from_cursor.chain(from_start).find_map(|(from, a, b)| ms.free.first_fit_between(from, a, b, len, sector));
+        let Some(off) = found else { return Ok(None) };
+        debug_assert!(windows.iter().any(|&(a, b)| a <= off && off + len <= b), "vdev {}: copy at {off:#x} outside its windows", self.id);
+        self.take_at(idx, class, slot, off, len)?;
+        Ok(Some(off))
+    }
+
+    /// Allocates `[off, off+len)`, which a first-fit search of metaslab
+    /// `idx` returned, and moves the cursor of `slot` and `class` past it.
+    fn take_at(&mut self, idx: usize, class: usize, slot: usize, off: u64, len: u64) -> Result<(), AllocError> {
         self.update_ms(idx, |t| t.remove(off, len)).map_err(|e| {
             AllocError::Internal(format!(
                 "vdev {}: first fit returned unusable range: {e}",
                 self.id
             ))
         })?;
-        self.metaslabs[idx].cursor[class] = off + len;
+        self.metaslabs[idx].cursor[slot][class] = off + len;
         self.allocated += len;
-        Ok(Some(off))
+        Ok(())
     }
 
     /// Pick a metaslab for `class` that can hold `len` (policy point 4).
@@ -638,7 +829,7 @@ impl VdevSpace {
                 .zip(lightest_fitting)
                 .for_each(|(c, k)| *c = Some(k));
         }
-        let other = self.active[1 - class];
+        let other = self.active[0][1 - class];
         let first = key_index(cands[0]?);
         if Some(first) != other {
             return Some(first);
@@ -807,6 +998,7 @@ impl VdevSpace {
         if self
             .active
             .iter()
+            .flatten()
             .flatten()
             .any(|&i| i >= self.metaslabs.len())
         {
@@ -1034,6 +1226,78 @@ impl Allocator {
             }
         }
         Err(AllocError::NoSpace)
+    }
+
+    /// Allocates a further copy (the second or third) of a block whose
+    /// copies so far are `placed` (vdev, offset, len), in txg `txg`
+    /// (policy point 7): on a vdev holding none of them if one has room (as
+    /// `alloc` does); else on one that does, at least `ditto_distance` from
+    /// each copy there, failing that at least `ditto_min_distance`, and
+    /// failing that wherever it fits (then `apart` is false).
+    pub fn alloc_ditto(&mut self, size: u64, txg: u64, placed: &[(u32, u64, u64)]) -> Result<Ditto, AllocError> {
+        assert!((1..COPY_SLOTS).contains(&placed.len()), "a further copy after {} copies", placed.len());
+        let mut used: Vec<u32> = placed.iter().map(|p| p.0).collect();
+        used.sort_unstable();
+        used.dedup();
+        match self.alloc(size, txg, &used) {
+            Ok((vdev, offset, len)) => return Ok(Ditto { vdev, offset, len, apart: true }),
+            Err(AllocError::NoSpace) => {}
+            Err(e) => return Err(e),
+        }
+        for far in [true, false] {
+            for &v in &used {
+                let vs = self.vdev_mut(v)?;
+                let gap = if far { vs.ditto_distance() } else { vs.ditto_min_distance() };
+                if !far && gap == vs.ditto_distance() {
+                    continue; // already tried
+                }
+                let others: Vec<(u64, u64)> = placed.iter().filter(|p| p.0 == v).map(|p| (p.1, p.2)).collect();
+                if let Some((offset, len)) = vs.alloc_ditto(size, &others, gap)? {
+                    return self.placed_ditto(v, offset, len, txg, true);
+                }
+            }
+        }
+        for &v in &used {
+            let others: Vec<(u64, u64)> = placed.iter().filter(|p| p.0 == v).map(|p| (p.1, p.2)).collect();
+            let vs = self.vdev_mut(v)?;
+            if let Some((offset, len)) = vs.alloc_ditto(size, &others, 0)? {
+                let min = vs.ditto_min_distance();
+                let apart = others.iter().all(|&o| extent_gap(o, (offset, len)) >= min);
+                return self.placed_ditto(v, offset, len, txg, apart);
+            }
+        }
+        Err(AllocError::NoSpace)
+    }
+
+    /// Bookkeeping of a further copy placed on a vdev that holds another.
+    fn placed_ditto(&mut self, vdev: u32, offset: u64, len: u64, txg: u64, apart: bool) -> Result<Ditto, AllocError> {
+        // It counts towards the vdev's turn if the rotor is there, and
+        // never moves the rotor elsewhere.
+        self.advance_rotor(vdev as usize, self.rotor, false, len);
+        self.hwm_txg = self.hwm_txg.max(txg);
+        self.record(txg, vdev, offset, len, true)?;
+        Ok(Ditto { vdev, offset, len, apart })
+    }
+
+    /// The invariant of ditto placement (policy point 7): the copies of one
+    /// block, `(vdev, offset, len)` each, are on different vdevs or at least
+    /// `ditto_min_distance` of their vdev apart (bytes between extents). It
+    /// holds for every block unless `alloc_ditto` returned `apart: false`
+    /// (a vdev too full or fragmented to keep the distance).
+    pub fn check_copies_apart(&self, copies: &[(u32, u64, u64)]) -> Result<(), String> {
+        for (i, a) in copies.iter().enumerate() {
+            for b in copies[i + 1..].iter().filter(|b| b.0 == a.0) {
+                let min = self.vdev(a.0).map_or(0, VdevSpace::ditto_min_distance);
+                let gap = extent_gap((a.1, a.2), (b.1, b.2));
+                if gap < min {
+                    return Err(format!(
+                        "copies at {}:{:#x} and {}:{:#x} are {} bytes apart, less than the {} required",
+                        a.0, a.1, b.0, b.1, gap, min
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Rotor bookkeeping after allocating `len` bytes on vdev index `idx`.
@@ -1732,6 +1996,96 @@ mod tests {
         assert_eq!(s.vdevs[0].1.allocated, s.vdevs[1].1.allocated);
     }
 
+    /// A block of `size` bytes with `n` copies, as the pool places them.
+    fn block(a: &mut Allocator, size: u64, txg: u64, n: usize) -> Vec<(u32, u64, u64)> {
+        let mut placed = vec![a.alloc(size, txg, &[]).unwrap()];
+        while placed.len() < n {
+            let d = a.alloc_ditto(size, txg, &placed).unwrap();
+            assert!(d.apart, "copy {} of a block at {:?} is not apart", placed.len(), placed);
+            placed.push((d.vdev, d.offset, d.len));
+        }
+        a.check_copies_apart(&placed).unwrap();
+        placed
+    }
+
+    /// How many times each copy's stream jumps (consecutive blocks' copies
+    /// not adjacent).
+    fn jumps(blocks: &[Vec<(u32, u64, u64)>], copy: usize) -> usize {
+        blocks.windows(2).filter(|w| w[0][copy].1 + w[0][copy].2 != w[1][copy].1).count()
+    }
+
+    #[test]
+    fn further_copies_on_one_vdev_stream_an_eighth_of_it_apart() {
+        let mut a = one_vdev(2 * GIB);
+        let blocks: Vec<Vec<(u32, u64, u64)>> = (0..2000).map(|i| block(&mut a, 4 * KIB + (i % 3) * KIB, 1, 3)).collect();
+        for b in &blocks {
+            for (i, x) in b.iter().enumerate() {
+                for y in &b[i + 1..] {
+                    assert!(extent_gap((x.1, x.2), (y.1, y.2)) >= 2 * GIB / 8, "{b:?}");
+                }
+            }
+        }
+        // Each copy slot streams: its blocks lie back to back.
+        for copy in 0..3 {
+            assert!(jumps(&blocks, copy) <= 2, "copy {copy} jumps {} times", jumps(&blocks, copy));
+        }
+        // Three streams coalesce into (about) three space-log records.
+        assert!(a.pending_record_counts(1).0 <= 6, "{:?}", a.pending_record_counts(1));
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn further_copies_fit_apart_on_the_smallest_vdev() {
+        // 60 MiB: one metaslab, so the copies share it and keep 7.5 MiB apart.
+        let mut a = one_vdev(60 * MIB);
+        assert_eq!(a.vdev(0).unwrap().metaslab_count(), 1);
+        let min = a.vdev(0).unwrap().ditto_min_distance();
+        assert_eq!(min, 60 * MIB / 8);
+        let blocks: Vec<Vec<(u32, u64, u64)>> = (0..500).map(|_| block(&mut a, 16 * KIB, 1, 3)).collect();
+        assert!(jumps(&blocks, 1) <= 2 && jumps(&blocks, 2) <= 2);
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn further_copies_go_to_other_vdevs_first() {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, GIB, 12).unwrap();
+        a.add_vdev(1, LABEL, GIB, 12).unwrap();
+        for _ in 0..300 {
+            let b = block(&mut a, 8 * KIB, 1, 3);
+            assert_ne!(b[0].0, b[1].0, "second copy on another vdev: {b:?}");
+            // The third has no vdev of its own: apart on one of the two.
+            let twin = b.iter().find(|c| c.0 == b[2].0 && c.1 != b[2].1).unwrap();
+            assert!(extent_gap((twin.1, twin.2), (b[2].1, b[2].2)) >= GIB / 8);
+        }
+        // A vdev that is full takes no copy; its copies go apart on the other.
+        let mut a = two_vdevs();
+        while a.alloc(MIB, 1, &[0]).is_ok() {}
+        let b = block(&mut a, 4 * KIB, 1, 2);
+        assert_eq!((b[0].0, b[1].0), (0, 0));
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_copy_that_cannot_keep_the_distance_is_reported() {
+        // 64 MiB: fill it, then free two sectors 8 KiB apart.
+        let mut a = one_vdev(64 * MIB);
+        let all = fill(&mut a, 4 * KIB);
+        a.txg_synced(1);
+        let (v, o, l) = all[all.len() / 2];
+        a.free(v, o, l, 2).unwrap();
+        a.free(v, o + 2 * l, l, 2).unwrap();
+        a.txg_synced(4);
+        let first = a.alloc(l, 5, &[]).unwrap();
+        let d = a.alloc_ditto(l, 5, &[first]).unwrap();
+        assert!(!d.apart, "{d:?} next to {first:?}");
+        let e = a.check_copies_apart(&[first, (d.vdev, d.offset, d.len)]).unwrap_err();
+        assert!(e.contains("apart"), "{e}");
+        // With no room at all: no space, nothing allocated.
+        assert_eq!(a.alloc_ditto(l, 5, &[first]), Err(AllocError::NoSpace));
+        a.check_invariants().unwrap();
+    }
+
     /// Random alloc/free traffic over `txgs` txgs; returns the record sets.
     fn churn(
         a: &mut Allocator,
@@ -1748,6 +2102,12 @@ mod tests {
                     let size = 1 + (r >> 8) % if r.is_multiple_of(5) { 2 * MIB } else { 96 * KIB };
                     if let Ok(x) = a.alloc(size, txg, &[]) {
                         live.push(x);
+                        // Some blocks get a further copy (metadata).
+                        if r.is_multiple_of(4) {
+                            if let Ok(d) = a.alloc_ditto(size, txg, &[x]) {
+                                live.push((d.vdev, d.offset, d.len));
+                            }
+                        }
                     }
                 } else {
                     let (v, o, l) = live.swap_remove((r >> 8) as usize % live.len());
@@ -2082,7 +2442,20 @@ mod tests {
             if let Ok(x) = res {
                 self.live.push(x);
                 self.live_bytes += x.2;
+                if (r >> 50).is_multiple_of(4) {
+                    self.ditto(x);
+                }
             }
+        }
+
+        /// A further copy of `x`: apart from it when the allocator says so.
+        fn ditto(&mut self, x: (u32, u64, u64)) {
+            let Ok(d) = self.a.alloc_ditto(x.2, self.txg, &[x]) else { return };
+            let y = (d.vdev, d.offset, d.len);
+            assert_eq!(d.apart, self.a.check_copies_apart(&[x, y]).is_ok(), "{x:?} {d:?}");
+            assert!(self.a.is_allocated(y.0, y.1, y.2));
+            self.live.push(y);
+            self.live_bytes += y.2;
         }
 
         fn free(&mut self, r: u64) {

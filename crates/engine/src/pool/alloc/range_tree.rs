@@ -322,6 +322,35 @@ impl RangeTree {
         self.fit_by_size(len, align)
     }
 
+    /// Offset for `len` bytes aligned to `align`, lying wholly inside the
+    /// window `[lo, hi)`: the first fitting position at or after `from`
+    /// (clamped into the window), without wrapping. Examines at most
+    /// [`FIRST_FIT_MAX_PROBES`] segments, so in a badly fragmented window it
+    /// may miss a fit (`None`); the ditto allocator then tries elsewhere.
+    pub fn first_fit_between(&self, from: u64, lo: u64, hi: u64, len: u64, align: u64) -> Option<u64> {
+        if len == 0 || !align.is_power_of_two() || lo >= hi {
+            return None;
+        }
+        let from = from.clamp(lo, hi);
+        let containing = self.segment_containing(from);
+        let after = self.by_start.range((Excluded(from), Unbounded)).map(|(s, l)| (*s, *l));
+        for (s, l) in containing.into_iter().chain(after).take(FIRST_FIT_MAX_PROBES) {
+            if s >= hi {
+                break;
+            }
+            // The segment clipped to the window.
+            let end = s.saturating_add(l).min(hi);
+            let start = s.max(lo);
+            if end <= start {
+                continue;
+            }
+            if let Some(off) = fit_in(start, end - start, from, len, align) {
+                return Some(off);
+            }
+        }
+        None
+    }
+
     /// Best-fit fallback: smallest segments of at least `len` first; a final
     /// lookup for `len + align - 1` is guaranteed to fit if anything does.
     fn fit_by_size(&self, len: u64, align: u64) -> Option<u64> {
@@ -520,6 +549,29 @@ mod tests {
         assert_eq!(t.first_fit_from(1, 8, 8), Some(32));
         assert_eq!(t.first_fit_from(0, 0, 1), None);
         assert_eq!(t.first_fit_from(0, 1, 3), None);
+    }
+
+    #[test]
+    fn first_fit_between_stays_inside_the_window() {
+        let mut t = RangeTree::new();
+        t.add(0, 8).unwrap();
+        t.add(16, 4).unwrap();
+        t.add(32, 16).unwrap();
+        // The window clips segments: [4, 8) of the first one.
+        assert_eq!(t.first_fit_between(0, 4, 100, 4, 1), Some(4));
+        assert_eq!(t.first_fit_between(0, 4, 100, 5, 1), Some(32));
+        // The end of the window clips too: [32, 40) holds 8, not 9.
+        assert_eq!(t.first_fit_between(0, 20, 40, 8, 1), Some(32));
+        assert_eq!(t.first_fit_between(0, 20, 40, 9, 1), None);
+        // From a position inside the window, no wrap to its start.
+        assert_eq!(t.first_fit_between(36, 0, 48, 8, 1), Some(36));
+        assert_eq!(t.first_fit_between(44, 0, 48, 8, 1), None);
+        // `from` below the window starts at the window.
+        assert_eq!(t.first_fit_between(0, 34, 48, 8, 8), Some(40));
+        // Empty windows and bad requests.
+        assert_eq!(t.first_fit_between(0, 10, 10, 1, 1), None);
+        assert_eq!(t.first_fit_between(0, 0, 48, 0, 1), None);
+        assert_eq!(t.first_fit_between(0, 0, 48, 1, 3), None);
     }
 
     #[test]
