@@ -19,7 +19,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use tarn_engine::arc::{host_memory, HostMemory};
-use tarn_engine::pool::metrics::{snapshot, PoolMetrics};
+use tarn_engine::pool::metrics::{arc_snapshot, snapshot, ArcMetrics, PoolMetrics};
 use tarn_engine::tunables::parse_size;
 use tarn_engine::{Error, Objset, Result, Tunables};
 use tarn_ondisk::ObjectType;
@@ -33,12 +33,15 @@ use crate::fmt;
 pub struct MetricsReply {
     pub pools: Vec<PoolMetrics>,
     pub host: HostMemory,
+    /// The daemon's ARC, which every pool caches in.
+    pub arc: ArcMetrics,
 }
 
-/// Snapshots of the named live pools (none named: every live pool).
+/// Snapshots of the named live pools (none named: every live pool), of the
+/// ARC and of the host's memory.
 pub fn metrics(st: &mut State, names: &[String], out: &mut Out) -> Result<()> {
     let pools = snapshots(st, names, out)?;
-    let reply = MetricsReply { pools, host: host_memory() };
+    let reply = MetricsReply { pools, host: host_memory(), arc: arc_snapshot(&tarn_engine::arc::shared()) };
     out.text = serde_json::to_string(&reply).map_err(|e| Error::invalid(e.to_string()))?;
     Ok(())
 }
@@ -90,7 +93,7 @@ pub fn tunable(st: &mut State, cmd: TunableCmd, out: &mut Out) -> Result<()> {
             let mut kept = crate::tunables_conf::load()?;
             crate::tunables_conf::upsert(&mut kept, k, v);
             crate::tunables_conf::save(&kept)?;
-            apply_live(st, k, v, out);
+            apply_live(st, k, v, &t, out);
             log(&format!("tunable {}={} (kept in '{}')", k, v, crate::tunables_conf::path().display()));
             st.tunables = t;
         }
@@ -102,7 +105,7 @@ pub fn tunable(st: &mut State, cmd: TunableCmd, out: &mut Out) -> Result<()> {
             let mut kept = crate::tunables_conf::load()?;
             kept.retain(|(n, _)| n != k);
             crate::tunables_conf::save(&kept)?;
-            apply_live(st, k, &v, out);
+            apply_live(st, k, &v, &t, out);
             log(&format!("tunable {} reset to {}", k, v));
             st.tunables = t;
         }
@@ -110,13 +113,16 @@ pub fn tunable(st: &mut State, cmd: TunableCmd, out: &mut Out) -> Result<()> {
     Ok(())
 }
 
-/// Sets a (validated) tunable on every live pool.
-fn apply_live(st: &State, k: &str, v: &str, out: &mut Out) {
+/// Sets a (validated) tunable on every live pool, and `t` (the daemon's
+/// tunables with it) on the ARC, which is the daemon's whether or not a
+/// pool is imported.
+fn apply_live(st: &State, k: &str, v: &str, t: &Tunables, out: &mut Out) {
     for (name, live) in &st.pools {
         if let Err(e) = live.pool.set_tunable(k, v) {
             out.warnings.push(format!("pool '{}': {} not changed: {}", name, k, e.msg));
         }
     }
+    tarn_engine::arc::shared().apply_tunables(t);
 }
 
 /// `pool write-test`: a known write load generated inside the daemon.
@@ -252,7 +258,7 @@ fn answer_http(d: &Daemon, mut c: TcpStream) -> std::io::Result<()> {
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => ("200 OK", crate::observe::prometheus(&d.snapshots())),
+        ("GET", "/metrics") => ("200 OK", crate::observe::prometheus(&d.snapshots(), &arc_snapshot(&tarn_engine::arc::shared()))),
         ("GET", _) => ("404 Not Found", "tarn serves /metrics only\n".to_string()),
         _ => ("405 Method Not Allowed", "GET /metrics\n".to_string()),
     };

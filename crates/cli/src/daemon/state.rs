@@ -153,6 +153,9 @@ impl Daemon {
         if test_memfs {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
+        // The ARC is the daemon's, one for all its pools (each pool applies
+        // the same tunables again when it opens).
+        tarn_engine::arc::shared().apply_tunables(&tunables);
         let served = Arc::new(Served::new(test_memfs));
         let mut st = State { tunables: tunables.clone(), base_tunables, pools: BTreeMap::new(), mounts: BTreeMap::new(), served };
         match Cache::load() {

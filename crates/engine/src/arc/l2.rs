@@ -51,7 +51,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, BP_SIZE};
 
-use super::{BlockCache, BlockKey, Held};
+use super::{BlockKey, Held, PoolCache};
 use crate::error::{Error, Result};
 use crate::io::block::BlockData;
 use crate::io::checksum;
@@ -486,7 +486,7 @@ impl L2Arc {
 
     /// One feed: picks blocks from the ARC's eviction end and writes them
     /// with a log block to the next device. Returns the bytes written.
-    pub fn feed(&self, arc: &BlockCache) -> u64 {
+    pub fn feed(&self, arc: &PoolCache) -> u64 {
         let p = *self.params.lock();
         let dev = {
             let devs = self.devs.read();
@@ -599,7 +599,7 @@ impl L2Arc {
 
     /// Starts the feed thread; it holds only weak references and ends when
     /// the pool is gone or shut down.
-    pub fn start_feeding(self: &Arc<Self>, arc: &Arc<BlockCache>) {
+    pub fn start_feeding(self: &Arc<Self>, arc: &Arc<PoolCache>) {
         if self.feeding.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -629,7 +629,7 @@ impl L2Arc {
     }
 }
 
-fn feed_loop(l2: Weak<L2Arc>, arc: Weak<BlockCache>, stop: Arc<AtomicBool>) {
+fn feed_loop(l2: Weak<L2Arc>, arc: Weak<PoolCache>, stop: Arc<AtomicBool>) {
     let mut wait = Duration::from_secs(1);
     loop {
         std::thread::sleep(wait);

@@ -91,7 +91,9 @@ use held::Decompressed;
 mod held;
 mod host;
 pub mod l2;
+mod shared;
 pub use held::Held;
+pub use shared::{shared, PoolCache, HOST_SAMPLE_PERIOD};
 pub use host::{default_arc_max, default_arc_min, host_memory, host_samples, HostMemory};
 pub use l2::{L2Arc, L2Params};
 
@@ -106,20 +108,25 @@ pub const DEFAULT_COPIES_PCT: u64 = 25;
 /// Fractions are fixed point with this many bits.
 const FRAC_ONE: u64 = 1 << 32;
 
+/// A cached block's name: the pool it belongs to (its number in the ARC,
+/// see `PoolCache`), its first copy's address and the txg that wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BlockKey {
+    pub pool: u32,
     pub vdev: u32,
     pub offset: u64,
     pub birth: u64,
 }
 
 impl BlockKey {
-    /// The key of the block `bp` names: its first copy's address and the
-    /// txg that wrote it there (the physical birth), so that a block-cloned
-    /// pointer, born again in a later txg, finds the same cached block as
-    /// its source.
+    /// The key of the block `bp` names within its pool (pool number 0):
+    /// its first copy's address and the txg that wrote it there (the
+    /// physical birth), so that a block-cloned pointer, born again in a
+    /// later txg, finds the same cached block as its source. For maps that
+    /// belong to one pool (the L2ARC's index, reads in flight); the ARC is
+    /// shared, and its keys come from `PoolCache::key`.
     pub fn of(bp: &BlockPtr) -> BlockKey {
-        BlockKey { vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.physical_birth() }
+        BlockKey { pool: 0, vdev: bp.dva[0].vdev, offset: bp.dva[0].offset, birth: bp.physical_birth() }
     }
 }
 
@@ -312,6 +319,13 @@ pub struct BlockCache {
     pub stats: ArcStats,
 }
 
+impl std::fmt::Debug for BlockCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let z = self.sizes();
+        f.debug_struct("BlockCache").field("size", &z.size).field("c", &z.c).field("c_min", &z.c_min).field("c_max", &z.c_max).finish()
+    }
+}
+
 impl BlockCache {
     /// A cache with target and maximum `max` bytes and minimum `min`.
     pub fn new(max: u64, min: u64) -> Self {
@@ -378,7 +392,7 @@ impl BlockCache {
     }
 
     fn shard_of(&self, k: &BlockKey) -> &Mutex<Shard> {
-        let h = (k.offset >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k.vdev as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        let h = (k.offset >> 9).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (k.vdev as u64 | (k.pool as u64) << 32).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
         &self.shards[(h >> 58) as usize % SHARDS]
     }
 
@@ -480,12 +494,12 @@ impl BlockCache {
     /// becomes the decompressed copy of compressed metadata; `prefetch`
     /// marks a block read ahead; `l2` says whether the L2ARC may take it
     /// (the dataset's `secondarycache`).
-    pub fn insert_block(&self, bp: &BlockPtr, held: Held, logical: Option<&Arc<BlockData>>, prefetch: bool, l2: bool) {
+    pub fn insert_block(&self, pool: u32, bp: &BlockPtr, held: Held, logical: Option<&Arc<BlockData>>, prefetch: bool, l2: bool) {
         let meta = bp.otype.is_metadata() || bp.level > 0;
         if prefetch {
             self.count(meta, true, false);
         }
-        self.insert_as(BlockKey::of(bp), held, bp.lsize as u64, meta, prefetch, Some(*bp), l2, logical)
+        self.insert_as(BlockKey { pool, ..BlockKey::of(bp) }, held, bp.lsize as u64, meta, prefetch, Some(*bp), l2, logical)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -532,11 +546,12 @@ impl BlockCache {
         self.evict_shard(self.shard_of(&k));
     }
 
-    /// Blocks at the eviction end of the live lists, up to `max_bytes`, in
-    /// the L2ARC's order: MFU metadata, MRU metadata, MFU data, MRU data
-    /// (each shard contributing its share). Only blocks with a pointer;
-    /// prefetched ones skipped if `noprefetch`.
-    pub fn eviction_candidates(&self, max_bytes: u64, noprefetch: bool) -> Vec<(BlockPtr, Held)> {
+    /// Blocks of `pool` at the eviction end of the live lists, up to
+    /// `max_bytes`, in the L2ARC's order: MFU metadata, MRU metadata, MFU
+    /// data, MRU data (each shard contributing its share). Only blocks with
+    /// a pointer; prefetched ones skipped if `noprefetch`. (A pool's cache
+    /// devices take only its own blocks, as OpenZFS's feed does.)
+    pub fn eviction_candidates(&self, pool: u32, max_bytes: u64, noprefetch: bool) -> Vec<(BlockPtr, Held)> {
         let per_shard = (max_bytes / SHARDS as u64).max(1);
         let mut out = Vec::new();
         for shard in &self.shards {
@@ -548,7 +563,7 @@ impl BlockCache {
                         break 'lists;
                     }
                     let Some(h) = s.map.get(k) else { continue };
-                    if (noprefetch && h.prefetch) || !h.l2 {
+                    if k.pool != pool || (noprefetch && h.prefetch) || !h.l2 {
                         continue;
                     }
                     if let (Some(bp), Some(d)) = (h.bp, h.data.as_ref()) {
@@ -571,6 +586,33 @@ impl BlockCache {
         let mut s = self.shard_of(k).lock();
         s.unlink(k);
         self.copies.remove(k);
+    }
+
+    /// Forgets every block of `pool`, live or ghost, and their decompressed
+    /// copies (the pool is being closed; its number is never used again).
+    /// Walks every shard: export is rare, and a pool's blocks are spread
+    /// over all of them. Returns the bytes of live blocks dropped.
+    pub fn drop_pool(&self, pool: u32) -> u64 {
+        let mut dropped = 0;
+        for shard in &self.shards {
+            let mut s = shard.lock();
+            let keys: Vec<BlockKey> = s.map.keys().filter(|k| k.pool == pool).copied().collect();
+            for k in keys {
+                if let Some(h) = s.unlink(&k) {
+                    if !h.state.is_ghost() {
+                        dropped += h.size;
+                    }
+                }
+                // Under the shard's lock, as eviction drops copies.
+                self.copies.remove(&k);
+            }
+        }
+        dropped
+    }
+
+    /// True when the ARC holds anything of `pool`, live or ghost (tests).
+    pub fn holds_pool(&self, pool: u32) -> bool {
+        self.shards.iter().any(|s| s.lock().map.keys().any(|k| k.pool == pool)) || self.copies.keys().iter().any(|k| k.pool == pool)
     }
 
     /// Bytes held: the blocks as held plus the decompressed copies.
@@ -802,7 +844,7 @@ mod tests {
     use super::*;
 
     fn key(i: u64) -> BlockKey {
-        BlockKey { vdev: 0, offset: i * 4096, birth: 1 }
+        BlockKey { pool: 1, vdev: 0, offset: i * 4096, birth: 1 }
     }
 
     fn blk() -> Arc<BlockData> {
@@ -956,7 +998,7 @@ mod tests {
         assert!(held.is_compressed());
         let psize = bp.psize as u64;
         assert!(psize < 131072 / 4, "the pattern compresses ({} bytes)", psize);
-        c.insert_block(&bp, held, Some(&logical), false, true);
+        c.insert_block(0, &bp, held, Some(&logical), false, true);
         let z = c.sizes();
         assert_eq!((z.data_size, z.compressed_size, z.uncompressed_size, z.overhead_size), (psize, psize, 131072, 0));
         assert_eq!(z.size, psize, "the ARC counts the compressed bytes it holds");
@@ -967,7 +1009,7 @@ mod tests {
         // Incompressible data is held as is and shared.
         let (bp2, logical2, held2) = written(2, tarn_ondisk::ObjectType::PlainData, 0, false);
         assert!(!held2.is_compressed());
-        c.insert_block(&bp2, held2, Some(&logical2), false, true);
+        c.insert_block(0, &bp2, held2, Some(&logical2), false, true);
         assert!(Arc::ptr_eq(&c.get(&BlockKey::of(&bp2), false).unwrap(), &logical2));
         assert_eq!(c.sizes().uncompressed_size, 2 * 131072);
         c.check_invariants().unwrap();
@@ -979,7 +1021,7 @@ mod tests {
         c.set_meta_decompressed_percent(1); // 655 KiB: five 128 KiB copies
         let blocks: Vec<_> = (0..8).map(|i| written(10 + i, tarn_ondisk::ObjectType::PlainData, 1, true)).collect();
         for (bp, logical, held) in &blocks {
-            c.insert_block(bp, held.clone(), Some(logical), false, true);
+            c.insert_block(0, bp, held.clone(), Some(logical), false, true);
         }
         let z = c.sizes();
         assert_eq!(z.overhead_size, 5 * 131072, "copies within 1% of c, the newest kept");
@@ -1006,7 +1048,7 @@ mod tests {
         c.set_meta_decompressed_percent(50);
         for i in 0..2000 {
             let (bp, logical, held) = written(100 + i, tarn_ondisk::ObjectType::DnodeArray, 0, true);
-            c.insert_block(&bp, held, Some(&logical), false, true);
+            c.insert_block(0, &bp, held, Some(&logical), false, true);
             if i % 50 == 0 {
                 c.check_invariants().unwrap();
             }
