@@ -3,11 +3,13 @@
 //! export and import, in the design of OpenZFS's l2arc (arc.c).
 //!
 //! ## Feeding
-//! A feed thread wakes every `l2arc_feed_secs` (every `l2arc_feed_min_ms`
-//! while the previous feed filled its quota) and scans the least recently
-//! used end of the ARC's lists — MFU metadata, MRU metadata, MFU data, MRU
-//! data — down to `l2arc_write_max × l2arc_headroom` bytes, for blocks not
-//! yet on a cache device. Prefetched blocks are skipped
+//! Cache devices belong to a pool, and the ARC is the process's: a pool's
+//! feed takes only that pool's blocks (as OpenZFS's feed skips buffers of
+//! other pools). A feed thread wakes every `l2arc_feed_secs` (every
+//! `l2arc_feed_min_ms` while the previous feed filled its quota) and scans
+//! the least recently used end of the ARC's lists — MFU metadata, MRU
+//! metadata, MFU data, MRU data — down to `l2arc_write_max ×
+//! l2arc_headroom` bytes, for blocks not yet on a cache device. Prefetched blocks are skipped
 //! (`l2arc_noprefetch`). Up to `l2arc_write_max` bytes per feed (twice that
 //! while the device has never wrapped: OpenZFS's boost) are written to one
 //! device, round-robin over devices, as one sequential write.
@@ -36,8 +38,10 @@
 //! verifies the block pointer's checksum, and a failure only drops the entry.
 //!
 //! ## Memory
-//! An index entry costs about 96 bytes (with the hash map's share). Feeding stops while the index would
-//! exceed `l2arc_meta_percent` of the ARC's target.
+//! An index entry costs about 96 bytes (with the hash map's share). Feeding
+//! stops while the pool's index would exceed `l2arc_meta_percent` of the
+//! ARC's target (each pool's index by itself: OpenZFS bounds all devices'
+//! headers together).
 //!
 //! Invariants (`check_invariants`): every index entry lies inside its
 //! device's ring; `size`, `logical` and `allocated` equal the sums of the

@@ -2,6 +2,10 @@
 //! lie on disk (compressed where they were written compressed), in the
 //! design of OpenZFS 2.2+ (arc.c).
 //!
+//! There is one ARC per process (`shared.rs`), as OpenZFS has one per host:
+//! every pool the process opens caches in it, through a `PoolCache` that
+//! numbers the pool in the ARC's keys and drops its blocks when it closes.
+//!
 //! A block is found by (pool, vdev, offset, birth txg) of its first copy: a
 //! block's address and birth name its content for as long as it is
 //! allocated, because blocks are never overwritten in place.
@@ -38,12 +42,14 @@
 //! live states; the classic ARC bound, live + ghost ≤ 2c, follows).
 //!
 //! ## Sizing and the host
-//! `c` starts at `zfs_arc_max`. A sampler (`adapt_to_host`, called by the
-//! pool's housekeeping) reads the host's memory pressure — MemAvailable, the
-//! cgroup's memory.max/memory.current and PSI `some avg10` — and when
-//! memory is short it lowers `c` by the shortfall (never below
-//! `zfs_arc_min`) and evicts at once; when the host has room again `c`
-//! grows back by at most 1/32 of the maximum per sample. Prefetched blocks
+//! `c` starts at `zfs_arc_max`. The process ARC's one sampler thread
+//! (`adapt_to_host`, `host.rs`, once a second) reads the host's memory —
+//! MemAvailable, the memory cgroup's limit and usage with its clean page
+//! cache counted as room, PSI `some avg10` — and when memory is short
+//! takes the shortfall from what the ARC holds, once (never below
+//! `zfs_arc_min`), evicts at once and returns the memory to the host; with
+//! room above a band over the reserve it grows `c` back by at most 1/32 of
+//! the maximum per sample (see `host.rs` for the curve). Prefetched blocks
 //! enter MRU marked as prefetch; their first demand hit counts as a
 //! prefetch hit and does not promote them.
 //!
@@ -316,6 +322,8 @@ pub struct BlockCache {
     /// in percent (`tarn_arc_meta_decompressed_percent`).
     copies: Decompressed,
     copies_pct: AtomicU64,
+    /// What the host sampler remembers between samples (`host.rs`).
+    sizing: Mutex<host::Sizing>,
     pub stats: ArcStats,
 }
 
@@ -345,6 +353,7 @@ impl BlockCache {
             adapt_lock: Mutex::new(()),
             copies: Decompressed::default(),
             copies_pct: AtomicU64::new(DEFAULT_COPIES_PCT),
+            sizing: Mutex::new(host::Sizing::default()),
             stats: ArcStats::default(),
         }
     }
@@ -692,58 +701,6 @@ impl BlockCache {
         adjust(&self.pd_frac, ghost_total, mrud, mfud);
     }
 
-    /// Lowers the target by `bytes` (host memory pressure), not below the
-    /// minimum, and evicts to it.
-    pub fn shrink(&self, bytes: u64) {
-        let min = self.c_min.load(Ordering::Relaxed);
-        let c = self.c.load(Ordering::Relaxed);
-        self.c.store(c.saturating_sub(bytes).max(min), Ordering::Relaxed);
-        self.stats.memory_throttle_count.fetch_add(1, Ordering::Relaxed);
-        self.evict_all_shards();
-    }
-
-    /// Raises the target by up to `bytes`, not above the maximum.
-    pub fn grow(&self, bytes: u64) {
-        let max = self.c_max.load(Ordering::Relaxed);
-        let c = self.c.load(Ordering::Relaxed);
-        self.c.store(c.saturating_add(bytes).min(max), Ordering::Relaxed);
-    }
-
-    /// One sample of the host's memory: shrink when it is short, grow back
-    /// slowly when it has room. Returns the new target.
-    pub fn adapt_to_host(&self, host: &HostMemory) -> u64 {
-        let max = self.c_max.load(Ordering::Relaxed);
-        let want_free = host.reserve();
-        if host.available < want_free || host.psi_some_avg10 > 10.0 {
-            let short = want_free.saturating_sub(host.available).max(max / 32);
-            self.shrink(short);
-            // Free write buffers kept for reuse are a cache too: give them
-            // back first (they are faulted in again when writing resumes).
-            crate::sys::buf::trim_recycled(0);
-            // Evicted blocks went back to the allocator, which keeps freed
-            // heap pages unless asked: hand them to the host.
-            #[cfg(target_env = "gnu")]
-            // SAFETY: malloc_trim only releases free heap memory.
-            unsafe {
-                libc::malloc_trim(0);
-            }
-        } else if host.available > want_free * 2 {
-            self.grow(max / 32);
-        }
-        self.c.load(Ordering::Relaxed)
-    }
-
-    /// Starts a thread that samples the host every `period` and adapts the
-    /// target; it ends when the cache is dropped.
-    pub fn start_host_sampler(self: &Arc<Self>, period: std::time::Duration) {
-        let weak = Arc::downgrade(self);
-        let _ = std::thread::Builder::new().name("tarn-arc-host".into()).spawn(move || loop {
-            std::thread::sleep(period);
-            let Some(cache) = weak.upgrade() else { return };
-            cache.adapt_to_host(&host_memory());
-        });
-    }
-
     pub fn sizes(&self) -> ArcSizes {
         let mut z = ArcSizes {
             c: self.c.load(Ordering::Relaxed),
@@ -950,25 +907,6 @@ mod tests {
         c.check_invariants().unwrap();
     }
 
-    #[test]
-    fn host_pressure_shrinks_and_room_grows() {
-        let c = BlockCache::new(64 << 20, 1 << 20);
-        for i in 0..10_000u64 {
-            c.insert(key(i), blk(), false);
-        }
-        let tight = HostMemory { total: 8 << 30, available: (1 << 30) - (16 << 20), psi_some_avg10: 0.0 };
-        let after = c.adapt_to_host(&tight);
-        assert!(after < 64 << 20, "target {} did not shrink", after);
-        assert!(c.size_bytes() <= after);
-        assert_eq!(c.stats.memory_throttle_count.load(Ordering::Relaxed), 1);
-        let stalled = HostMemory { total: 8 << 30, available: 6 << 30, psi_some_avg10: 40.0 };
-        assert!(c.adapt_to_host(&stalled) < after, "memory stalls shrink too");
-        let roomy = HostMemory { total: 8 << 30, available: 6 << 30, psi_some_avg10: 0.0 };
-        let before = c.sizes().c;
-        assert_eq!(c.adapt_to_host(&roomy), before + (64 << 20) / 32);
-        c.check_invariants().unwrap();
-    }
-
     /// A block prepared for writing as the pool would (lz4, 4 KiB sectors):
     /// its pointer (with a made-up address) and physical bytes.
     fn written(i: u64, otype: tarn_ondisk::ObjectType, level: u8, compressible: bool) -> (BlockPtr, Arc<BlockData>, Held) {
@@ -1056,23 +994,6 @@ mod tests {
         }
         assert!(c.stats.evicted_bytes.load(Ordering::Relaxed) > 0, "{:?}", c.sizes());
         assert!(c.sizes().overhead_size > 0);
-        c.check_invariants().unwrap();
-    }
-
-    #[test]
-    fn shrink_and_limits() {
-        let c = BlockCache::new(1 << 30, 1 << 20);
-        for i in 0..2000u64 {
-            c.insert(key(i), blk(), false);
-        }
-        assert_eq!(c.size_bytes(), 2000 * 4096);
-        c.set_limits(4 << 20, 1 << 20);
-        assert!(c.size_bytes() <= 4 << 20);
-        c.shrink(1 << 30);
-        assert_eq!(c.sizes().c, 1 << 20, "never below the minimum");
-        assert!(c.size_bytes() <= 1 << 20);
-        c.grow(1 << 30);
-        assert_eq!(c.sizes().c, 4 << 20, "never above the maximum");
         c.check_invariants().unwrap();
     }
 }

@@ -7,6 +7,7 @@ pub mod buf;
 pub mod device;
 pub mod fault;
 pub mod file;
+pub mod memory;
 pub mod throttled;
 
 pub use buf::AlignedBuf;
