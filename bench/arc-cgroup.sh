@@ -4,7 +4,7 @@
 # Starts a private daemon inside a new memory cgroup (limit 1G: its
 # zfs_arc_max defaults to a quarter, 256M), creates pool 'tank' on an image
 # under $D with its root mounted, writes a file larger than the limit
-# (random bytes, from outside the cgroup), then reads random 128 KiB blocks
+# (random bytes, from outside the cgroup), then reads random 1 MiB pieces
 # of it from a reader *inside* the cgroup (its page cache is charged there,
 # as in a container holding the daemon and its users) while the limit
 # changes: 1G for 20 s, 600M for 40 s, 1G for 40 s (PHASES). Every second it
@@ -20,7 +20,7 @@
 # Usage: bench/arc-cgroup.sh
 # Environment: TARN (default target/release/tarn), ARC_CG_DIR (default
 # /var/tmp/tarn-arc-cgroup), PHASES ("1G:20 600M:40 1G:40"), FILE_MB
-# (1536), READS_PER_S (400), TUNABLES (extra daemon tunables, e.g.
+# (1536), READS_PER_S (100) of READ_KB (1024) each, TUNABLES (extra daemon tunables, e.g.
 # "zfs_arc_max=700M"), PORT (19187).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,8 @@ T=$(realpath "${TARN:-target/release/tarn}")
 D=${ARC_CG_DIR:-/var/tmp/tarn-arc-cgroup}
 PHASES=${PHASES:-"1G:20 600M:40 1G:40"}
 FILE_MB=${FILE_MB:-1536}
-RATE=${READS_PER_S:-400}
+RATE=${READS_PER_S:-100}
+READ_KB=${READ_KB:-1024}
 PORT=${PORT:-19187}
 export TARN_CACHE=$D/tarn.cache TARN_SOCKET=$D/tarn.sock
 name=tarn-arc-cgroup-$$
@@ -75,28 +76,32 @@ grep -qx "$pid" "$CG/cgroup.procs" || { echo "the daemon ($pid) is not in $CG" >
 dd if=/dev/urandom of="$D/mnt/f" bs=1M count="$FILE_MB" status=none
 "$T" pool sync tank >/dev/null
 
-# The reader, inside the cgroup: random 128 KiB reads at RATE a second.
+# The reader, inside the cgroup: random reads of READ_KB at RATE a second.
 bash -c "echo \$\$ > '$CG/cgroup.procs' && exec python3 -c '
 import os, random, sys, time
-fd = os.open(sys.argv[1], os.O_RDONLY); n = os.fstat(fd).st_size // 131072; rate = int(sys.argv[2])
+fd = os.open(sys.argv[1], os.O_RDONLY); bs = int(sys.argv[3]) * 1024; n = os.fstat(fd).st_size // bs; rate = int(sys.argv[2])
 t0 = time.time(); i = 0
 while True:
-    os.pread(fd, 131072, random.randrange(n) * 131072); i += 1
+    os.pread(fd, bs, random.randrange(n) * bs); i += 1
     ahead = i / rate - (time.time() - t0)
     if ahead > 0: time.sleep(ahead)
-' '$D/mnt/f' $RATE" &
+' '$D/mnt/f' $RATE $READ_KB" &
 reader=$!
 
 metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%d", s }'; }
 stat() { awk -v k="$1" '$1 == k { print $2 }' "$CG/memory.stat"; }
 mib() { echo $(( $1 >> 20 )); }
-echo "arc-cgroup: cgroup v$V ($CG), daemon $pid, file $FILE_MB MiB read at $RATE x 128 KiB/s from inside the cgroup; tunables: ${TUNABLES:-defaults}"
+echo "arc-cgroup: cgroup v$V ($CG), daemon $pid, file $FILE_MB MiB read at $RATE x $READ_KB KiB/s from inside the cgroup; tunables: ${TUNABLES:-defaults}"
 printf '%4s %6s %6s %6s %6s %6s %6s %6s %4s\n' t limit usage anon cache rss c size thr
 s=0
 for phase in $PHASES; do
-  lim=${phase%%:*} secs=${phase##*:}
-  if ! echo "$lim" > "$CG/$LIMIT" 2>"$D/limit.err"; then echo "(setting $LIMIT to $lim failed: $(cat "$D/limit.err"))"; fi
+  lim=${phase%%:*} secs=${phase##*:} set=""
   for ((k = 0; k < secs; k++)); do
+    # A limit below what the cgroup cannot reclaim is refused (v1: EBUSY):
+    # tried again every second until it holds.
+    if [ -z "$set" ]; then
+      if echo "$lim" > "$CG/$LIMIT" 2>"$D/limit.err"; then set=1; else echo "(setting $LIMIT to $lim failed: $(tr -d '\n' < "$D/limit.err"); again in 1 s)"; fi
+    fi
     rss=$(awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$pid/status" 2>/dev/null || echo 0)
     printf '%4d %6s %6s %6s %6s %6s %6s %6s %4s\n' "$s" "$(mib "$(cat "$CG/$LIMIT")")" "$(mib "$(cat "$CG/$USAGE")")" "$(mib "$(stat $ANON)")" "$(mib "$(stat $FILE)")" \
       "$(mib "$rss")" "$(mib "$(metric tarn_arc_target_bytes)")" "$(mib "$(metric tarn_arc_size_bytes)")" "$(metric tarn_arc_memory_throttle_total)"

@@ -359,12 +359,16 @@ impl BlockCache {
     }
 
     /// Sets `zfs_arc_max` / `zfs_arc_min` on the live cache; a lower maximum
-    /// evicts at once.
+    /// evicts at once. A target at its maximum follows a raised maximum
+    /// (the process ARC is made with the defaults, then the daemon's
+    /// tunables apply); one the host has lowered stays, to grow as the
+    /// host allows.
     pub fn set_limits(&self, max: u64, min: u64) {
         let min = min.min(max);
-        self.c_max.store(max, Ordering::Relaxed);
+        let old_max = self.c_max.swap(max, Ordering::Relaxed);
         self.c_min.store(min, Ordering::Relaxed);
-        let c = self.c.load(Ordering::Relaxed).clamp(min, max);
+        let c = self.c.load(Ordering::Relaxed);
+        let c = if c >= old_max { max } else { c.clamp(min, max) };
         self.c.store(c, Ordering::Relaxed);
         self.evict_all_shards();
     }
@@ -831,6 +835,24 @@ mod tests {
         let z = c.sizes();
         assert!(z.mru_ghost_size > 0, "evicted blocks leave ghosts");
         assert!(z.mru_ghost_size <= z.c / 2 + 4096 * SHARDS as u64);
+    }
+
+    /// Regression: the process ARC is made with the default maximum and
+    /// the daemon's `zfs_arc_max` applied after; the target stayed at the
+    /// default and had to grow to the configured maximum a step a second.
+    #[test]
+    fn a_target_at_its_maximum_follows_a_raised_maximum() {
+        let c = BlockCache::new(256 << 20, 32 << 20);
+        c.set_limits(768 << 20, 32 << 20);
+        assert_eq!(c.sizes().c, 768 << 20);
+        c.set_limits(64 << 20, 32 << 20);
+        assert_eq!(c.sizes().c, 64 << 20, "a lower maximum lowers the target");
+        c.set_limits(64 << 20, 8 << 20);
+        c.shrink(1 << 30);
+        let lowered = c.sizes().c;
+        assert!(lowered < 64 << 20);
+        c.set_limits(128 << 20, 8 << 20);
+        assert_eq!(c.sizes().c, lowered, "a target the host lowered stays where it is");
     }
 
     #[test]
