@@ -34,11 +34,12 @@
 //!             ▼  while inside the band
 //! ```
 //!
-//! A shrink takes the shortfall from what the ARC *holds* (lowering a
-//! target the ARC has not filled frees nothing), then gives the memory back
-//! for real: free write buffers kept for reuse, then the allocator's free
-//! pages (`sys::memory`: mi_collect for the `tarn` binary's mimalloc,
-//! malloc_trim under glibc). The host's figures lag that: until the
+//! A shrink first counts the free I/O buffers kept for reuse (`sys::buf`,
+//! a cache too), then takes the rest of the shortfall from what the ARC
+//! *holds* (lowering a target the ARC has not filled frees nothing), then
+//! gives the memory back for real: the kept buffers, then the allocator's
+//! free pages (`sys::memory`: mi_collect for the `tarn` binary's mimalloc,
+//! in every engine thread, malloc_trim under glibc). The host's figures lag that: until the
 //! allocator has returned the pages and the kernel uncharged them, usage
 //! does not drop. So the bytes a shrink freed count as available until the
 //! samples show them come back, for at most `SETTLE_SAMPLES` samples;
@@ -102,12 +103,12 @@ impl BlockCache {
     /// the band, grow into room (see the module comment). Returns the new
     /// target.
     pub fn adapt_to_host(&self, host: &HostMemory) -> u64 {
-        self.adapt_with(host, release_memory)
+        self.adapt_with(host, crate::sys::buf::recycled_bytes() as u64, release_memory)
     }
 
-    /// `adapt_to_host`, giving memory back with `release` (which returns
-    /// the bytes it released besides the ARC's).
-    fn adapt_with(&self, host: &HostMemory, release: impl FnOnce() -> u64) -> u64 {
+    /// `adapt_to_host`, where `kept` bytes of free buffers are kept for
+    /// reuse and `release` gives them and the allocator's free memory back.
+    fn adapt_with(&self, host: &HostMemory, kept: u64, release: impl FnOnce()) -> u64 {
         let mut st = self.sizing.lock();
         let (reserve, band) = (host.reserve(), host.band());
         // Relief since the last sample pays off what earlier shrinks freed.
@@ -124,9 +125,11 @@ impl BlockCache {
         let max = self.c_max.load(Ordering::Relaxed);
         let stalled = host.psi_some_avg10 > PSI_STALL_PCT && available < reserve + band;
         if available < reserve || stalled {
-            let short = reserve.saturating_sub(available).max(if stalled { max / 32 } else { 0 });
-            let freed = self.shrink(short);
-            st.pending_bytes = st.pending_bytes.saturating_add(freed + release());
+            // Free buffers kept for reuse are a cache too, and go first.
+            let short = reserve.saturating_sub(available).saturating_sub(kept).max(if stalled { max / 32 } else { 0 });
+            let freed = if short > 0 { self.shrink(short) } else { 0 };
+            release();
+            st.pending_bytes = st.pending_bytes.saturating_add(freed + kept);
             st.pending_samples = SETTLE_SAMPLES;
         } else if available > reserve + band && self.fills_target() {
             self.grow((available - reserve - band).min(max / 32));
@@ -144,8 +147,11 @@ impl BlockCache {
         let min = self.c_min.load(Ordering::Relaxed);
         let c = self.c.load(Ordering::Relaxed);
         let before = self.size_bytes();
-        self.c.store(c.min(before).saturating_sub(bytes).max(min).min(c), Ordering::Relaxed);
-        self.stats.memory_throttle_count.fetch_add(1, Ordering::Relaxed);
+        let target = c.min(before).saturating_sub(bytes).max(min).min(c);
+        self.c.store(target, Ordering::Relaxed);
+        if target < c {
+            self.stats.memory_throttle_count.fetch_add(1, Ordering::Relaxed);
+        }
         self.evict_all_shards();
         before.saturating_sub(self.size_bytes())
     }
@@ -176,15 +182,12 @@ impl BlockCache {
     }
 }
 
-/// Gives freed memory back to the host: write buffers kept for reuse (a
-/// cache too; they are faulted in again when writing resumes), then the
-/// allocator's free pages. Returns the buffer bytes released (what the
-/// allocator returns it does not say).
-fn release_memory() -> u64 {
-    let kept = crate::sys::buf::recycled_bytes();
+/// Gives freed memory back to the host: buffers kept for reuse (faulted in
+/// again when I/O resumes), then the allocator's free pages — this
+/// thread's now, the engine threads' as they pass `release_if_asked`.
+fn release_memory() {
     crate::sys::buf::trim_recycled(0);
     crate::sys::memory::release_free_memory();
-    kept.saturating_sub(crate::sys::buf::recycled_bytes()) as u64
 }
 
 fn read(path: &Path) -> Option<String> {
@@ -447,7 +450,7 @@ mod tests {
             self.seen.push_back(c.size_bytes());
             let arc = self.seen.pop_front().expect("the sample just pushed");
             let host = HostMemory { total: self.limit, available: self.limit.saturating_sub(self.other + arc), psi_some_avg10: 0.0 };
-            let target = c.adapt_with(&host, || 0);
+            let target = c.adapt_with(&host, 0, || {});
             fill(c);
             target
         }
@@ -518,17 +521,33 @@ mod tests {
         // from what the ARC holds.
         let host = HostMemory { total: 2 << 30, available: 300 * M, psi_some_avg10: 40.0 };
         let held = c.size_bytes();
-        assert_eq!(c.adapt_with(&host, || 0), held - 2 * M);
+        assert_eq!(c.adapt_with(&host, 0, || {}), held - 2 * M);
         // Stalls far from the limit are another cgroup's; the ARC is full,
         // so room grows it.
         let roomy = HostMemory { total: 8 << 30, available: 6 << 30, psi_some_avg10: 40.0 };
         let before = c.sizes().c;
-        assert_eq!(c.adapt_with(&roomy, || 0), before + 2 * M);
+        assert_eq!(c.adapt_with(&roomy, 0, || {}), before + 2 * M);
         // Emptied, the target stays where it is.
         c.drop_pool(1);
         let t = c.sizes().c;
-        assert_eq!(c.adapt_with(&roomy, || 0), t, "a target the ARC does not fill does not grow");
+        assert_eq!(c.adapt_with(&roomy, 0, || {}), t, "a target the ARC does not fill does not grow");
         c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn kept_buffers_go_before_the_arc_shrinks() {
+        let c = full_cache(256 * M, 32 * M);
+        let held = c.size_bytes();
+        // 60M short of the 256M reserve, 50M of free buffers kept for
+        // reuse: they go, and the ARC gives the other 10M.
+        let host = HostMemory { total: 1024 * M, available: 196 * M, psi_some_avg10: 0.0 };
+        let mut released = false;
+        assert_eq!(c.adapt_with(&host, 50 * M, || released = true), held - 10 * M);
+        assert!(released);
+        // Enough kept: the ARC keeps its target, and no throttle is counted.
+        let c = full_cache(256 * M, 32 * M);
+        assert_eq!(c.adapt_with(&host, 80 * M, || {}), 256 * M);
+        assert_eq!(c.stats.memory_throttle_count.load(Ordering::Relaxed), 0);
     }
 
     #[test]
