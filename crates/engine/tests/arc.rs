@@ -252,3 +252,32 @@ fn primarycache_decides_what_the_arc_keeps_of_metadata() {
         pool.core().cache.arc().check_invariants().unwrap();
     }
 }
+
+/// Regression (issue 11, "batched dataset commands grow with the pool"):
+/// dnode blocks written at sync did not enter the ARC, so each txg that
+/// changed a dnode read its block back from the device to patch it in —
+/// a batch of 500 dataset creates in a pool of 44,000 datasets made 650
+/// device reads, one for each MOS dnode block holding a touched bucket of
+/// the name index.
+#[test]
+fn a_dnode_block_is_patched_from_the_arc_not_the_device() {
+    let d = common::mem_devs(1, 256 << 20, 61);
+    let t = Tunables { zfs_arc_max: 64 << 20, zfs_arc_min: 16 << 20, zfs_prefetch_disable: 1, ..Default::default() };
+    let opts = CreateOptions { arc: common::own_arc(&t), tunables: t, ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let objs: Vec<u64> = (0..8).map(|_| os.create(&tx, ObjectType::PlainData).unwrap()).collect();
+    drop(tx);
+    pool.sync().unwrap();
+    let reads = || pool.core().vdevs[0].leaf.stats().read_ops.load(Ordering::Relaxed);
+    // Each txg changes one more object of the same dnode block.
+    for (i, &o) in objs.iter().enumerate() {
+        let before = reads();
+        let tx = os.begin().unwrap();
+        os.write(&tx, o, 0, &pattern(100, i as u64)).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        assert_eq!(reads() - before, 0, "txg {}: the sync read from the device", i);
+    }
+}
