@@ -57,7 +57,10 @@ cleanup() {
   [ -n "${reader:-}" ] && kill "$reader" 2>/dev/null || true
   "$T" daemon stop >/dev/null 2>&1 || true
   sleep 0.5
+  grep -q "oom_kill [1-9]" "$CG/memory.oom_control" 2>/dev/null && echo "(the cgroup's OOM killer ran: $(grep oom_kill "$CG/memory.oom_control"))" >&2
+  grep -q "^oom_kill [1-9]" "$CG/memory.events" 2>/dev/null && echo "(the cgroup's OOM killer ran: $(grep '^oom_kill' "$CG/memory.events"))" >&2
   rmdir "$CG" 2>/dev/null || echo "(cgroup $CG left behind: $(cat "$CG/cgroup.procs" 2>/dev/null | wc -l) processes in it)" >&2
+  cp "$D/tarn.log" "${TMPDIR:-/tmp}/arc-cgroup-tarn.log" 2>/dev/null || true
   rm -rf "$D"
 }
 trap cleanup EXIT

@@ -39,7 +39,9 @@
 //! *holds* (lowering a target the ARC has not filled frees nothing), then
 //! gives the memory back for real: the kept buffers, then the allocator's
 //! free pages (`sys::memory`: mi_collect for the `tarn` binary's mimalloc,
-//! in every engine thread, malloc_trim under glibc). The host's figures lag that: until the
+//! malloc_trim under glibc). The evicted blocks' own pages are given back
+//! as they are freed (`sys::buf::releasing`): an allocator returns only
+//! pages with nothing left on them, and eviction leaves survivors on most. The host's figures lag that: until the
 //! allocator has returned the pages and the kernel uncharged them, usage
 //! does not drop. So the bytes a shrink freed count as available until the
 //! samples show them come back, for at most `SETTLE_SAMPLES` samples;
@@ -127,7 +129,9 @@ impl BlockCache {
         if available < reserve || stalled {
             // Free buffers kept for reuse are a cache too, and go first.
             let short = reserve.saturating_sub(available).saturating_sub(kept).max(if stalled { max / 32 } else { 0 });
-            let freed = if short > 0 { self.shrink(short) } else { 0 };
+            // The blocks evicted are the memory the host is short of: their
+            // pages go back at once, not onto the free lists.
+            let freed = if short > 0 { crate::sys::buf::releasing(|| self.shrink(short)) } else { 0 };
             release();
             st.pending_bytes = st.pending_bytes.saturating_add(freed + kept);
             st.pending_samples = SETTLE_SAMPLES;
@@ -183,8 +187,7 @@ impl BlockCache {
 }
 
 /// Gives freed memory back to the host: buffers kept for reuse (faulted in
-/// again when I/O resumes), then the allocator's free pages — this
-/// thread's now, the engine threads' as they pass `release_if_asked`.
+/// again when I/O resumes), then the allocator's free pages.
 fn release_memory() {
     crate::sys::buf::trim_recycled(0);
     crate::sys::memory::release_free_memory();

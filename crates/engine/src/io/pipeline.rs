@@ -285,13 +285,9 @@ fn worker(sh: &Shared) {
                     return;
                 }
                 sh.cv.wait_for(&mut q, Duration::from_millis(100));
-                // Idle or not, at least every 100 ms: the block buffers
-                // this thread allocated may have been freed by others.
-                parking_lot::MutexGuard::unlocked(&mut q, crate::sys::memory::release_if_asked);
             }
         };
         let class = issue.class;
-        crate::sys::memory::release_if_asked();
         perform(sh, issue);
         sh.q.lock().complete(class);
         // A completion may let another class (or this one) issue.

@@ -103,8 +103,6 @@ impl PoolCore {
     /// `keep` (the dataset's `primarycache`), and may go on to the L2ARC
     /// only if `l2` (its `secondarycache`).
     pub fn read_block_cached(&self, bp: &BlockPtr, class: IoClass, what: &dyn Fn() -> String, keep: bool, l2: bool) -> Result<Arc<BlockData>> {
-        // Readers allocate what the ARC keeps of compressed blocks.
-        crate::sys::memory::release_if_asked();
         if let Some(d) = block::decode_inline(bp).map_err(|e| e.context(what()))? {
             return Ok(Arc::new(d));
         }
