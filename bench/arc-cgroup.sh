@@ -7,10 +7,10 @@
 # (random bytes, from outside the cgroup), then reads random 1 MiB pieces
 # of it from a reader *inside* the cgroup (its page cache is charged there,
 # as in a container holding the daemon and its users) while the limit
-# changes: 1G for 20 s, 600M for 40 s, 1G for 40 s (PHASES). Every second it
-# prints the cgroup's limit and usage (anon and page cache), the daemon's
-# RSS, and the ARC's target c, size and memory_throttle_count from the
-# daemon's Prometheus endpoint.
+# changes: 1G for 60 s, 600M for 60 s, 1G for 60 s (PHASES). Every second it
+# prints the cgroup's limit and usage (of which anon, page cache and kernel
+# memory), the daemon's RSS, and the ARC's target c, size and
+# memory_throttle_count from the daemon's Prometheus endpoint.
 #
 # Cgroup v2 when the memory controller is there (/sys/fs/cgroup/
 # cgroup.controllers; +memory is enabled in the root's subtree_control if
@@ -19,14 +19,14 @@
 #
 # Usage: bench/arc-cgroup.sh
 # Environment: TARN (default target/release/tarn), ARC_CG_DIR (default
-# /var/tmp/tarn-arc-cgroup), PHASES ("1G:20 600M:40 1G:40"), FILE_MB
+# /var/tmp/tarn-arc-cgroup), PHASES ("1G:60 600M:60 1G:60"), FILE_MB
 # (1536), READS_PER_S (100) of READ_KB (1024) each, TUNABLES (extra daemon tunables, e.g.
 # "zfs_arc_max=700M"), PORT (19187).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T=$(realpath "${TARN:-target/release/tarn}")
 D=${ARC_CG_DIR:-/var/tmp/tarn-arc-cgroup}
-PHASES=${PHASES:-"1G:20 600M:40 1G:40"}
+PHASES=${PHASES:-"1G:60 600M:60 1G:60"}
 FILE_MB=${FILE_MB:-1536}
 RATE=${READS_PER_S:-100}
 READ_KB=${READ_KB:-1024}
@@ -42,11 +42,13 @@ if grep -qw memory /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
   fi
   CG=/sys/fs/cgroup/$name
   LIMIT=memory.max USAGE=memory.current ANON=anon FILE=file
+  kmem() { stat kernel; }
 elif [ -d /sys/fs/cgroup/memory ]; then
   V=1
   own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)
   CG=/sys/fs/cgroup/memory${own%/}/$name
   LIMIT=memory.limit_in_bytes USAGE=memory.usage_in_bytes ANON=total_rss FILE=total_cache
+  kmem() { cat "$CG/memory.kmem.usage_in_bytes"; }
 else
   echo "no memory cgroup: /sys/fs/cgroup/cgroup.controllers lists no memory controller and /sys/fs/cgroup/memory does not exist" >&2
   exit 1
@@ -95,7 +97,7 @@ metric() { curl -s "http://127.0.0.1:$PORT/metrics" | awk -v m="$1" '$1 == m || 
 stat() { awk -v k="$1" '$1 == k { print $2 }' "$CG/memory.stat"; }
 mib() { echo $(( $1 >> 20 )); }
 echo "arc-cgroup: cgroup v$V ($CG), daemon $pid, file $FILE_MB MiB read at $RATE x $READ_KB KiB/s from inside the cgroup; tunables: ${TUNABLES:-defaults}"
-printf '%4s %6s %6s %6s %6s %6s %6s %6s %4s\n' t limit usage anon cache rss c size thr
+printf '%4s %6s %6s %6s %6s %6s %6s %6s %6s %4s\n' t limit usage anon cache kernel rss c size thr
 s=0
 for phase in $PHASES; do
   lim=${phase%%:*} secs=${phase##*:} set=""
@@ -106,7 +108,7 @@ for phase in $PHASES; do
       if echo "$lim" > "$CG/$LIMIT" 2>"$D/limit.err"; then set=1; else echo "(setting $LIMIT to $lim failed: $(tr -d '\n' < "$D/limit.err"); again in 1 s)"; fi
     fi
     rss=$(awk '/^VmRSS:/ { print $2 * 1024 }' "/proc/$pid/status" 2>/dev/null || echo 0)
-    printf '%4d %6s %6s %6s %6s %6s %6s %6s %4s\n' "$s" "$(mib "$(cat "$CG/$LIMIT")")" "$(mib "$(cat "$CG/$USAGE")")" "$(mib "$(stat $ANON)")" "$(mib "$(stat $FILE)")" \
+    printf '%4d %6s %6s %6s %6s %6s %6s %6s %6s %4s\n' "$s" "$(mib "$(cat "$CG/$LIMIT")")" "$(mib "$(cat "$CG/$USAGE")")" "$(mib "$(stat $ANON)")" "$(mib "$(stat $FILE)")" "$(mib "$(kmem)")" \
       "$(mib "$rss")" "$(mib "$(metric tarn_arc_target_bytes)")" "$(mib "$(metric tarn_arc_size_bytes)")" "$(metric tarn_arc_memory_throttle_total)"
     s=$((s + 1))
     sleep 1

@@ -8,9 +8,12 @@
 //! On the host, MemAvailable: free memory plus what the kernel can reclaim.
 //! Under a cgroup limit, the room left under it — and, as MemAvailable does,
 //! page cache the kernel would reclaim before failing an allocation counts
-//! as room: `limit − (usage − clean page cache)`, the clean page cache
-//! being memory.stat's `file` less `shmem`, dirty and writeback pages (v1:
-//! `total_cache` less the same). Counting the cgroup's usage whole (page
+//! as room: `limit − (usage − reclaimable)`, the reclaimable part being
+//! memory.stat's `file` less `shmem`, dirty and writeback pages, plus
+//! `slab_reclaimable` (v1: `total_cache` less the same; the usage summed
+//! from memory.stat and memory.kmem.usage_in_bytes, as v1's
+//! memory.usage_in_bytes is batched per CPU and lags). Counting the
+//! cgroup's usage whole (page
 //! cache included) made a cgroup that had read anything look full for
 //! good: its page cache grows to the limit and stays, so the ARC shrank to
 //! its floor and could never grow back. Every ancestor cgroup with a limit
@@ -232,23 +235,28 @@ impl Bound {
     }
 }
 
-/// A v2 cgroup directory's bound, if it has a limit.
+/// A v2 cgroup directory's bound, if it has a limit. Reclaimable: the
+/// clean page cache and reclaimable slab (dentries, inodes).
 fn bound_v2(dir: &Path) -> Option<Bound> {
     let limit = cgroup_number(&dir.join("memory.max"))?;
     let usage = cgroup_number(&dir.join("memory.current"))?;
     let stat = read(&dir.join("memory.stat")).unwrap_or_default();
     let f = |n: &str| stat_field(&stat, n).unwrap_or(0);
     let clean = f("file").saturating_sub(f("shmem") + f("file_dirty") + f("file_writeback"));
-    Some(Bound::new(limit, usage, clean))
+    Some(Bound::new(limit, usage, clean + f("slab_reclaimable")))
 }
 
 /// A v1 memory cgroup directory's bound (its hierarchical limit: the
-/// tightest of it and its ancestors), if it has a limit.
+/// tightest of it and its ancestors), if it has a limit. The usage is
+/// memory.stat's anon and page cache plus the kernel memory charged:
+/// memory.usage_in_bytes is batched per CPU (the kernel's documentation
+/// says so), and lagged the ARC's eviction by ~90 MiB for seconds.
 fn bound_v1(dir: &Path) -> Option<Bound> {
-    let stat = read(&dir.join("memory.stat")).unwrap_or_default();
+    let stat = read(&dir.join("memory.stat"))?;
     let limit = stat_field(&stat, "hierarchical_memory_limit").filter(|&v| v < 1 << 62).or_else(|| cgroup_number(&dir.join("memory.limit_in_bytes")))?;
-    let usage = cgroup_number(&dir.join("memory.usage_in_bytes"))?;
     let f = |n: &str| stat_field(&stat, n).unwrap_or(0);
+    let kernel = cgroup_number(&dir.join("memory.kmem.usage_in_bytes")).unwrap_or(0);
+    let usage = f("total_rss") + f("total_cache") + kernel;
     let clean = f("total_cache").saturating_sub(f("total_shmem") + f("total_dirty") + f("total_writeback"));
     Some(Bound::new(limit, usage, clean))
 }
@@ -384,10 +392,11 @@ mod tests {
         let own = parent.join("tarn.service");
         write(&root, &[("cgroup.controllers", "memory")]);
         write(&parent, &[("memory.max", "2147483648\n"), ("memory.current", "1000000000\n"), ("memory.stat", "anon 500000000\nfile 500000000\n")]);
-        let stat = format!("anon {}\nfile {}\nshmem {}\nfile_dirty {}\nfile_writeback {}\n", 300 * M, 280 * M, 10 * M, 20 * M, 0);
+        let stat = format!("anon {}\nfile {}\nshmem {}\nfile_dirty {}\nfile_writeback {}\nslab_reclaimable {}\n", 300 * M, 270 * M, 10 * M, 20 * M, 0, 10 * M);
         write(&own, &[("memory.max", &format!("{}\n", 600 * M)), ("memory.current", &format!("{}\n", 590 * M)), ("memory.stat", &stat), ("memory.pressure", "some avg10=3.50 avg60=0 avg300=0 total=1\n")]);
         let (bounds, pressure) = cgroup_bounds("0::/svc.slice/tarn.service\n", &root);
-        // Own: 590M used, of which 280 − 10 − 20 = 250M clean page cache.
+        // Own: 590M used, of which 270 − 10 − 20 = 240M clean page cache
+        // and 10M reclaimable slab.
         assert_eq!(bounds[0], Bound { limit: 600 * M, room: 600 * M - (590 * M - 250 * M) });
         assert_eq!(bounds[1], Bound { limit: 2 << 30, room: (2 << 30) - (1_000_000_000 - 500_000_000) });
         assert_eq!(bounds.len(), 2, "the mount's root has no limit");
@@ -407,8 +416,9 @@ mod tests {
         let root = std::env::temp_dir().join(format!("tarn-cgv1-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let dir = root.join("memory/jobs/tarn");
-        let stat = format!("cache 1\nhierarchical_memory_limit {}\ntotal_cache {}\ntotal_shmem 0\ntotal_dirty {}\ntotal_writeback 0\n", 600 * M, 300 * M, 4 * M);
-        write(&dir, &[("memory.limit_in_bytes", "9223372036854771712\n"), ("memory.usage_in_bytes", &format!("{}\n", 580 * M)), ("memory.stat", &stat)]);
+        let stat = format!("cache 1\nrss 1\nhierarchical_memory_limit {}\ntotal_cache {}\ntotal_rss {}\ntotal_shmem 0\ntotal_dirty {}\ntotal_writeback 0\n", 600 * M, 300 * M, 270 * M, 4 * M);
+        // usage_in_bytes lags (per-CPU batches): memory.stat and kmem count.
+        write(&dir, &[("memory.limit_in_bytes", "9223372036854771712\n"), ("memory.usage_in_bytes", &format!("{}\n", 599 * M)), ("memory.kmem.usage_in_bytes", &format!("{}\n", 10 * M)), ("memory.stat", &stat)]);
         let (bounds, pressure) = cgroup_bounds("12:memory:/jobs/tarn\n0::/\n", &root);
         assert_eq!(bounds, vec![Bound { limit: 600 * M, room: 600 * M - (580 * M - 296 * M) }], "the hierarchical limit, clean cache as room");
         assert!(pressure.is_none());
