@@ -32,16 +32,12 @@ fn arcstat(e: &Env) -> (f64, f64, f64) {
     (bytes("size"), bytes("c"), bytes("cmax"))
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+/// `len` random (incompressible) bytes.
+fn random(len: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut v = vec![0u8; len];
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut v)).unwrap();
+    v
 }
 
 #[test]
@@ -52,8 +48,9 @@ fn two_pools_stay_within_one_arc_max() {
     e.ok(&["tunable", "set", "zfs_arc_min=8M"]);
     e.ok(&["tunable", "set", "zfs_arc_max=32M"]);
     let mounts = [e.create("pa"), e.create("pb")];
-    for (i, m) in mounts.iter().enumerate() {
-        std::fs::write(format!("{}/f", m), pattern(FILE, i as u64 + 1)).unwrap();
+    let data = [random(FILE), random(FILE)];
+    for (m, d) in mounts.iter().zip(&data) {
+        std::fs::write(format!("{}/f", m), d).unwrap();
     }
     // A new daemon (the next command starts it): new mounts, so the reads
     // below reach the pools rather than the kernel's page cache.
@@ -61,9 +58,9 @@ fn two_pools_stay_within_one_arc_max() {
     let (_, _, cmax) = arcstat(&e);
     assert_eq!(cmax, MAX, "one zfs_arc_max for the daemon's two pools");
     for round in 0..2 {
-        for (i, m) in mounts.iter().enumerate() {
+        for (i, (m, d)) in mounts.iter().zip(&data).enumerate() {
             let got = std::fs::read(format!("{}/f", m)).unwrap();
-            assert!(got == pattern(FILE, i as u64 + 1), "{}/f read back wrong", m);
+            assert!(got == *d, "{}/f read back wrong", m);
             let (size, c, cmax) = arcstat(&e);
             assert_eq!(cmax, MAX);
             assert!(c <= cmax && size <= cmax, "round {}, after pool {}: size {} and c {} within zfs_arc_max {}", round, i, size, c, cmax);

@@ -304,10 +304,10 @@ pub fn releasing<R>(f: impl FnOnce() -> R) -> R {
 /// As `release`.
 unsafe fn release_to_host(ptr: NonNull<u8>, cap: usize) {
     const PAGE: usize = 4096;
-    if cap < MMAP_MIN_BYTES && cap >= RECYCLE_MIN_BYTES {
+    if (RECYCLE_MIN_BYTES..MMAP_MIN_BYTES).contains(&cap) {
         // Buffers this large are 4096-aligned (`layout`): whole pages from
         // the start, up to the last whole page inside the allocation.
-        debug_assert!(ptr.as_ptr() as usize % PAGE == 0, "a large buffer is page aligned");
+        debug_assert!((ptr.as_ptr() as usize).is_multiple_of(PAGE), "a large buffer is page aligned");
         // SAFETY: the range lies inside the allocation, which the caller
         // owns and no one reads again; dropping anonymous private pages is
         // always allowed (they become zero-fill-on-demand).
