@@ -276,7 +276,7 @@ struct Counters {
 }
 
 fn counters(pool: &Pool) -> Counters {
-    let a = &pool.core().cache.stats;
+    let a = &pool.core().cache.stats();
     let l2 = &pool.core().l2.stats;
     let arc = [&a.demand_data_hits, &a.demand_data_misses, &a.demand_metadata_hits, &a.demand_metadata_misses, &l2.hits, &l2.misses].map(|c| c.load(Ordering::Relaxed));
     let mut c = Counters { arc, synced_txg: pool.core().txg.synced_txg(), w_ops: 0, w_bytes: 0, r_ops: 0, r_bytes: 0, allocated: pool.status().allocated };

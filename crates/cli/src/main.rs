@@ -18,6 +18,15 @@ mod cache;
 /// workload (docs/benchmarks.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// How the engine gives freed memory back to the host when the ARC shrinks
+/// for it (`sys::memory`): mimalloc keeps freed pages for reuse until asked,
+/// and glibc's malloc_trim, the engine's default, does not reach them.
+fn release_free_memory() {
+    // SAFETY: mi_collect only returns free memory to the OS; forcing it
+    // also purges pages other threads freed into the arenas.
+    unsafe { libmimalloc_sys::mi_collect(true) };
+}
 mod client;
 mod daemon;
 mod fmt;
@@ -143,6 +152,7 @@ fn main() {
     // process quietly instead of failing a print.
     // SAFETY: setting a signal disposition to the default has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    tarn_engine::sys::memory::set_release_hook(release_free_memory);
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("tarn: {}", e);

@@ -4,16 +4,17 @@
 //! Prometheus text exposition format.
 //!
 //! Everything here is a pure function of one or two snapshots
-//! ([`PoolMetrics`], taken by the daemon): counters are totals since
-//! import, so a report over an interval is the difference of two snapshots
-//! divided by its length, and the first report of a series covers
-//! everything since import, as zpool iostat's does.
+//! ([`PoolMetrics`] per pool and one [`ArcMetrics`] for the process's ARC,
+//! taken by the daemon): counters are totals since import (the ARC's since
+//! the daemon started), so a report over an interval is the difference of
+//! two snapshots divided by its length, and the first report of a series
+//! covers everything since import, as zpool iostat's does.
 
 use std::fmt::Write;
 
 use tarn_engine::arc::HostMemory;
 use tarn_engine::io::stats::{ClassIoSnapshot, HistSnapshot, BUCKETS};
-use tarn_engine::pool::metrics::{PoolMetrics, VdevMetrics};
+use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics};
 
 use crate::fmt::{size, table};
 
@@ -327,8 +328,9 @@ pub const ARCSTAT_FIELDS: &[(&str, &str)] = &[
 /// arcstat's default fields (OpenZFS 2.1's).
 pub const ARCSTAT_DEFAULT: &str = "time,read,miss,miss%,dmis,dm%,pmis,pm%,mmis,mm%,size,c,avail";
 
-/// The ARC counters arcstat turns into rates, summed over pools (tarn
-/// keeps one ARC per pool; arcstat shows the host's total).
+/// The counters arcstat turns into rates: the ARC's (one for every pool of
+/// the daemon, as OpenZFS has one per host) and the cache devices', summed
+/// over the pools that own them.
 #[derive(Clone, Copy, Default)]
 struct ArcCounts {
     hits: u64,
@@ -351,27 +353,28 @@ struct ArcCounts {
 }
 
 impl ArcCounts {
-    fn of(ms: &[PoolMetrics]) -> ArcCounts {
-        let mut t = ArcCounts::default();
+    fn of(a: &ArcMetrics, ms: &[PoolMetrics]) -> ArcCounts {
+        let mut t = ArcCounts {
+            hits: a.hits,
+            miss: a.misses,
+            dhit: a.demand_data_hits + a.demand_metadata_hits,
+            dmis: a.demand_data_misses + a.demand_metadata_misses,
+            phit: a.prefetch_data_hits + a.prefetch_metadata_hits,
+            pmis: a.prefetch_data_misses + a.prefetch_metadata_misses,
+            mhit: a.demand_metadata_hits + a.prefetch_metadata_hits,
+            mmis: a.demand_metadata_misses + a.prefetch_metadata_misses,
+            mfu: a.mfu_hits,
+            mru: a.mru_hits,
+            mfug: a.mfu_ghost_hits,
+            mrug: a.mru_ghost_hits,
+            ..Default::default()
+        };
         for m in ms {
-            let a = &m.arc;
-            t.hits += a.hits;
-            t.miss += a.misses;
-            t.dhit += a.demand_data_hits + a.demand_metadata_hits;
-            t.dmis += a.demand_data_misses + a.demand_metadata_misses;
-            t.phit += a.prefetch_data_hits + a.prefetch_metadata_hits;
-            t.pmis += a.prefetch_data_misses + a.prefetch_metadata_misses;
-            t.mhit += a.demand_metadata_hits + a.prefetch_metadata_hits;
-            t.mmis += a.demand_metadata_misses + a.prefetch_metadata_misses;
-            t.mfu += a.mfu_hits;
-            t.mru += a.mru_hits;
-            t.mfug += a.mfu_ghost_hits;
-            t.mrug += a.mru_ghost_hits;
-            t.l2hit += a.l2.l2_hits;
-            t.l2mis += a.l2.l2_misses;
-            t.l2rbytes += a.l2.l2_read_bytes;
-            t.l2wbytes += a.l2.l2_write_bytes;
-            t.l2feeds += a.l2.l2_feeds;
+            t.l2hit += m.l2.l2_hits;
+            t.l2mis += m.l2.l2_misses;
+            t.l2rbytes += m.l2.l2_read_bytes;
+            t.l2wbytes += m.l2.l2_write_bytes;
+            t.l2feeds += m.l2.l2_feeds;
         }
         t
     }
@@ -423,12 +426,17 @@ pub fn arcstat_fields(spec: &str) -> Result<Vec<String>, String> {
     Ok(fields)
 }
 
+/// What arcstat reads: the ARC's snapshot and the pools' (for their cache
+/// devices).
+pub type ArcstatSample<'a> = (&'a ArcMetrics, &'a [PoolMetrics]);
+
 /// One arcstat row (values per second over `secs`; `prev` None: since import).
-pub fn arcstat_row(fields: &[String], cur: &[PoolMetrics], prev: Option<&[PoolMetrics]>, secs: f64, host: &HostMemory, time: &str) -> Vec<String> {
-    let d = ArcCounts::of(cur).since(prev.map(ArcCounts::of).unwrap_or_default());
+pub fn arcstat_row(fields: &[String], cur: ArcstatSample, prev: Option<ArcstatSample>, secs: f64, host: &HostMemory, time: &str) -> Vec<String> {
+    let d = ArcCounts::of(cur.0, cur.1).since(prev.map(|(a, ms)| ArcCounts::of(a, ms)).unwrap_or_default());
     let r = |v: u64| rate(v, secs).to_string();
     let rs = |v: u64| size(rate(v, secs));
-    let sizes = |f: fn(&PoolMetrics) -> u64| cur.iter().map(f).sum::<u64>();
+    let z = &cur.0.sizes;
+    let l2 = |f: fn(&PoolMetrics) -> u64| cur.1.iter().map(f).sum::<u64>();
     fields
         .iter()
         .map(|f| match f.as_str() {
@@ -454,27 +462,27 @@ pub fn arcstat_row(fields: &[String], cur: &[PoolMetrics], prev: Option<&[PoolMe
             "mru" => r(d.mru),
             "mfug" => r(d.mfug),
             "mrug" => r(d.mrug),
-            "size" => size(sizes(|m| m.arc.sizes.size)),
-            "c" => size(sizes(|m| m.arc.sizes.c)),
-            "cmax" => size(sizes(|m| m.arc.sizes.c_max)),
-            "data" => size(sizes(|m| m.arc.sizes.data_size)),
-            "meta" => size(sizes(|m| m.arc.sizes.metadata_size)),
-            "meta%" => cur.first().map(|m| format!("{:.0}", m.arc.sizes.meta_pct)).unwrap_or_else(|| "-".into()),
+            "size" => size(z.size),
+            "c" => size(z.c),
+            "cmax" => size(z.c_max),
+            "data" => size(z.data_size),
+            "meta" => size(z.metadata_size),
+            "meta%" => format!("{:.0}", z.meta_pct),
             "avail" => size(host.available),
-            "csize" => size(sizes(|m| m.arc.sizes.compressed_size)),
-            "usize" => size(sizes(|m| m.arc.sizes.uncompressed_size)),
-            "ovhd" => size(sizes(|m| m.arc.sizes.overhead_size)),
+            "csize" => size(z.compressed_size),
+            "usize" => size(z.uncompressed_size),
+            "ovhd" => size(z.overhead_size),
             "l2hits" => r(d.l2hit),
             "l2miss" => r(d.l2mis),
             "l2read" => r(d.l2hit + d.l2mis),
             "l2hit%" => pct(d.l2hit, d.l2hit + d.l2mis),
             "l2miss%" => pct(d.l2mis, d.l2hit + d.l2mis),
-            "l2size" => size(sizes(|m| m.arc.l2.l2_size)),
-            "l2asize" => size(sizes(|m| m.arc.l2.l2_asize)),
+            "l2size" => size(l2(|m| m.l2.l2_size)),
+            "l2asize" => size(l2(|m| m.l2.l2_asize)),
             "l2bytes" => rs(d.l2rbytes),
             "l2wbytes" => rs(d.l2wbytes),
             "l2feeds" => r(d.l2feeds),
-            "l2rebuilt" => sizes(|m| m.arc.l2.l2_rebuild_bufs).to_string(),
+            "l2rebuilt" => l2(|m| m.l2.l2_rebuild_bufs).to_string(),
             _ => "?".into(),
         })
         .collect()
@@ -507,8 +515,10 @@ pub fn txgs(m: &PoolMetrics) -> String {
 }
 
 /// `pool explain`: which mechanism limits the workload between two
-/// snapshots `secs` apart, with the numbers behind the verdict.
-pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, secs: f64) -> String {
+/// snapshots `secs` apart, with the numbers behind the verdict. `arc` is
+/// the ARC's snapshots at the same moments (current, previous): the ARC is
+/// the process's, so its misses may be another pool's.
+pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, arc: (&ArcMetrics, &ArcMetrics), secs: f64) -> String {
     let mut findings: Vec<(u32, String)> = Vec::new();
     let t = &cur.throttle;
     let dirty_pct = t.dirty_bytes as f64 * 100.0 / t.dirty_max.max(1) as f64;
@@ -548,12 +558,13 @@ pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, secs: f64) -> String {
             findings.push((70, format!("a busy device: {} spent {:.1} device-seconds per second in I/O calls (several in flight)", v.path, util)));
         }
     }
-    let mh = cur.arc.demand_metadata_hits.saturating_sub(prev.arc.demand_metadata_hits);
-    let mm = cur.arc.demand_metadata_misses.saturating_sub(prev.arc.demand_metadata_misses);
+    let (arc_cur, arc_prev) = arc;
+    let mh = arc_cur.demand_metadata_hits.saturating_sub(arc_prev.demand_metadata_hits);
+    let mm = arc_cur.demand_metadata_misses.saturating_sub(arc_prev.demand_metadata_misses);
     if mm > 0 && mm * 10 > mh + mm {
         findings.push((75, format!(
-            "metadata cache misses: {} of {} metadata reads missed the ARC ({:.0}%); metadata is {} of a {} ARC — raise zfs_arc_max if the metadata of the working set exceeds it",
-            mm, mh + mm, mm as f64 * 100.0 / (mh + mm) as f64, size(cur.arc.sizes.metadata_size), size(cur.arc.sizes.c)
+            "metadata cache misses: {} of {} metadata reads missed the ARC ({:.0}%, all pools); metadata is {} of a {} ARC — raise zfs_arc_max if the metadata of the working set exceeds it",
+            mm, mh + mm, mm as f64 * 100.0 / (mh + mm) as f64, size(arc_cur.sizes.metadata_size), size(arc_cur.sizes.c)
         )));
     }
     let new_txgs: Vec<_> = cur.txgs.iter().filter(|r| r.txg > prev.txgs.last().map(|r| r.txg).unwrap_or(0)).collect();
@@ -585,9 +596,12 @@ fn esc(s: &str) -> String {
 
 /// A Prometheus family read off the metrics: name, help, the value.
 type MetricColumn = (&'static str, &'static str, fn(&PoolMetrics) -> u64);
+/// The same, read off the ARC's metrics.
+type ArcColumn = (&'static str, &'static str, fn(&ArcMetrics) -> u64);
 
-/// The Prometheus text exposition of every pool's metrics.
-pub fn prometheus(ms: &[PoolMetrics]) -> String {
+/// The Prometheus text exposition of every pool's metrics and the ARC's
+/// (one ARC for all pools: its families carry no pool label).
+pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     let mut out = String::new();
     let family = |out: &mut String, name: &str, kind: &str, help: &str, samples: Vec<(String, f64)>| {
         let _ = writeln!(out, "# HELP {} {}", name, help);
@@ -609,52 +623,55 @@ pub fn prometheus(ms: &[PoolMetrics]) -> String {
     family(&mut out, "tarn_prefetch_issued_total", "counter", "Blocks read ahead.", each(&|m| m.prefetch.issued as f64));
     family(&mut out, "tarn_prefetch_stream_hits_total", "counter", "Reads that continued a sequential stream.", each(&|m| m.prefetch.stream_hits as f64));
     family(&mut out, "tarn_prefetch_stream_misses_total", "counter", "Reads no stream expected.", each(&|m| m.prefetch.stream_misses as f64));
-    let arc_counters: [MetricColumn; 8] = [
-        ("tarn_arc_demand_data_hits_total", "ARC demand data hits.", |m| m.arc.demand_data_hits),
-        ("tarn_arc_demand_data_misses_total", "ARC demand data misses.", |m| m.arc.demand_data_misses),
-        ("tarn_arc_demand_metadata_hits_total", "ARC demand metadata hits.", |m| m.arc.demand_metadata_hits),
-        ("tarn_arc_demand_metadata_misses_total", "ARC demand metadata misses.", |m| m.arc.demand_metadata_misses),
-        ("tarn_arc_prefetch_hits_total", "ARC hits on prefetched blocks.", |m| m.arc.prefetch_data_hits + m.arc.prefetch_metadata_hits),
-        ("tarn_arc_mru_ghost_hits_total", "ARC MRU ghost hits.", |m| m.arc.mru_ghost_hits),
-        ("tarn_arc_mfu_ghost_hits_total", "ARC MFU ghost hits.", |m| m.arc.mfu_ghost_hits),
-        ("tarn_arc_evicted_bytes_total", "Bytes evicted from the ARC.", |m| m.arc.evicted_bytes),
+    let arc_counters: [ArcColumn; 9] = [
+        ("tarn_arc_demand_data_hits_total", "ARC demand data hits.", |a| a.demand_data_hits),
+        ("tarn_arc_demand_data_misses_total", "ARC demand data misses.", |a| a.demand_data_misses),
+        ("tarn_arc_demand_metadata_hits_total", "ARC demand metadata hits.", |a| a.demand_metadata_hits),
+        ("tarn_arc_demand_metadata_misses_total", "ARC demand metadata misses.", |a| a.demand_metadata_misses),
+        ("tarn_arc_prefetch_hits_total", "ARC hits on prefetched blocks.", |a| a.prefetch_data_hits + a.prefetch_metadata_hits),
+        ("tarn_arc_mru_ghost_hits_total", "ARC MRU ghost hits.", |a| a.mru_ghost_hits),
+        ("tarn_arc_mfu_ghost_hits_total", "ARC MFU ghost hits.", |a| a.mfu_ghost_hits),
+        ("tarn_arc_evicted_bytes_total", "Bytes evicted from the ARC.", |a| a.evicted_bytes),
+        ("tarn_arc_memory_throttle_total", "Times the ARC's target was lowered for the host's memory (memory_throttle_count).", |a| a.memory_throttle_count),
     ];
+    let whole = |v: u64| vec![(String::new(), v as f64)];
     for (name, help, f) in arc_counters {
-        family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
+        family(&mut out, name, "counter", help, whole(f(arc)));
     }
-    let arc_gauges: [MetricColumn; 8] = [
-        ("tarn_arc_size_bytes", "ARC size: blocks as held plus decompressed metadata copies.", |m| m.arc.sizes.size),
-        ("tarn_arc_target_bytes", "ARC target size (c).", |m| m.arc.sizes.c),
-        ("tarn_arc_max_bytes", "zfs_arc_max.", |m| m.arc.sizes.c_max),
-        ("tarn_arc_data_bytes", "ARC data size, as held.", |m| m.arc.sizes.data_size),
-        ("tarn_arc_metadata_bytes", "ARC metadata size, as held.", |m| m.arc.sizes.metadata_size),
-        ("tarn_arc_compressed_bytes", "Bytes the ARC holds for its blocks, compressed where stored so (compressed_size).", |m| m.arc.sizes.compressed_size),
-        ("tarn_arc_uncompressed_bytes", "What the ARC's blocks take decompressed (uncompressed_size).", |m| m.arc.sizes.uncompressed_size),
-        ("tarn_arc_overhead_bytes", "Decompressed copies of compressed metadata (overhead_size).", |m| m.arc.sizes.overhead_size),
+    let arc_gauges: [ArcColumn; 9] = [
+        ("tarn_arc_size_bytes", "ARC size: blocks as held plus decompressed metadata copies.", |a| a.sizes.size),
+        ("tarn_arc_target_bytes", "ARC target size (c).", |a| a.sizes.c),
+        ("tarn_arc_min_bytes", "zfs_arc_min.", |a| a.sizes.c_min),
+        ("tarn_arc_max_bytes", "zfs_arc_max.", |a| a.sizes.c_max),
+        ("tarn_arc_data_bytes", "ARC data size, as held.", |a| a.sizes.data_size),
+        ("tarn_arc_metadata_bytes", "ARC metadata size, as held.", |a| a.sizes.metadata_size),
+        ("tarn_arc_compressed_bytes", "Bytes the ARC holds for its blocks, compressed where stored so (compressed_size).", |a| a.sizes.compressed_size),
+        ("tarn_arc_uncompressed_bytes", "What the ARC's blocks take decompressed (uncompressed_size).", |a| a.sizes.uncompressed_size),
+        ("tarn_arc_overhead_bytes", "Decompressed copies of compressed metadata (overhead_size).", |a| a.sizes.overhead_size),
     ];
     for (name, help, f) in arc_gauges {
-        family(&mut out, name, "gauge", help, each(&|m| f(m) as f64));
+        family(&mut out, name, "gauge", help, whole(f(arc)));
     }
     let l2_counters: [MetricColumn; 13] = [
-        ("tarn_l2arc_hits_total", "Reads served from cache devices.", |m| m.arc.l2.l2_hits),
-        ("tarn_l2arc_misses_total", "Reads cache devices could not serve (while the pool has some).", |m| m.arc.l2.l2_misses),
-        ("tarn_l2arc_feeds_total", "L2ARC feeds that wrote blocks.", |m| m.arc.l2.l2_feeds),
-        ("tarn_l2arc_writes_total", "Writes to cache devices.", |m| m.arc.l2.l2_writes),
-        ("tarn_l2arc_write_bytes_total", "Bytes written to cache devices.", |m| m.arc.l2.l2_write_bytes),
-        ("tarn_l2arc_read_bytes_total", "Bytes read from cache devices.", |m| m.arc.l2.l2_read_bytes),
-        ("tarn_l2arc_write_skipped_total", "Blocks the feed skipped (not as their pointer says).", |m| m.arc.l2.l2_write_skipped),
-        ("tarn_l2arc_checksum_errors_total", "Cache device reads that failed their checksum.", |m| m.arc.l2.l2_cksum_bad),
-        ("tarn_l2arc_io_errors_total", "Cache device reads that failed.", |m| m.arc.l2.l2_io_errors),
-        ("tarn_l2arc_evicted_total", "Index entries dropped as the write hand came around.", |m| m.arc.l2.l2_evicted),
-        ("tarn_l2arc_rebuild_success_total", "Cache devices whose index was rebuilt at import.", |m| m.arc.l2.l2_rebuild_success),
-        ("tarn_l2arc_rebuild_log_blocks_total", "Log blocks read to rebuild the index at import.", |m| m.arc.l2.l2_rebuild_log_blks),
-        ("tarn_l2arc_rebuild_blocks_total", "Blocks put back in the index at import.", |m| m.arc.l2.l2_rebuild_bufs),
+        ("tarn_l2arc_hits_total", "Reads served from cache devices.", |m| m.l2.l2_hits),
+        ("tarn_l2arc_misses_total", "Reads cache devices could not serve (while the pool has some).", |m| m.l2.l2_misses),
+        ("tarn_l2arc_feeds_total", "L2ARC feeds that wrote blocks.", |m| m.l2.l2_feeds),
+        ("tarn_l2arc_writes_total", "Writes to cache devices.", |m| m.l2.l2_writes),
+        ("tarn_l2arc_write_bytes_total", "Bytes written to cache devices.", |m| m.l2.l2_write_bytes),
+        ("tarn_l2arc_read_bytes_total", "Bytes read from cache devices.", |m| m.l2.l2_read_bytes),
+        ("tarn_l2arc_write_skipped_total", "Blocks the feed skipped (not as their pointer says).", |m| m.l2.l2_write_skipped),
+        ("tarn_l2arc_checksum_errors_total", "Cache device reads that failed their checksum.", |m| m.l2.l2_cksum_bad),
+        ("tarn_l2arc_io_errors_total", "Cache device reads that failed.", |m| m.l2.l2_io_errors),
+        ("tarn_l2arc_evicted_total", "Index entries dropped as the write hand came around.", |m| m.l2.l2_evicted),
+        ("tarn_l2arc_rebuild_success_total", "Cache devices whose index was rebuilt at import.", |m| m.l2.l2_rebuild_success),
+        ("tarn_l2arc_rebuild_log_blocks_total", "Log blocks read to rebuild the index at import.", |m| m.l2.l2_rebuild_log_blks),
+        ("tarn_l2arc_rebuild_blocks_total", "Blocks put back in the index at import.", |m| m.l2.l2_rebuild_bufs),
     ];
     for (name, help, f) in l2_counters {
         family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
     }
-    family(&mut out, "tarn_l2arc_size_bytes", "gauge", "What the blocks on cache devices take decompressed (l2_size).", each(&|m| m.arc.l2.l2_size as f64));
-    family(&mut out, "tarn_l2arc_allocated_bytes", "gauge", "Bytes the blocks occupy on cache devices (l2_asize).", each(&|m| m.arc.l2.l2_asize as f64));
+    family(&mut out, "tarn_l2arc_size_bytes", "gauge", "What the blocks on cache devices take decompressed (l2_size).", each(&|m| m.l2.l2_size as f64));
+    family(&mut out, "tarn_l2arc_allocated_bytes", "gauge", "Bytes the blocks occupy on cache devices (l2_asize).", each(&|m| m.l2.l2_asize as f64));
     let vl = |m: &PoolMetrics, v: &VdevMetrics| format!("pool=\"{}\",vdev=\"{}\"", esc(&m.pool), esc(&v.path));
     let per_vdev = |f: &dyn Fn(&VdevMetrics) -> u64| {
         ms.iter().flat_map(|m| m.vdevs.iter().map(move |v| (format!("{{{}}}", vl(m, v)), f(v) as f64))).collect::<Vec<_>>()
@@ -761,18 +778,19 @@ mod tests {
         assert!(t.lines().any(|l| l.starts_with(&last.txg.to_string())), "{}", t);
         let fields = arcstat_fields(ARCSTAT_DEFAULT).unwrap();
         let host = tarn_engine::arc::host_memory();
-        let row = arcstat_row(&fields, std::slice::from_ref(&after), Some(std::slice::from_ref(&before)), 1.0, &host, "12:00:00");
+        let arc = tarn_engine::pool::metrics::arc_snapshot(&tarn_engine::arc::shared());
+        let row = arcstat_row(&fields, (&arc, std::slice::from_ref(&after)), Some((&arc, std::slice::from_ref(&before))), 1.0, &host, "12:00:00");
         assert_eq!(row.len(), fields.len());
         assert_eq!(row[0], "12:00:00");
         assert!(arcstat_fields("read,bogus").is_err());
-        let e = explain(&after, &before, 1.0);
+        let e = explain(&after, &before, (&arc, &arc), 1.0);
         assert!(e.starts_with("pool 'tank'"), "{}", e);
     }
 
     #[test]
     fn prometheus_text_is_well_formed() {
         let (_pool, _before, after) = pool_with_writes();
-        let text = prometheus(std::slice::from_ref(&after));
+        let text = prometheus(std::slice::from_ref(&after), &tarn_engine::pool::metrics::arc_snapshot(&tarn_engine::arc::shared()));
         let mut typed = std::collections::HashSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -816,11 +834,15 @@ mod promtool {
         os.read(o, 0, 1 << 20).unwrap();
         pool.core().l2.feed(&pool.core().cache);
         let m = tarn_engine::pool::metrics::snapshot(&pool);
-        assert!(m.arc.l2.l2_feeds >= 1 && m.arc.l2.l2_asize > 0, "{:?}", m.arc.l2);
-        let text = super::prometheus(std::slice::from_ref(&m));
-        for (metric, want) in [("tarn_l2arc_feeds_total", m.arc.l2.l2_feeds), ("tarn_l2arc_write_bytes_total", m.arc.l2.l2_write_bytes), ("tarn_l2arc_allocated_bytes", m.arc.l2.l2_asize), ("tarn_arc_uncompressed_bytes", m.arc.sizes.uncompressed_size)] {
+        assert!(m.l2.l2_feeds >= 1 && m.l2.l2_asize > 0, "{:?}", m.l2);
+        let arc = tarn_engine::pool::metrics::arc_snapshot(pool.core().cache.arc());
+        let text = super::prometheus(std::slice::from_ref(&m), &arc);
+        for (metric, want) in [("tarn_l2arc_feeds_total", m.l2.l2_feeds), ("tarn_l2arc_write_bytes_total", m.l2.l2_write_bytes), ("tarn_l2arc_allocated_bytes", m.l2.l2_asize)] {
             assert!(text.contains(&format!("{}{{pool=\"tank\"}} {}\n", metric, want)), "{} should be {}:\n{}", metric, want, text);
         }
+        // The ARC is the process's: its families have no pool label.
+        let want = arc.sizes.uncompressed_size;
+        assert!(text.contains(&format!("tarn_arc_uncompressed_bytes {}\n", want)), "tarn_arc_uncompressed_bytes should be {}:\n{}", want, text);
         let child = Command::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
         let Ok(mut child) = child else {
             eprintln!("promtool not installed: skipping (apt-get install prometheus)");

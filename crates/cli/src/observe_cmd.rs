@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tarn_engine::pool::metrics::{PoolMetrics, VdevMetrics};
+use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics};
 use tarn_engine::{Error, Result};
 
 use crate::client;
@@ -174,7 +174,7 @@ pub fn arcstat(a: ArcstatArgs, tunables: &[String]) -> Result<()> {
         println!("{}", fields.iter().map(|f| format!("{:>w$}", f, w = width(f))).collect::<Vec<_>>().join(" "));
     }
     each_report(&[], &s, false, tunables, |cur, prev, secs| {
-        let row = observe::arcstat_row(&fields, &cur.pools, prev.map(|p| &p.pools[..]), secs, &cur.host, &clock());
+        let row = observe::arcstat_row(&fields, (&cur.arc, &cur.pools), prev.map(|p| (&p.arc, &p.pools[..])), secs, &cur.host, &clock());
         if a.json {
             let obj: serde_json::Map<String, serde_json::Value> = fields
                 .iter()
@@ -189,13 +189,15 @@ pub fn arcstat(a: ArcstatArgs, tunables: &[String]) -> Result<()> {
     })
 }
 
-fn one_pool(name: &str, tunables: &[String]) -> Result<PoolMetrics> {
+/// The metrics of pool `name` and of the ARC.
+fn one_pool(name: &str, tunables: &[String]) -> Result<(PoolMetrics, ArcMetrics)> {
     let mut r = fetch(&[name.to_string()], tunables)?;
-    r.pools.pop().ok_or_else(|| Error::not_found(format!("no such pool '{}'", name)))
+    let m = r.pools.pop().ok_or_else(|| Error::not_found(format!("no such pool '{}'", name)))?;
+    Ok((m, r.arc))
 }
 
 pub fn txgs(name: &str, as_json: bool, tunables: &[String]) -> Result<()> {
-    let m = one_pool(name, tunables)?;
+    let (m, _) = one_pool(name, tunables)?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&m.txgs).map_err(|e| Error::invalid(e.to_string()))?);
     } else {
@@ -208,11 +210,11 @@ pub fn explain(name: &str, seconds: f64, as_json: bool, tunables: &[String]) -> 
     if !(seconds.is_finite() && seconds > 0.0 && seconds <= 3600.0) {
         return Err(Error::invalid(format!("bad SECONDS '{}': more than 0 and at most 3600", seconds)));
     }
-    let prev = one_pool(name, tunables)?;
+    let (prev, arc_prev) = one_pool(name, tunables)?;
     let t = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let cur = one_pool(name, tunables)?;
-    let text = observe::explain(&cur, &prev, t.elapsed().as_secs_f64());
+    let (cur, arc_cur) = one_pool(name, tunables)?;
+    let text = observe::explain(&cur, &prev, (&arc_cur, &arc_prev), t.elapsed().as_secs_f64());
     if as_json {
         let lines: Vec<&str> = text.lines().skip(1).map(|l| l.trim()).collect();
         let v = json!({ "pool": cur.pool, "seconds": t.elapsed().as_secs_f64(), "findings": lines, "throttle": cur.throttle });

@@ -30,7 +30,7 @@ fn pool_with_object(seed: u64) -> (Vec<std::sync::Arc<tarn_engine::sys::FaultDev
 
 fn random_reads(pool: &Pool, o: u64, n: usize, seed: u64) -> (u64, u64) {
     let os = pool.root().clone();
-    let a = &pool.core().cache.stats;
+    let a = &pool.core().cache.stats();
     let (h0, m0) = (a.demand_metadata_hits.load(Ordering::Relaxed), a.demand_metadata_misses.load(Ordering::Relaxed));
     let mut rng = common::Rng::new(seed);
     let want = pattern(OBJ_BYTES, 1);
@@ -43,7 +43,7 @@ fn random_reads(pool: &Pool, o: u64, n: usize, seed: u64) -> (u64, u64) {
 
 fn open(d: &[std::sync::Arc<tarn_engine::sys::FaultDevice>], arc_max: u64) -> Pool {
     let t = Tunables { zfs_arc_max: arc_max, zfs_arc_min: arc_max / 2, zfs_prefetch_disable: 1, ..Default::default() };
-    Pool::open_on(as_dyn(d), vec![], &OpenOptions { tunables: t, ..Default::default() }).unwrap()
+    Pool::open_on(as_dyn(d), vec![], &OpenOptions { arc: common::own_arc(&t), tunables: t, ..Default::default() }).unwrap()
 }
 
 #[test]
@@ -74,7 +74,7 @@ fn metadata_held_compressed_fits_where_decompressed_it_did_not() {
     assert_eq!(warm, 0, "warm metadata misses ({} hits)", hits);
     let z = pool.core().cache.sizes();
     assert!(z.metadata_size * 2 < 6 * (128 << 10), "indirect blocks held compressed: {:?}", z);
-    pool.core().cache.check_invariants().unwrap();
+    pool.core().cache.arc().check_invariants().unwrap();
 }
 
 fn pool_with_props(seed: u64, props: &[(&str, &str)]) -> (Pool, u64) {
@@ -89,13 +89,13 @@ fn pool_with_props(seed: u64, props: &[(&str, &str)]) -> (Pool, u64) {
     os.write(&tx, o, 0, &pattern(4 << 20, 3)).unwrap();
     drop(tx);
     pool.export().unwrap();
-    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions { tunables: t, ..Default::default() }).unwrap();
+    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions { arc: common::own_arc(&t), tunables: t, ..Default::default() }).unwrap();
     (pool, o)
 }
 
 fn read_twice(pool: &Pool, o: u64) -> (u64, u64) {
     let os = pool.root().clone();
-    let a = &pool.core().cache.stats;
+    let a = &pool.core().cache.stats();
     for _ in 0..2 {
         for i in 0..32u64 {
             os.read(o, i * (128 << 10), 128 << 10).unwrap();
@@ -171,7 +171,7 @@ fn a_compressed_arc_holds_more_than_its_size_of_data() {
     let arc_max = 16u64 << 20;
     let pool = open(&d, arc_max);
     let os = pool.root().clone();
-    let a = &pool.core().cache.stats;
+    let a = &pool.core().cache.stats();
     // Warm: every block once, in order.
     for b in 0..DATA / REC {
         assert_eq!(os.read(o, (b * REC) as u64, REC).unwrap(), &want[b * REC..(b + 1) * REC]);
@@ -189,13 +189,13 @@ fn a_compressed_arc_holds_more_than_its_size_of_data() {
     assert!(z.size <= arc_max, "{:?}", z);
     assert!(z.uncompressed_size > arc_max, "it holds more logical data than its maximum: {:?}", z);
     assert!(z.compressed_size * 2 < z.uncompressed_size, "{:?}", z);
-    pool.core().cache.check_invariants().unwrap();
+    pool.core().cache.arc().check_invariants().unwrap();
 }
 
 /// Second-pass demand metadata misses of `read_twice`, and the ARC's
 /// metadata growth over both passes.
 fn metadata_of_read_twice(pool: &Pool, o: u64) -> (u64, i64) {
-    let a = &pool.core().cache.stats;
+    let a = &pool.core().cache.stats();
     let size0 = pool.core().cache.sizes().metadata_size as i64;
     let os = pool.root().clone();
     for i in 0..32u64 {
@@ -235,7 +235,7 @@ fn primarycache_decides_what_the_arc_keeps_of_metadata() {
         let info = os.info(o2).unwrap();
         assert_eq!(info.nlevels, 2);
         let top = info.dnode.blkptr.expect("written");
-        assert_eq!(pool.core().cache.contains(&tarn_engine::arc::BlockKey::of(&top)), keeps_metadata, "primarycache={}: the written indirect block", policy);
+        assert_eq!(pool.core().cache.contains(&top), keeps_metadata, "primarycache={}: the written indirect block", policy);
         // An object of a metadata type (a directory, a key/value map) is
         // metadata through and through: `metadata` keeps its blocks too.
         let tx = os.begin().unwrap();
@@ -243,12 +243,57 @@ fn primarycache_decides_what_the_arc_keeps_of_metadata() {
         os.write(&tx, kv, 0, &pattern(256 << 10, 9)).unwrap();
         drop(tx);
         pool.sync().unwrap();
-        let a = &pool.core().cache.stats;
+        let a = &pool.core().cache.stats();
         os.read(kv, 0, 256 << 10).unwrap();
         let m0 = a.demand_metadata_misses.load(Ordering::Relaxed);
         os.read(kv, 0, 256 << 10).unwrap();
         let again = a.demand_metadata_misses.load(Ordering::Relaxed) - m0;
         assert_eq!(again == 0, keeps_metadata, "primarycache={}: {} misses re-reading a key/value map", policy, again);
-        pool.core().cache.check_invariants().unwrap();
+        pool.core().cache.arc().check_invariants().unwrap();
+    }
+}
+
+/// Regression (issue 11, "batched dataset commands grow with the pool"):
+/// blocks of metadata objects written at sync did not enter the ARC, so
+/// each txg that changed a dnode read its block back from the device to
+/// patch it in, and each change of a key/value map read the map — a batch
+/// of 500 dataset creates in a pool of 44,000 datasets made ~450 device
+/// reads, one for each touched bucket of the name index (and before that,
+/// 650: one for each MOS dnode block holding one).
+#[test]
+fn metadata_written_is_read_back_from_the_arc_not_the_device() {
+    let d = common::mem_devs(1, 256 << 20, 61);
+    let t = Tunables { zfs_arc_max: 64 << 20, zfs_arc_min: 16 << 20, zfs_prefetch_disable: 1, ..Default::default() };
+    let opts = CreateOptions { arc: common::own_arc(&t), tunables: t, ..Default::default() };
+    let pool = Pool::create_on("tank", as_dyn(&d), vec![], &opts).unwrap();
+    let os = pool.root().clone();
+    let tx = os.begin().unwrap();
+    let objs: Vec<u64> = (0..8).map(|_| os.create(&tx, ObjectType::PlainData).unwrap()).collect();
+    drop(tx);
+    pool.sync().unwrap();
+    let reads = || pool.core().vdevs[0].leaf.stats().read_ops.load(Ordering::Relaxed);
+    // Each txg changes one more object of the same dnode block.
+    for (i, &o) in objs.iter().enumerate() {
+        let before = reads();
+        let tx = os.begin().unwrap();
+        os.write(&tx, o, 0, &pattern(100, i as u64)).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        assert_eq!(reads() - before, 0, "txg {}: the sync read from the device", i);
+    }
+    // A key/value map larger than fits inline, changed txg after txg.
+    let tx = os.begin().unwrap();
+    let kv = os.create(&tx, ObjectType::KvMap).unwrap();
+    os.write(&tx, kv, 0, &pattern(16 << 10, 1)).unwrap();
+    drop(tx);
+    pool.sync().unwrap();
+    for i in 0..4u64 {
+        let before = reads();
+        assert_eq!(os.read(kv, 0, 16 << 10).unwrap().len(), 16 << 10);
+        let tx = os.begin().unwrap();
+        os.write(&tx, kv, 0, &pattern(16 << 10, i + 2)).unwrap();
+        drop(tx);
+        pool.sync().unwrap();
+        assert_eq!(reads() - before, 0, "txg {}: the map was read from the device", i);
     }
 }

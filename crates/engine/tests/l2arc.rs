@@ -36,7 +36,7 @@ fn content(i: usize) -> Vec<u8> {
 }
 
 fn make_pool(main: &[Arc<FaultDevice>]) -> (Pool, u64) {
-    let opts = CreateOptions { tunables: tunables(), ..Default::default() };
+    let opts = CreateOptions { arc: common::own_arc(&tunables()), tunables: tunables(), ..Default::default() };
     let pool = Pool::create_on("tank", as_dyn(main), vec![], &opts).unwrap();
     let os = pool.root().clone();
     let tx = os.begin().unwrap();
@@ -98,7 +98,7 @@ fn evicted_blocks_come_from_the_cache_device_and_survive_import() {
     pool.export().unwrap();
 
     // Persistent: the index is rebuilt from the device's log blocks.
-    let opts = OpenOptions { tunables: tunables(), cache_devices: vec![("cache0".into(), cache.clone())], ..Default::default() };
+    let opts = OpenOptions { arc: common::own_arc(&tunables()), tunables: tunables(), cache_devices: vec![("cache0".into(), cache.clone())], ..Default::default() };
     let pool = Pool::open_on(as_dyn(&main), vec![], &opts).unwrap();
     let l2 = &pool.core().l2;
     assert_eq!(l2.entries(), entries, "rebuilt index");
@@ -140,7 +140,7 @@ fn a_damaged_cache_never_returns_wrong_data() {
     pool.export().unwrap();
     // A header that does not verify: the pool imports without the cache.
     cache.write_at(&vec![0u8; 4096], 0).unwrap();
-    let opts = OpenOptions { tunables: tunables(), cache_devices: vec![("cache0".into(), cache as Arc<dyn BlockDevice>)], ..Default::default() };
+    let opts = OpenOptions { arc: common::own_arc(&tunables()), tunables: tunables(), cache_devices: vec![("cache0".into(), cache as Arc<dyn BlockDevice>)], ..Default::default() };
     let pool = Pool::open_on(as_dyn(&main), vec![], &opts).unwrap();
     assert!(pool.cache_devices().is_empty());
     read_all(&pool, o, false);
@@ -163,7 +163,7 @@ fn a_small_cache_wraps_and_stays_consistent() {
     assert!(pool.core().l2.size_bytes() <= 6 << 20);
     let entries = pool.core().l2.entries();
     pool.export().unwrap();
-    let opts = OpenOptions { tunables: tunables(), cache_devices: vec![("cache0".into(), cache)], ..Default::default() };
+    let opts = OpenOptions { arc: common::own_arc(&tunables()), tunables: tunables(), cache_devices: vec![("cache0".into(), cache)], ..Default::default() };
     let pool = Pool::open_on(as_dyn(&main), vec![], &opts).unwrap();
     let rebuilt = pool.core().l2.entries();
     assert!(rebuilt > 0 && rebuilt <= entries, "rebuilt {} of {} after wrapping", rebuilt, entries);

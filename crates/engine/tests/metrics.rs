@@ -5,7 +5,7 @@
 mod common;
 
 use common::{as_dyn, pattern};
-use tarn_engine::pool::metrics::{snapshot, PoolMetrics};
+use tarn_engine::pool::metrics::{arc_snapshot, snapshot, PoolMetrics};
 use tarn_engine::{CreateOptions, OpenOptions, Pool, Tunables};
 use tarn_ondisk::ObjectType;
 
@@ -58,25 +58,26 @@ fn a_known_workload_is_counted_exactly() {
     // Reads, cold, without read-ahead, one block at a time: 64 demand data
     // misses, 64 sync reads of 128 KiB, then 64 hits on a second pass.
     let t = Tunables { zfs_prefetch_disable: 1, zfs_arc_max: 64 << 20, zfs_arc_min: 16 << 20, ..Default::default() };
-    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions { tunables: t, ..Default::default() }).unwrap();
+    let pool = Pool::open_on(as_dyn(&d), vec![], &OpenOptions { arc: common::own_arc(&t), tunables: t, ..Default::default() }).unwrap();
     let os = pool.root().clone();
-    let before = snapshot(&pool);
+    let arc = || arc_snapshot(pool.core().cache.arc());
+    let (before, arc_before) = (snapshot(&pool), arc());
     for i in 0..BLOCKS {
         os.read(o, (i * BS) as u64, BS).unwrap();
     }
-    let mid = snapshot(&pool);
-    assert_eq!(mid.arc.demand_data_misses - before.arc.demand_data_misses, BLOCKS as u64);
+    let (mid, arc_mid) = (snapshot(&pool), arc());
+    assert_eq!(arc_mid.demand_data_misses - arc_before.demand_data_misses, BLOCKS as u64);
     let sr = class(&mid, "sync_read").ind_size.since(&class(&before, "sync_read").ind_size);
     assert_eq!(sr.buckets[17], BLOCKS as u64, "128 KiB reads: {:?}", sr.buckets);
     assert_eq!(mid.prefetch.issued, 0);
     for i in 0..BLOCKS {
         os.read(o, (i * BS) as u64, BS).unwrap();
     }
-    let end = snapshot(&pool);
-    assert_eq!(end.arc.demand_data_hits - mid.arc.demand_data_hits, BLOCKS as u64);
-    assert_eq!(end.arc.demand_data_misses, mid.arc.demand_data_misses);
+    let (end, arc_end) = (snapshot(&pool), arc());
+    assert_eq!(arc_end.demand_data_hits - arc_mid.demand_data_hits, BLOCKS as u64);
+    assert_eq!(arc_end.demand_data_misses, arc_mid.demand_data_misses);
     assert_eq!(end.vdevs[0].read_ops, mid.vdevs[0].read_ops, "cached reads reach no device");
-    assert!(end.arc.sizes.data_size >= (BLOCKS * BS) as u64);
+    assert!(arc_end.sizes.data_size >= (BLOCKS * BS) as u64);
 }
 
 #[test]

@@ -25,7 +25,7 @@ fn cold_pool(devs: &[Arc<tarn_engine::sys::FaultDevice>]) -> (Pool, u64) {
     drop(tx);
     pool.export().unwrap();
     let t = Tunables { zfs_arc_max: 256 << 20, zfs_arc_min: 32 << 20, ..Default::default() };
-    let pool = Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: t, ..Default::default() }).unwrap();
+    let pool = Pool::open_on(as_dyn(devs), vec![], &OpenOptions { arc: common::own_arc(&t), tunables: t, ..Default::default() }).unwrap();
     (pool, o)
 }
 
@@ -48,7 +48,7 @@ fn sequential_read_is_read_ahead_and_hits() {
     assert!(issued >= blocks - 2, "only {} of {} blocks were read ahead", issued, blocks);
     // Every demand read after the first found its block prefetched, cached
     // or still in flight.
-    let arc = &core.cache.stats;
+    let arc = &core.cache.stats();
     let found = stat(&arc.prefetch_data_hits) + stat(&core.prefetch_stats.hits);
     assert!(found >= blocks - 2, "demand reads found {} of {} blocks read ahead", found, blocks);
     assert!(stat(&core.prefetch_stats.stream_hits) >= blocks - 1);
@@ -96,8 +96,8 @@ fn random_reads_read_little_ahead() {
     }
     let issued = stat(&core.prefetch_stats.issued);
     assert!(issued <= 10, "{} blocks read ahead for random reads", issued);
-    assert!(stat(&core.cache.stats.demand_data_misses) > 0);
-    core.cache.check_invariants().unwrap();
+    assert!(stat(&core.cache.stats().demand_data_misses) > 0);
+    core.cache.arc().check_invariants().unwrap();
 }
 
 #[test]
@@ -118,10 +118,10 @@ fn arc_max_is_live() {
     let (pool, o) = cold_pool(&d);
     let os = pool.root().clone();
     os.read(o, 0, OBJ_BYTES).unwrap();
-    assert!(pool.core().cache.size_bytes() >= 8 << 20);
+    assert!(pool.core().cache.arc().size_bytes() >= 8 << 20);
     pool.set_tunable("zfs_arc_min", "4M").unwrap();
     pool.set_tunable("zfs_arc_max", "4M").unwrap();
-    assert!(pool.core().cache.size_bytes() <= 4 << 20, "ARC holds {} after zfs_arc_max=4M", pool.core().cache.size_bytes());
+    assert!(pool.core().cache.arc().size_bytes() <= 4 << 20, "ARC holds {} after zfs_arc_max=4M", pool.core().cache.arc().size_bytes());
     assert_eq!(pool.core().cache.sizes().c_max, 4 << 20);
     assert!(pool.set_tunable("zfs_arc_min", "8M").is_err(), "min above max is refused");
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use tarn_engine::arc::{host_memory, HostMemory};
-use tarn_engine::pool::metrics::{snapshot, PoolMetrics};
+use tarn_engine::pool::metrics::{arc_snapshot, snapshot, ArcMetrics, PoolMetrics};
 use tarn_engine::tunables::{parse_size, show_value};
 use tarn_engine::{Error, Objset, Result, Tunables};
 use tarn_ondisk::ObjectType;
@@ -34,12 +34,15 @@ use crate::fmt;
 pub struct MetricsReply {
     pub pools: Vec<PoolMetrics>,
     pub host: HostMemory,
+    /// The daemon's ARC, which every pool caches in.
+    pub arc: ArcMetrics,
 }
 
-/// Snapshots of the named live pools (none named: every live pool).
+/// Snapshots of the named live pools (none named: every live pool), of the
+/// ARC and of the host's memory.
 pub fn metrics(st: &mut State, names: &[String], out: &mut Out) -> Result<()> {
     let pools = snapshots(st, names, out)?;
-    let reply = MetricsReply { pools, host: host_memory() };
+    let reply = MetricsReply { pools, host: host_memory(), arc: arc_snapshot(&tarn_engine::arc::shared()) };
     out.text = serde_json::to_string(&reply).map_err(|e| Error::invalid(e.to_string()))?;
     Ok(())
 }
@@ -150,6 +153,7 @@ fn apply_live(st: &mut State, t: &Tunables, out: &mut Out) {
         }
     }
     st.tunables = t.clone();
+    tarn_engine::arc::shared().apply_tunables(t);
 }
 
 /// `pool write-test`: a known write load generated inside the daemon.
@@ -359,7 +363,7 @@ fn answer_http(d: &Daemon, mut c: TcpStream) -> std::io::Result<()> {
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => respond(c, "200 OK", &crate::observe::prometheus(&d.snapshots())),
+        ("GET", "/metrics") => respond(c, "200 OK", &crate::observe::prometheus(&d.snapshots(), &arc_snapshot(&tarn_engine::arc::shared()))),
         ("GET", _) => respond(c, "404 Not Found", "tarn serves /metrics only\n"),
         _ => respond(c, "405 Method Not Allowed", "GET /metrics\n"),
     }

@@ -212,6 +212,9 @@ impl Daemon {
         if test_memfs {
             log("test hook TARN_TEST_MEMFS: datasets are served from memory, not from their pools");
         }
+        // The ARC is the daemon's, one for all its pools (each pool applies
+        // the same tunables again when it opens).
+        tarn_engine::arc::shared().apply_tunables(&tunables);
         let served = Arc::new(Served::new(test_memfs));
         let st = State { tunables, tunable_settings, pools: BTreeMap::new(), faulted: BTreeMap::new(), mounts: BTreeMap::new(), served, closed: BTreeSet::new() };
         Daemon { state: Mutex::new(st), stopping: AtomicBool::new(false) }

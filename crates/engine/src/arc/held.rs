@@ -204,7 +204,7 @@ mod tests {
     use super::*;
 
     fn key(i: u64) -> BlockKey {
-        BlockKey { vdev: 0, offset: i << 12, birth: 1 }
+        BlockKey { pool: 1, vdev: 0, offset: i << 12, birth: 1 }
     }
 
     #[test]

@@ -3,11 +3,13 @@
 //! export and import, in the design of OpenZFS's l2arc (arc.c).
 //!
 //! ## Feeding
-//! A feed thread wakes every `l2arc_feed_secs` (every `l2arc_feed_min_ms`
-//! while the previous feed filled its quota) and scans the least recently
-//! used end of the ARC's lists — MFU metadata, MRU metadata, MFU data, MRU
-//! data — down to `l2arc_write_max × l2arc_headroom` bytes, for blocks not
-//! yet on a cache device. Prefetched blocks are skipped
+//! Cache devices belong to a pool, and the ARC is the process's: a pool's
+//! feed takes only that pool's blocks (as OpenZFS's feed skips buffers of
+//! other pools). A feed thread wakes every `l2arc_feed_secs` (every
+//! `l2arc_feed_min_ms` while the previous feed filled its quota) and scans
+//! the least recently used end of the ARC's lists — MFU metadata, MRU
+//! metadata, MFU data, MRU data — down to `l2arc_write_max ×
+//! l2arc_headroom` bytes, for blocks not yet on a cache device. Prefetched blocks are skipped
 //! (`l2arc_noprefetch`). Up to `l2arc_write_max` bytes per feed (twice that
 //! while the device has never wrapped: OpenZFS's boost) are written to one
 //! device, round-robin over devices, as one sequential write.
@@ -36,8 +38,10 @@
 //! verifies the block pointer's checksum, and a failure only drops the entry.
 //!
 //! ## Memory
-//! An index entry costs about 96 bytes (with the hash map's share). Feeding stops while the index would
-//! exceed `l2arc_meta_percent` of the ARC's target.
+//! An index entry costs about 96 bytes (with the hash map's share). Feeding
+//! stops while the pool's index would exceed `l2arc_meta_percent` of the
+//! ARC's target (each pool's index by itself: OpenZFS bounds all devices'
+//! headers together).
 //!
 //! Invariants (`check_invariants`): every index entry lies inside its
 //! device's ring; `size`, `logical` and `allocated` equal the sums of the
@@ -51,7 +55,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, BP_SIZE};
 
-use super::{BlockCache, BlockKey, Held};
+use super::{BlockKey, Held, PoolCache};
 use crate::error::{Error, Result};
 use crate::io::block::BlockData;
 use crate::io::checksum;
@@ -489,7 +493,7 @@ impl L2Arc {
 
     /// One feed: picks blocks from the ARC's eviction end and writes them
     /// with a log block to the next device. Returns the bytes written.
-    pub fn feed(&self, arc: &BlockCache) -> u64 {
+    pub fn feed(&self, arc: &PoolCache) -> u64 {
         let p = *self.params.lock();
         let dev = {
             let devs = self.devs.read();
@@ -602,7 +606,7 @@ impl L2Arc {
 
     /// Starts the feed thread; it holds only weak references and ends when
     /// the pool is gone or shut down.
-    pub fn start_feeding(self: &Arc<Self>, arc: &Arc<BlockCache>) {
+    pub fn start_feeding(self: &Arc<Self>, arc: &Arc<PoolCache>) {
         if self.feeding.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -632,7 +636,7 @@ impl L2Arc {
     }
 }
 
-fn feed_loop(l2: Weak<L2Arc>, arc: Weak<BlockCache>, stop: Arc<AtomicBool>) {
+fn feed_loop(l2: Weak<L2Arc>, arc: Weak<PoolCache>, stop: Arc<AtomicBool>) {
     let mut wait = Duration::from_secs(1);
     loop {
         std::thread::sleep(wait);

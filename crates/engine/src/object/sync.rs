@@ -62,11 +62,7 @@ impl SyncCtx<'_> {
         }
     }
 
-    fn write_block(&self, prep: Prepared, copies: u8, retire: u64) -> Result<BlockPtr> {
-        self.write_block_cached(prep, copies, retire, None)
-    }
-
-    /// As `write_block`, inserting `cache_as` (the logical content) into the ARC.
+    /// Writes a block, inserting `cache_as` (the logical content) into the ARC.
     fn write_block_cached(&self, prep: Prepared, copies: u8, retire: u64, cache_as: Option<Arc<BlockData>>) -> Result<BlockPtr> {
         let bp = self.core.write_block(prep, self.txg, copies, self.group, retire, cache_as)?;
         if let Some(o) = self.owner {
@@ -156,8 +152,20 @@ fn flush_batch(ctx: &SyncCtx, work: &[Work], batch: &mut Vec<(usize, usize)>, us
         let (blkid, buf) = &work[w].blocks[b];
         // Dnode-array blocks are dirtied by the sync itself and were never
         // counted as dirty data; everything else retires its block size.
-        let retire = if work[w].otype == ObjectType::DnodeArray { 0 } else { buf.len() as u64 };
-        used[w] += install(ctx, st, *blkid, prep, retire)?;
+        let otype = work[w].otype;
+        let retire = if otype == ObjectType::DnodeArray { 0 } else { buf.len() as u64 };
+        // Blocks of metadata objects (dnode blocks, directories, key/value
+        // maps) enter the ARC as written, where the set's primarycache
+        // keeps metadata, as indirect blocks do (and OpenZFS's ARC keeps
+        // every block it writes): they are read again soon — the next txg
+        // that changes a dnode reads its block back to patch it
+        // (`patch_dnodes`), the next change of a map reads the map. Data
+        // is left to the page cache above the mount. Uncached, a batch of
+        // 500 dataset creates in a pool of 44,000 datasets read back ~450
+        // name-index buckets (and, before, ~650 MOS dnode blocks) from the
+        // device.
+        let cache_as = (otype.is_metadata() && ctx.caching.primary.allows(true)).then(|| Arc::new(BlockData::new(AlignedBuf::from_slice(buf), buf.len())));
+        used[w] += install_cached(ctx, st, *blkid, prep, retire, cache_as)?;
     }
     batch.clear();
     Ok(())
@@ -327,8 +335,13 @@ fn leave_inline(ctx: &SyncCtx, st: &mut ObjState, wk: &Work, blksz: u32) -> Resu
 /// Writes one level-0 block and links it into the tree; returns the change in
 /// allocated bytes.
 fn install(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire: u64) -> Result<i64> {
+    install_cached(ctx, st, blkid, prep, retire, None)
+}
+
+/// As `install`, inserting `cache_as` (the block's content) into the ARC.
+fn install_cached(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, prep: Prepared, retire: u64, cache_as: Option<Arc<BlockData>>) -> Result<i64> {
     let hole = prep.phys.is_none();
-    let new = ctx.write_block(prep, ctx.props.copies_for(st.dn.otype, 0), retire)?;
+    let new = ctx.write_block_cached(prep, ctx.props.copies_for(st.dn.otype, 0), retire, cache_as)?;
     if hole {
         // Nothing will be written, so nothing would retire these bytes.
         ctx.core.txg.dirty_retire(ctx.txg, retire);

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use tarn_ondisk::bp::{BlockPtr, Dva, MAX_DVAS};
 
-use crate::arc::{BlockCache, BlockKey, Held, L2Arc};
+use crate::arc::{BlockKey, Held, L2Arc, PoolCache};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::block::BlockData;
 use crate::io::{block, IoClass, Leaf, Prepared, WriteGroup};
@@ -94,7 +94,9 @@ pub struct PoolCore {
     pub alloc: Mutex<Allocator>,
     pub txg: Arc<TxgEngine>,
     pub tunables: RwLock<Tunables>,
-    pub cache: Arc<BlockCache>,
+    /// The pool's handle on the ARC (the process's, unless it was opened
+    /// with a cache of its own).
+    pub cache: Arc<PoolCache>,
     /// Cache devices (empty until `pool add … cache`).
     pub l2: Arc<L2Arc>,
     /// Allocation unit of the pool: the largest sector of its vdevs.
@@ -167,7 +169,7 @@ impl PoolCore {
         }
         let key = BlockKey::of(bp);
         let meta = bp.otype.is_metadata() || bp.level > 0;
-        if let Some(d) = self.cache.get(&key, meta) {
+        if let Some(d) = self.cache.get(bp, meta) {
             return Ok(d);
         }
         let pending = self.inflight.lock().get(&key).cloned();
@@ -256,7 +258,7 @@ impl PoolCore {
             return;
         }
         let key = BlockKey::of(bp);
-        if self.cache.contains(&key) {
+        if self.cache.contains(bp) {
             return;
         }
         let dva = bp.dva[0];
@@ -378,7 +380,7 @@ impl PoolCore {
         if self.brt.release(bp, txg).map_err(|e| e.context(format!("pool '{}'", self.name)))? {
             return Ok(());
         }
-        self.cache.remove(&BlockKey::of(bp));
+        self.cache.remove(bp);
         self.l2.remove(bp);
         let mut a = self.alloc.lock();
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {

@@ -1,12 +1,16 @@
 //! One snapshot of everything a pool counts, for `pool iostat`, `arcstat`,
-//! `pool txgs`, `pool explain` and the Prometheus endpoint. Counters are
-//! totals since the pool was imported; callers subtract two snapshots for
-//! rates. Taking a snapshot reads atomics and takes each queue's lock once.
+//! `pool txgs`, `pool explain` and the Prometheus endpoint, and one of the
+//! ARC (`arc_snapshot`: the process has one ARC for all its pools, so its
+//! counters and sizes belong to no pool; a pool's cache devices are its
+//! own, and their counters are in the pool's snapshot). Counters are totals
+//! since the pool was imported (the ARC's: since the process started);
+//! callers subtract two snapshots for rates. Taking a snapshot reads
+//! atomics and takes each queue's lock once.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Pool, TxgRecord};
-use crate::arc::ArcSizes;
+use crate::arc::{ArcSizes, BlockCache};
 use crate::io::queue::IoClass;
 use crate::io::stats::{class_name, ClassIoSnapshot};
 
@@ -38,7 +42,7 @@ pub struct VdevMetrics {
     pub queues: Vec<QueueDepth>,
 }
 
-/// arcstats: counters and sizes.
+/// arcstats: the ARC's counters and sizes (every pool's).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ArcMetrics {
     pub hits: u64,
@@ -57,9 +61,6 @@ pub struct ArcMetrics {
     pub mfu_ghost_hits: u64,
     pub evicted_bytes: u64,
     pub memory_throttle_count: u64,
-    /// L2ARC (cache devices), as arcstats names it.
-    #[serde(flatten)]
-    pub l2: L2Metrics,
     #[serde(flatten)]
     pub sizes: ArcSizes,
 }
@@ -127,7 +128,8 @@ pub struct PoolMetrics {
     pub allocated: u64,
     pub free: u64,
     pub vdevs: Vec<VdevMetrics>,
-    pub arc: ArcMetrics,
+    /// The pool's cache devices (L2ARC), as arcstats names their counters.
+    pub l2: L2Metrics,
     pub throttle: ThrottleMetrics,
     pub prefetch: PrefetchMetrics,
     /// The most recent synced txgs, oldest first.
@@ -195,27 +197,6 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
             }
         })
         .collect();
-    let a = &core.cache.stats;
-    let arc = ArcMetrics {
-        hits: load(&a.hits),
-        misses: load(&a.misses),
-        demand_data_hits: load(&a.demand_data_hits),
-        demand_data_misses: load(&a.demand_data_misses),
-        demand_metadata_hits: load(&a.demand_metadata_hits),
-        demand_metadata_misses: load(&a.demand_metadata_misses),
-        prefetch_data_hits: load(&a.prefetch_data_hits),
-        prefetch_data_misses: load(&a.prefetch_data_misses),
-        prefetch_metadata_hits: load(&a.prefetch_metadata_hits),
-        prefetch_metadata_misses: load(&a.prefetch_metadata_misses),
-        mru_hits: load(&a.mru_hits),
-        mfu_hits: load(&a.mfu_hits),
-        mru_ghost_hits: load(&a.mru_ghost_hits),
-        mfu_ghost_hits: load(&a.mfu_ghost_hits),
-        evicted_bytes: load(&a.evicted_bytes),
-        memory_throttle_count: load(&a.memory_throttle_count),
-        l2: l2_metrics(&core.l2),
-        sizes: core.cache.sizes(),
-    };
     let p = core.txg.params();
     let t = &core.txg.stats;
     let throttle = ThrottleMetrics {
@@ -241,9 +222,33 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
         allocated: status.allocated,
         free: status.free,
         vdevs,
-        arc,
+        l2: l2_metrics(&core.l2),
         throttle,
         prefetch,
         txgs: pool.txg_history(),
+    }
+}
+
+/// Takes a snapshot of the ARC's counters and sizes.
+pub fn arc_snapshot(arc: &BlockCache) -> ArcMetrics {
+    let a = &arc.stats;
+    ArcMetrics {
+        hits: load(&a.hits),
+        misses: load(&a.misses),
+        demand_data_hits: load(&a.demand_data_hits),
+        demand_data_misses: load(&a.demand_data_misses),
+        demand_metadata_hits: load(&a.demand_metadata_hits),
+        demand_metadata_misses: load(&a.demand_metadata_misses),
+        prefetch_data_hits: load(&a.prefetch_data_hits),
+        prefetch_data_misses: load(&a.prefetch_data_misses),
+        prefetch_metadata_hits: load(&a.prefetch_metadata_hits),
+        prefetch_metadata_misses: load(&a.prefetch_metadata_misses),
+        mru_hits: load(&a.mru_hits),
+        mfu_hits: load(&a.mfu_hits),
+        mru_ghost_hits: load(&a.mru_ghost_hits),
+        mfu_ghost_hits: load(&a.mfu_ghost_hits),
+        evicted_bytes: load(&a.evicted_bytes),
+        memory_throttle_count: load(&a.memory_throttle_count),
+        sizes: arc.sizes(),
     }
 }

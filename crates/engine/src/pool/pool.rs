@@ -20,7 +20,7 @@ use super::import::{plan_rewind, Found, Rewind};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
 use super::spacemap;
 use super::vet::{Role, Vetted};
-use crate::arc::BlockCache;
+use crate::arc::{BlockCache, PoolCache};
 use crate::dataset::{Datasets, Rec};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{CompressSetting, IoClass, Leaf, QueueLimits, RedundantMetadata, WriteGroup, WriteProps};
@@ -57,11 +57,15 @@ pub struct CreateOptions {
     pub root_props: Vec<(String, String)>,
     /// Pool properties (`-o`).
     pub pool_props: Vec<(String, String)>,
+    /// The ARC to cache in: None for the process's (`arc::shared`), as
+    /// every pool of the daemon does; tests measuring one pool's cache give
+    /// it one of its own.
+    pub arc: Option<Arc<BlockCache>>,
 }
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { ashift: 12, size: None, force: false, cache: vec![], tunables: Tunables::default(), root_props: vec![], pool_props: vec![] }
+        CreateOptions { ashift: 12, size: None, force: false, cache: vec![], tunables: Tunables::default(), root_props: vec![], pool_props: vec![], arc: None }
     }
 }
 
@@ -79,6 +83,8 @@ pub struct OpenOptions {
     /// Cache devices to use instead of opening the paths the pool recorded
     /// (in-memory devices in tests), matched by their headers.
     pub cache_devices: Vec<(String, Arc<dyn BlockDevice>)>,
+    /// The ARC to cache in (see `CreateOptions::arc`).
+    pub arc: Option<Arc<BlockCache>>,
 }
 
 
@@ -403,7 +409,7 @@ impl Pool {
             space_cp_txg: 0,
             features_active: 0,
         };
-        let sh = ShellShared::assemble(config.clone(), devs, locks, &opts.tunables, false, ub)?;
+        let sh = ShellShared::assemble(config.clone(), devs, locks, &opts.tunables, opts.arc.clone(), false, ub)?;
         sh.write_configs(&config)?;
         let (mos, root) = sh.core_objsets_new(rootrec.clone())?;
         let sh = Arc::new(sh.finish(mos, root, None));
@@ -522,7 +528,7 @@ impl Pool {
     pub(super) fn try_open(config: &LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions, ub: Uberblock) -> Result<Pool> {
         let mut cfg = config.clone();
         cfg.state = PoolState::Active;
-        let sh = ShellShared::assemble(cfg.clone(), devs, locks, &opts.tunables, opts.readonly, ub.clone())?;
+        let sh = ShellShared::assemble(cfg.clone(), devs, locks, &opts.tunables, opts.arc.clone(), opts.readonly, ub.clone())?;
         let (cp, logs) = spacemap::load(&sh.core, &ub.space_cp, &ub.space_log, ub.txg)?;
         {
             let mut s = sh.sync.lock();
@@ -632,7 +638,7 @@ impl Pool {
         for v in &self.sh.core.vdevs {
             v.leaf.set_limits(queue_limits(&t));
         }
-        self.sh.core.cache.apply_tunables(&t);
+        self.sh.core.cache.arc().apply_tunables(&t);
         self.sh.core.l2.set_params(super::cache_dev::l2_params(&t));
         Ok(())
     }
@@ -818,6 +824,9 @@ impl Pool {
         }
         *closed = true;
         self.sh.core.l2.shutdown();
+        // A closed pool's blocks are no use to anyone (its number in the
+        // ARC is never given again): the memory goes to the other pools.
+        self.sh.core.cache.detach();
         let res = if self.sh.core.readonly || self.sh.core.txg.failure().is_some() {
             Ok(())
         } else {
@@ -986,7 +995,8 @@ fn check_device_sizes(config: &LabelConfig, devs: &[(String, Arc<dyn BlockDevice
 }
 
 impl ShellShared {
-    fn assemble(config: LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, tunables: &Tunables, readonly: bool, ub: Uberblock) -> Result<ShellShared> {
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(config: LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, tunables: &Tunables, arc: Option<Arc<BlockCache>>, readonly: bool, ub: Uberblock) -> Result<ShellShared> {
         let txg = Arc::new(TxgEngine::new(&config.pool_name, ub.txg, ThrottleParams::from_tunables(tunables)));
         // Dirty data bounds the buffers a write stream has in flight; keeping
         // that many free ones lets the stream reuse them.
@@ -1019,10 +1029,11 @@ impl ShellShared {
             txg,
             tunables: RwLock::new(tunables.clone()),
             cache: {
-                let c = Arc::new(BlockCache::new(tunables.zfs_arc_max, tunables.zfs_arc_min));
-                c.apply_tunables(tunables);
-                c.start_host_sampler(std::time::Duration::from_secs(1));
-                c
+                // The process's ARC unless the opener gave the pool its own;
+                // the pool's tunables are the process's in the daemon.
+                let arc = arc.unwrap_or_else(crate::arc::shared);
+                arc.apply_tunables(tunables);
+                Arc::new(PoolCache::attach(arc)?)
             },
             l2: Arc::new(crate::arc::L2Arc::new(config.pool_guid, super::cache_dev::l2_params(tunables))),
             sector,

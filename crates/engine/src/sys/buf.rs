@@ -99,8 +99,8 @@ pub fn set_recycle_limit(bytes: usize) {
     RECYCLE_MAX_BYTES.store(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Frees kept buffers until at most `keep` bytes remain (when writing goes
-/// quiet, memory goes back to the host).
+/// Frees kept buffers until at most `keep` bytes remain, their memory given
+/// back to the host (when writing goes quiet, when the ARC shrinks).
 pub fn trim_recycled(keep: usize) {
     let mut victims = Vec::new();
     if let Ok(mut g) = FREE.lock() {
@@ -117,7 +117,7 @@ pub fn trim_recycled(keep: usize) {
     for (p, cap) in victims {
         // SAFETY: every pointer on the free lists came from `zeroed` with
         // this capacity and is owned by nothing else.
-        unsafe { release(p, cap) }
+        unsafe { release_to_host(p, cap) }
     }
 }
 
@@ -264,11 +264,57 @@ impl DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.cap > 0 && !give_back(self.ptr, self.cap) {
+        if self.cap == 0 {
+            return;
+        }
+        if RELEASING.get() {
+            // SAFETY: allocated in `zeroed` with exactly this capacity.
+            unsafe { release_to_host(self.ptr, self.cap) }
+        } else if !give_back(self.ptr, self.cap) {
             // SAFETY: allocated in `zeroed` with exactly this capacity.
             unsafe { release(self.ptr, self.cap) }
         }
     }
+}
+
+thread_local! {
+    /// Set while this thread runs `releasing`.
+    static RELEASING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with every buffer freed on this thread during it given back to
+/// the host at once — not kept for reuse, and its whole pages returned even
+/// when the allocator keeps the rest of its page (see `sys::memory`). For
+/// the ARC shrinking for the host: the blocks it evicts are the memory the
+/// host is short of.
+pub fn releasing<R>(f: impl FnOnce() -> R) -> R {
+    let was = RELEASING.replace(true);
+    let r = f();
+    RELEASING.set(was);
+    r
+}
+
+/// Gives an allocation's memory back to the host and frees it: a mapping is
+/// unmapped; a heap block's whole pages are dropped (MADV_DONTNEED: they
+/// read as zeros if touched again) before the allocator gets the block
+/// back, since an allocator returns a page only once every block on it is
+/// free.
+///
+/// # Safety
+/// As `release`.
+unsafe fn release_to_host(ptr: NonNull<u8>, cap: usize) {
+    const PAGE: usize = 4096;
+    if (RECYCLE_MIN_BYTES..MMAP_MIN_BYTES).contains(&cap) {
+        // Buffers this large are 4096-aligned (`layout`): whole pages from
+        // the start, up to the last whole page inside the allocation.
+        debug_assert!((ptr.as_ptr() as usize).is_multiple_of(PAGE), "a large buffer is page aligned");
+        // SAFETY: the range lies inside the allocation, which the caller
+        // owns and no one reads again; dropping anonymous private pages is
+        // always allowed (they become zero-fill-on-demand).
+        unsafe { libc::madvise(ptr.as_ptr() as *mut libc::c_void, cap / PAGE * PAGE, libc::MADV_DONTNEED) };
+    }
+    // SAFETY: the caller's promise.
+    unsafe { release(ptr, cap) }
 }
 
 impl Clone for AlignedBuf {
@@ -299,6 +345,39 @@ impl fmt::Debug for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Resident bytes of the page range [p, p + len), by mincore (0 once
+    /// the range is unmapped).
+    fn resident(p: *const u8, len: usize) -> usize {
+        let mut v = vec![0u8; len / 4096];
+        // SAFETY: mincore only reads the mapping state of the range and
+        // writes one byte per page into the vector.
+        if unsafe { libc::mincore(p as *mut libc::c_void, len, v.as_mut_ptr()) } != 0 {
+            return 0;
+        }
+        v.iter().filter(|&&b| b & 1 == 1).count() * 4096
+    }
+
+    /// Regression (issue 11): the ARC shrank for the host but the daemon's
+    /// resident memory did not follow — evicted blocks went onto the free
+    /// lists, or back to an allocator whose pages still held other blocks.
+    /// Buffers freed while releasing give their pages back at once.
+    #[test]
+    fn buffers_freed_while_releasing_leave_no_resident_pages() {
+        // 64 KiB: on the heap (larger blocks may be mappings of their own,
+        // which any free unmaps), and kept for reuse outside `releasing`.
+        const LEN: usize = 64 << 10;
+        let _neighbour = AlignedBuf::zeroed(LEN);
+        let mut b = AlignedBuf::zeroed(LEN);
+        b.fill(7);
+        let p = b.as_ptr();
+        assert_eq!(resident(p, LEN), LEN);
+        releasing(|| drop(b));
+        // The allocator may have written its free-list link into the
+        // first page; every other page is gone.
+        assert!(resident(p, LEN) <= 4096, "{} bytes still resident", resident(p, LEN));
+        assert!(!RELEASING.get());
+    }
 
     #[test]
     fn pointer_is_aligned_and_zeroed() {

@@ -12,6 +12,7 @@ pub mod device;
 pub mod fault;
 pub mod file;
 pub mod inuse;
+pub mod memory;
 pub mod mountinfo;
 pub mod probe;
 pub mod throttled;

@@ -89,6 +89,13 @@ pub fn small_tunables() -> Tunables {
     }
 }
 
+/// An ARC of the pool's own (for `OpenOptions::arc`), sized by `t`: for
+/// tests that count one pool's hits, misses and sizes, which the process's
+/// ARC would mix with those of the other tests running beside them.
+pub fn own_arc(t: &Tunables) -> Option<Arc<tarn_engine::arc::BlockCache>> {
+    Some(Arc::new(tarn_engine::arc::BlockCache::new(t.zfs_arc_max, t.zfs_arc_min)))
+}
+
 pub fn open(devs: &[Arc<FaultDevice>]) -> Result<Pool> {
     Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
 }
