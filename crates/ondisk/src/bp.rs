@@ -138,8 +138,9 @@ pub enum ObjectType {
     /// A directory of the POSIX layer.
     Directory = 8,
     // 9..=15 are left to the POSIX layer (being written in parallel).
-    /// The dataset name index of the meta object set: its bucket table and
-    /// its buckets (key/value maps of full names to dataset record numbers).
+    /// The hashed dataset name index of pools made before `DatasetNames`:
+    /// its bucket table and its buckets (key/value maps of full names to
+    /// dataset record numbers). Read and kept, never created.
     DatasetIndex = 16,
     /// A dataset's dead list: block pointers a snapshot still references
     /// but its successor (a later snapshot or the head) no longer does.
@@ -147,6 +148,9 @@ pub enum ObjectType {
     /// The block reference table of the meta object set: extra references
     /// of cloned blocks (`brt`).
     BlockRefTable = 18,
+    /// The dataset name index of the meta object set, sorted: its directory
+    /// and its pages (key/value maps of full names to record numbers).
+    DatasetNames = 19,
 }
 
 impl ObjectType {
@@ -165,6 +169,7 @@ impl ObjectType {
             16 => DatasetIndex,
             17 => DeadList,
             18 => BlockRefTable,
+            19 => DatasetNames,
             _ => return Option::None,
         })
     }
@@ -183,6 +188,7 @@ impl ObjectType {
             DatasetIndex => "dataset index",
             DeadList => "dead list",
             BlockRefTable => "block reference table",
+            DatasetNames => "dataset names",
         }
     }
     /// Metadata is anything that is not user data: it is cached with priority.

@@ -120,6 +120,8 @@ pub(crate) struct State {
     pub recs: HashMap<u64, Rec>,
     pub dirty: BTreeSet<u64>,
     pub names: HashMap<String, u64>,
+    /// The name index's maps a sync is changing (empty outside one).
+    pub index: index::Pages,
 }
 
 /// The datasets of a pool (OpenZFS's DSL). Reached through `Pool::datasets`.
@@ -171,7 +173,7 @@ impl Datasets {
                 core,
                 mos,
                 root_id,
-                st: Mutex::new(State { recs, dirty: BTreeSet::new(), names: HashMap::new() }),
+                st: Mutex::new(State { recs, dirty: BTreeSet::new(), names: HashMap::new(), index: Default::default() }),
                 open: Mutex::new(open),
                 tasks: Mutex::new(Vec::new()),
                 synced: Mutex::new(Default::default()),
@@ -209,7 +211,7 @@ impl Datasets {
             return Ok(Some(id));
         }
         let table = self.get_rec(st, self.root_id)?.index;
-        let id = index::lookup(&self.mos, table, name)?;
+        let id = st.index.lookup(&self.mos, table, name)?;
         if let Some(id) = id {
             st.names.insert(name.to_string(), id);
         }

@@ -16,11 +16,13 @@ impl Datasets {
         let mut st = self.st.lock();
         let mut stack = vec![self.root_id];
         let mut bound = 0usize;
+        let mut indexed = 0usize;
         while let Some(id) = stack.pop() {
             bound += 1;
             assert!(bound < 100_000_000, "dataset walk over its bound");
             let r = self.get_rec(&mut st, id)?;
             self.check_indexed(&mut st, &r)?;
+            indexed += usize::from(r.id != self.root_id);
             self.check_links(&mut st, &r)?;
             for c in self.check_children(&mut st, &r)? {
                 stack.push(c);
@@ -29,6 +31,7 @@ impl Datasets {
             self.check_deadlist(&r)?;
             for s in self.snapshots_of(&mut st, &r)? {
                 self.check_indexed(&mut st, &s)?;
+                indexed += 1;
                 self.check_deadlist(&s)?;
                 for c in &s.clones {
                     let cr = self.get_rec(&mut st, *c)?;
@@ -40,6 +43,11 @@ impl Datasets {
                 ensure(o.snapshot && o.clones.contains(&r.id), || format!("origin '{}' does not list its clone '{}'", o.name, r.name))?;
             }
         }
+        // Nothing else is indexed: as many names as records below the root,
+        // in order, each under its record's name (checked above).
+        let entries = index::entries(&self.mos, self.get_rec(&mut st, self.root_id)?.index)?;
+        ensure(entries.len() == indexed, || format!("the name index holds {} names for {} datasets", entries.len(), indexed))?;
+        ensure(entries.windows(2).all(|w| w[0].0 < w[1].0), || "the name index is out of order".to_string())?;
         for (id, o) in self.open.lock().iter() {
             let r = self.get_rec(&mut st, *id)?;
             ensure(o.owner.snapshot || o.owner.prev_snap_txg.load(Ordering::Acquire) == r.prev_snap_txg, || format!("open '{}' has a stale latest-snapshot txg", r.name))?;
@@ -73,7 +81,10 @@ impl Datasets {
 
     /// Every record is found under its name (the index and the records agree).
     fn check_indexed(&self, st: &mut State, r: &Rec) -> Result<()> {
-        let found = if r.id == self.root_id { Some(r.id) } else { index::lookup(&self.mos, self.get_rec(st, self.root_id)?.index, &r.name)? };
+        let found = if r.id == self.root_id { Some(r.id) } else { {
+            let table = self.get_rec(st, self.root_id)?.index;
+            st.index.lookup(&self.mos, table, &r.name)?
+        } };
         ensure(found == Some(r.id), || format!("'{}' (record {}) is indexed as {:?}", r.name, r.id, found))
     }
 

@@ -9,7 +9,7 @@
 //!
 //! ## On disk (all in the MOS, format.md §11)
 //! ```text
-//!  root dataset record (object 4) ── ds_index ─▶ bucket table ─▶ buckets: name → record
+//!  root dataset record (object 4) ── ds_index ─▶ name directory ─▶ sorted pages: name → record
 //!        │ child_first                    resv:<id> datasets with reservations
 //!        ▼
 //!  record "pool/a" ── sib_next ─▶ record "pool/b" ...
@@ -18,8 +18,10 @@
 //!  record "pool/a@s2" ── prev_snap ─▶ "@s1"    prev_snap/next_snap chain, deadlist, space
 //!        next_snap points back toward the head counters, origin/clones, prop:* local values
 //! ```
-//! Lookups by name go through the hashed index (O(1) blocks whatever the
-//! number of datasets); listing follows child and snapshot links.
+//! Lookups by name go through the sorted name index (`index.rs`: a
+//! directory and one page, whatever the number of datasets; a batch of
+//! names under one parent rewrites a few pages); listing follows child and
+//! snapshot links.
 //!
 //! ## Births and dead lists
 //! Every block pointer carries its birth txg. A head (a file system's live

@@ -39,6 +39,8 @@ impl Datasets {
             now
         };
         let (early, late): (Vec<Task>, Vec<Task>) = tasks.into_iter().partition(|t| t.op.early());
+        // What an earlier sync that failed half-way left (never written).
+        self.st.lock().index.clear();
         if !early.is_empty() {
             let mut st = self.st.lock();
             self.exec_all(&mut st, txg, early);
@@ -106,6 +108,7 @@ impl Datasets {
                 }
             }
         }
+        st.index.flush(&self.mos, txg)?;
         for id in std::mem::take(&mut st.dirty) {
             let Some(r) = st.recs.get(&id) else { continue };
             let bytes = kv::encode(&r.encode());
@@ -213,7 +216,7 @@ impl Datasets {
     fn new_record(&self, st: &mut State, txg: u64, name: &str) -> Result<u64> {
         let table = self.ensure_index(st, txg)?;
         let id = self.mos.create_in(txg, ObjectType::DatasetRecord, 3)?;
-        index::insert(&self.mos, txg, table, name, id)?;
+        st.index.insert(&self.mos, txg, table, name, id)?;
         st.names.insert(name.to_string(), id);
         Ok(id)
     }
@@ -322,7 +325,7 @@ impl Datasets {
     /// Forgets a record: index, name cache, MOS object.
     fn drop_record(&self, st: &mut State, txg: u64, r: &Rec) -> Result<()> {
         let table = self.get_rec(st, self.root_id)?.index;
-        index::remove(&self.mos, txg, table, &r.name)?;
+        st.index.remove(&self.mos, txg, table, &r.name)?;
         st.names.remove(&r.name);
         self.mos.free_in(txg, r.id)?;
         st.recs.remove(&r.id);
@@ -492,8 +495,8 @@ impl Datasets {
         let table = self.get_rec(st, self.root_id)?.index;
         for m in moved {
             let new_name = format!("{}{}", to, &m.name[from.len()..]);
-            index::remove(&self.mos, txg, table, &m.name)?;
-            index::insert(&self.mos, txg, table, &new_name, m.id)?;
+            st.index.remove(&self.mos, txg, table, &m.name)?;
+            st.index.insert(&self.mos, txg, table, &new_name, m.id)?;
             st.names.remove(&m.name);
             st.names.insert(new_name.clone(), m.id);
             if let Some(o) = self.open.lock().get(&m.id) {
