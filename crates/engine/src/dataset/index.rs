@@ -29,6 +29,7 @@
 //! `DatasetIndex`, `hashed` below); it is read and kept as it is, so such a
 //! pool keeps working, with the old index's costs.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ops::Bound;
 
@@ -164,12 +165,14 @@ impl Pages {
     }
 
     fn map(&mut self, mos: &Objset, obj: u64) -> Result<&mut Map> {
-        if !self.maps.contains_key(&obj) {
-            let entries = crate::pool::read_kv(mos, obj)?;
-            let bytes = MAP_HEADER + entries.iter().map(|(k, v)| entry_bytes(k, v)).sum::<usize>();
-            self.maps.insert(obj, Map { entries, bytes, dirty: false });
-        }
-        Ok(self.maps.get_mut(&obj).expect("inserted above"))
+        Ok(match self.maps.entry(obj) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let entries = crate::pool::read_kv(mos, obj)?;
+                let bytes = MAP_HEADER + entries.iter().map(|(k, v)| entry_bytes(k, v)).sum::<usize>();
+                e.insert(Map { entries, bytes, dirty: false })
+            }
+        })
     }
 }
 
