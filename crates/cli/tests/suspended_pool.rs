@@ -16,7 +16,7 @@ mod common;
 use std::io::Write;
 use std::path::Path;
 
-use common::Env;
+use common::{noise, Env};
 
 /// `mount(2)`; the error names what failed.
 fn mount(src: &str, dir: &Path, fstype: &str, flags: libc::c_ulong, data: &str) -> std::io::Result<()> {
@@ -30,23 +30,10 @@ fn mount(src: &str, dir: &Path, fstype: &str, flags: libc::c_ulong, data: &str) 
     }
 }
 
-/// `len` incompressible bytes made from `seed` (xorshift).
-fn noise(len: usize, seed: u8) -> Vec<u8> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(seed);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Writes `len` bytes of `noise(seed)` to `path` and fsyncs it.
 fn write_synced(path: &Path, len: usize, seed: u8) -> std::io::Result<()> {
     let mut f = std::fs::File::create(path)?;
-    f.write_all(&noise(len, seed))?;
+    f.write_all(&noise(len, u64::from(seed)))?;
     f.sync_all()
 }
 
@@ -171,7 +158,7 @@ fn a_full_host_file_system_suspends_and_the_pool_comes_back() {
             assert!(got >= txg, "imported at txg {} or later (the import writes one), on disk was {}", got, txg);
             for (name, seed) in &synced {
                 let data = std::fs::read(mnt.join(name)).unwrap_or_else(|err| panic!("fsynced '{}' lost: {}", name, err));
-                assert!(data == noise(4 << 20, *seed), "fsynced '{}' differs", name);
+                assert!(data == noise(4 << 20, u64::from(*seed)), "fsynced '{}' differs", name);
             }
             // The daemon (and with it the namespace's mounts) goes now,
             // from inside the namespace.
