@@ -80,6 +80,10 @@ pub struct BenchArgs {
     /// Use this file or device as an L2ARC cache device (added to the pool if it is not one yet)
     #[arg(long)]
     pub cache_device: Option<std::path::PathBuf>,
+    /// --cache-device: use a device that holds a file system, swap, a partition table or
+    /// an exported pool, as `pool add -f` (never a mounted or busy one, or an imported pool's)
+    #[arg(short, long)]
+    pub force: bool,
     /// rand*/seqread: untimed operations first, to warm the caches
     #[arg(long, default_value_t = 0)]
     pub warmup_ops: u64,
@@ -223,7 +227,7 @@ fn open(a: &BenchArgs, t: &Tunables) -> Result<Pool> {
     if let Some(c) = &a.cache_device {
         let name = c.display().to_string();
         if !pool.cache_devices().iter().any(|d| d.path == name) {
-            pool.add_caches(std::slice::from_ref(c), false)?;
+            pool.add_caches(std::slice::from_ref(c), a.force)?;
         }
     }
     Ok(pool)

@@ -249,8 +249,17 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
 struct Absolute(PathBuf);
 
 impl Absolute {
+    /// `p` made absolute. A trailing `/` is kept: `a.img/` names a
+    /// directory, and the daemon must refuse a file given so (as the kernel
+    /// and the in-process commands do), not take `a.img` (or create it).
     fn join(&self, p: &std::path::Path) -> PathBuf {
-        self.0.join(p).components().collect()
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let joined: PathBuf = self.0.join(p).components().collect();
+        let mut bytes = joined.into_os_string().into_vec();
+        if p.as_os_str().as_bytes().ends_with(b"/") && !bytes.ends_with(b"/") {
+            bytes.push(b'/');
+        }
+        PathBuf::from(std::ffi::OsString::from_vec(bytes))
     }
 }
 

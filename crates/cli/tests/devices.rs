@@ -106,6 +106,7 @@ fn cache_add_refuses_devices_of_pools() {
 #[test]
 fn create_refuses_signatures_without_force() {
     let e = env("sigs");
+    pool(&e, "tank");
     let mut tried = 0;
     let cases: &[(&str, &str, &str)] = &[
         ("mkfs.ext4", "mkfs.ext4 -q -F {}", "an ext4 file system"),
@@ -131,9 +132,14 @@ fn create_refuses_signatures_without_force() {
         let err = e.fails(&["pool", "create", "-m", "none", "p", &img]);
         assert!(err.contains(&img) && err.contains(&format!("contains {}", what)) && err.contains("-f"), "{}: {}", what, err);
         assert_eq!(digest(&img), before, "a refused create changed the image holding {}", what);
+        // And as a cache device of a pool.
+        let err = e.fails(&["pool", "add", "tank", "cache", &img]);
+        assert!(err.contains(&img) && err.contains(&format!("contains {}", what)) && err.contains("-f"), "add {}: {}", what, err);
+        assert_eq!(digest(&img), before, "a refused add changed the image holding {}", what);
         tried += 1;
     }
     assert!(tried > 0, "no mkfs tool at all");
+    assert!(!e.ok(&["pool", "status", "tank"]).contains("cache:"), "a refused add added a cache device");
     // -f overrides a signature.
     let img = e.path("fs0.img");
     if Path::new(&img).exists() {
@@ -226,7 +232,7 @@ fn bad_devices_get_one_clear_error() {
     sparse(&a, 80 << 20);
     std::os::unix::fs::symlink(&a, e.path("link.img")).unwrap();
     std::fs::hard_link(&a, e.path("hard.img")).unwrap();
-    for twin in [a.as_str(), "a.img", "./a.img", &e.path("link.img"), &e.path("hard.img")] {
+    for twin in [a.as_str(), "a.img", "./a.img", "adir/../a.img", &e.path("link.img"), &e.path("hard.img")] {
         let err = e.fails(&["pool", "create", "-m", "none", "p", &a, twin]);
         assert!(err.contains("twice") && err.contains(&a), "create {} {}: {}", a, twin, err);
         assert!(!err.contains("exclusive lock"), "{}", err);
@@ -262,6 +268,119 @@ fn bad_devices_get_one_clear_error() {
     e.ok(&["daemon", "stop"]);
     let err = e.fails(&["bench", "tank", "--size", "8M", "--cache-device", &e.path("tank-link.img")]);
     assert!(err.contains("part of active pool 'tank'"), "{}", err);
+}
+
+/// A path with a trailing `/` names a directory. Pins: the client made
+/// device paths absolute through `Path::components`, which drops the
+/// trailing `/`, so `pool create p a.img/` took the file a.img, `--size`
+/// created a file `new.img` for `new.img/`, and `pool import -d a.img/`
+/// searched a.img — where the kernel, and `bench --cache-device a.img/`
+/// in-process, say "Not a directory".
+#[test]
+fn a_trailing_slash_is_a_directory() {
+    let e = env("slash");
+    let tank = pool(&e, "tank");
+    let a = e.path("a.img");
+    sparse(&a, 80 << 20);
+    let before = (digest(&a), cache_file(&e));
+    for args in [
+        vec!["pool", "create", "-m", "none", "p", "a.img/"],
+        vec!["pool", "create", "-f", "-m", "none", "p", "a.img/"],
+        vec!["pool", "create", "-m", "none", "p", &format!("{}/", a)],
+        vec!["pool", "add", "tank", "cache", "a.img/"],
+        vec!["pool", "add", "-f", "tank", "cache", &format!("{}/", a)],
+    ] {
+        let err = e.fails(&args);
+        assert!(err.contains(&format!("{}/'", a)) && err.contains("Not a directory"), "{:?}: {}", args, err);
+    }
+    let err = e.fails(&["pool", "create", "-m", "none", "p", "new.img/", "--size", "128M"]);
+    assert!(err.contains(&e.path("new.img/")), "{}", err);
+    assert!(!Path::new(&e.path("new.img")).exists(), "a refused create made the file new.img");
+    assert_eq!((digest(&a), cache_file(&e)), before, "a refused command changed a.img or the cache file");
+    assert!(!e.ok(&["pool", "status", "tank"]).contains("cache:"));
+    let err = e.fails(&["pool", "remove", "tank", "a.img/"]);
+    assert!(err.contains("a.img/") && err.contains("not a cache device"), "{}", err);
+    // Import: a device file given with a trailing `/` is not searched.
+    e.ok(&["pool", "export", "tank"]);
+    let err = e.fails(&["pool", "import", "-d", "tank.img/", "tank"]);
+    assert!(err.contains(&format!("{}/'", tank)) && err.contains("Not a directory"), "{}", err);
+    assert!(e.ok(&["pool", "list", "-H"]).trim().is_empty(), "nothing imported");
+    // A directory is a directory with or without it.
+    let dir = format!("{}/", e.dir.display());
+    e.ok(&["pool", "import", "-d", &dir, "tank"]);
+    // bench (in this process) answers the same.
+    e.ok(&["daemon", "stop"]);
+    let err = e.fails(&["bench", "tank", "--size", "8M", "--cache-device", "a.img/"]);
+    assert!(err.contains("a.img/") && err.contains("Not a directory"), "{}", err);
+    assert_eq!(digest(&a), before.0);
+}
+
+/// `bench --cache-device` vets its device as `pool add` does: the bad
+/// devices, one clear line each, nothing added or written. Pins: a device
+/// holding a file system was refused with "use -f to overwrite it", and
+/// bench had no -f (clap: "unexpected argument '-f'"); now `-f` takes it
+/// as `pool add -f` does, and never a device it must not take.
+#[test]
+fn bench_cache_device_is_vetted_like_pool_add() {
+    let e = env("bench-cache");
+    pool(&e, "tank");
+    let old = pool(&e, "old");
+    e.ok(&["pool", "export", "old"]);
+    let dir = e.path("adir");
+    std::fs::create_dir(&dir).unwrap();
+    let tiny = e.path("tiny.img");
+    sparse(&tiny, 4096);
+    let missing = e.path("missing.img");
+    e.ok(&["daemon", "stop"]);
+    let bench = |extra: &[&str], dev: &str| {
+        let mut args = vec!["bench", "tank", "--size", "8M"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--cache-device", dev]);
+        args.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let fails = |args: Vec<String>| e.fails(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    let cases: &[(&str, &str)] = &[
+        ("/", "is a directory"),
+        (&dir, "is a directory"),
+        ("/dev/null", "character device"),
+        (&missing, "No such file"),
+        (&tiny, "too small"),
+        (&e.path("tank.img"), "part of active pool 'tank'"),
+    ];
+    let before = digest(&tiny);
+    for (dev, why) in cases {
+        for f in [&[][..], &["-f"][..]] {
+            let err = fails(bench(f, dev));
+            assert!(err.contains(dev) && err.contains(why), "bench {:?} --cache-device {}: {}", f, dev, err);
+        }
+    }
+    assert_eq!(digest(&tiny), before);
+    assert!(!Path::new(&missing).exists());
+    // An exported pool's device: refused without -f, untouched; its error's
+    // advice is one bench takes.
+    let before = digest(&old);
+    let err = fails(bench(&[], &old));
+    assert!(err.contains(&old) && err.contains("exported pool 'old'") && err.contains("use -f"), "{}", err);
+    assert_eq!(digest(&old), before);
+    // A file system image: the same.
+    if have("mkfs.ext4") {
+        let img = e.path("ext4.img");
+        sparse(&img, 64 << 20);
+        let o = sh(&format!("mkfs.ext4 -q -F {}", img));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let before = digest(&img);
+        let err = fails(bench(&[], &img));
+        assert!(err.contains(&img) && err.contains("contains an ext4 file system") && err.contains("use -f"), "{}", err);
+        assert_eq!(digest(&img), before);
+    } else {
+        eprintln!("{}: skipping the ext4 case: mkfs.ext4 is not installed", module_path!());
+    }
+    assert!(!e.ok(&["pool", "status", "tank"]).contains("cache:"), "a refused bench added a cache device");
+    // What the error advises works.
+    e.ok(&["daemon", "stop"]);
+    let args = bench(&["-f"], &old);
+    e.ok(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    assert!(e.ok(&["pool", "status", "tank"]).contains(&old), "bench -f added the exported pool's device");
 }
 
 /// Issue 11 item 14: `pool create p mirror a b` took `mirror` as a file
