@@ -360,3 +360,105 @@ fn unmounts_go_deepest_first() {
     let log = e.log();
     assert!(!log.contains("forcing") && !log.contains("busy"), "{}", log);
 }
+
+#[test]
+fn mount_points_given_other_ways() {
+    // Every command that takes a mount point or a mount directory, with the
+    // inputs the first test does not give: another dataset's mount point,
+    // an empty string, the same directory through a trailing `/`, `..` or
+    // a symlink, a property change that would move a mounted child onto
+    // /etc, an import whose recorded mount point now leads to /etc. Pins:
+    // `set mountpoint=/ tank/q` with its child tank/q/etc mounted on demand
+    // succeeded, unmounted the child and warned that /etc was refused (only
+    // the dataset's own new place was checked, not its children's).
+    let Some(e) = Env::private("mp-ways", true) else { return };
+    let mnt = e.create("tank");
+    e.ok(&["create", "-o", &format!("mountpoint={}", e.path("own")), "tank/own"]);
+    e.ok(&["create", "-o", "canmount=noauto", "tank/quiet"]);
+    let before = seen(&e);
+    let err = e.fails(&["mount", "tank/quiet", &mnt]);
+    assert!(err.contains(&format!("'{}' is already a mount point (of 'tank')", mnt)), "{}", err);
+    let err = e.fails(&["mount", "tank/quiet", &format!("{}/", e.path("own"))]);
+    assert!(err.contains("already a mount point (of 'tank/own')"), "{}", err);
+    // An empty string: a usage error for `mount` (clap, exit 2), and no
+    // mount or dataset for `unmount`, `-m`, `mountpoint=`.
+    let o = e.run(&["mount", "tank/quiet", ""]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = e.fails(&["unmount", ""]);
+    assert!(err.contains("'' is not a mounted dataset or tarn mount point"), "{}", err);
+    let err = e.fails(&["pool", "create", "-m", "", "p2", &e.path("p2.img"), "--size", "128M"]);
+    assert!(err.contains("bad mountpoint ''") && err.contains("not an absolute path"), "{}", err);
+    assert!(!Path::new(&e.path("p2.img")).exists());
+    for args in [vec!["create", "-o", "mountpoint=", "tank/new"], vec!["set", "mountpoint=", "tank/own"]] {
+        let err = e.fails(&args);
+        assert!(err.contains("bad value '' for property 'mountpoint'") && err.contains("not an absolute path"), "{:?}: {}", args, err);
+    }
+    assert_eq!(seen(&e), before, "a refused command changed something");
+    // The same directory, named other ways, is the same mount.
+    std::os::unix::fs::symlink(&mnt, e.path("link")).unwrap();
+    for name in [format!("{}/", mnt), format!("{}/../{}", mnt, Path::new(&mnt).file_name().unwrap().to_str().unwrap()), e.path("link")] {
+        e.ok(&["unmount", &name]);
+        assert!(!e.is_mounted(&mnt), "unmount {} left it mounted", name);
+        e.ok(&["mount", "tank"]);
+        assert!(e.is_mounted(&mnt));
+    }
+    // Mounting through a symlink mounts where it leads.
+    let real = e.path("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, e.path("to-real")).unwrap();
+    e.ok(&["mount", "tank/quiet", &e.path("to-real")]);
+    assert!(e.is_mounted(&real) && !e.is_mounted(&e.path("to-real")));
+    e.ok(&["unmount", &e.path("to-real")]);
+    assert!(!e.is_mounted(&real));
+
+    // A child mounted on demand would follow its parent's mountpoint onto
+    // /etc: the change is refused, nothing unmounted or set.
+    e.ok(&["create", "-o", "canmount=noauto", "-o", &format!("mountpoint={}", e.path("q")), "tank/q"]);
+    e.ok(&["create", "-o", "canmount=noauto", "tank/q/etc"]);
+    e.ok(&["mount", "tank/q/etc"]);
+    assert!(e.is_mounted(&e.path("q/etc")));
+    let moved = |e: &Env| (fuse_mount_ids(e), prop(e, "mountpoint", "tank/q"), prop(e, "mountpoint", "tank/q/etc"));
+    let before = moved(&e);
+    let err = e.fails(&["set", "mountpoint=/", "tank/q"]);
+    assert!(err.contains("cannot set property for 'tank/q': 'tank/q/etc' would be mounted again") && err.contains("'/etc', a system directory"), "{}", err);
+    assert_eq!(moved(&e), before, "the refused set changed something");
+    // The same through inherit: tank/r has mountpoint=/ (not mounted);
+    // tank/r/etc, mounted at a place of its own, inheriting it would be /etc.
+    e.ok(&["create", "-o", "canmount=noauto", "-o", "mountpoint=/", "tank/r"]);
+    let etc_own = e.path("etc-own");
+    e.ok(&["create", "-o", &format!("mountpoint={}", etc_own), "tank/r/etc"]);
+    assert!(e.is_mounted(&etc_own));
+    let before = (fuse_mount_ids(&e), prop(&e, "mountpoint", "tank/r/etc"));
+    let err = e.fails(&["inherit", "mountpoint", "tank/r/etc"]);
+    assert!(err.contains("cannot inherit property for 'tank/r/etc': it would be mounted now") && err.contains("'/etc', a system directory"), "{}", err);
+    assert_eq!((fuse_mount_ids(&e), prop(&e, "mountpoint", "tank/r/etc")), before, "a refused inherit changed something");
+    // With -r, a child's own value goes too: tank/r/usr (not mounted)
+    // would inherit /usr, and its mounted child tank/r/usr/lib /usr/lib.
+    e.ok(&["create", "-o", "canmount=noauto", "-o", &format!("mountpoint={}", e.path("u")), "tank/r/usr"]);
+    let lib_own = e.path("lib-own");
+    e.ok(&["create", "-o", &format!("mountpoint={}", lib_own), "tank/r/usr/lib"]);
+    let before = (fuse_mount_ids(&e), prop(&e, "mountpoint", "tank/r/usr"), prop(&e, "mountpoint", "tank/r/usr/lib"));
+    let err = e.fails(&["inherit", "-r", "mountpoint", "tank/r/usr"]);
+    assert!(err.contains("cannot inherit property for 'tank/r/usr': 'tank/r/usr/lib' would be mounted again") && err.contains("'/usr', a system directory"), "{}", err);
+    assert_eq!((fuse_mount_ids(&e), prop(&e, "mountpoint", "tank/r/usr"), prop(&e, "mountpoint", "tank/r/usr/lib")), before, "a refused inherit -r changed something");
+    // Without -r the child keeps its own mountpoint and stays where it is.
+    e.ok(&["inherit", "mountpoint", "tank/r/usr"]);
+    assert_eq!(prop(&e, "mountpoint", "tank/r/usr"), "/usr\tinherited from tank/r\n");
+    assert!(e.is_mounted(&lib_own) && e.is_mounted(&etc_own));
+    e.ok(&["set", &format!("mountpoint={}", e.path("r2")), "tank/r"]);
+    assert!(e.is_mounted(&lib_own) && e.is_mounted(&etc_own));
+
+    // Import without -m: the root's recorded mount point is now a symlink
+    // to /etc. Imported, not mounted, a warning naming both; /etc untouched.
+    let imp = e.path("imp-mnt");
+    e.ok(&["pool", "create", "-m", &imp, "imp", &e.path("imp.img"), "--size", "128M"]);
+    e.ok(&["pool", "export", "imp"]);
+    std::fs::remove_dir(&imp).unwrap();
+    std::os::unix::fs::symlink("/etc", &imp).unwrap();
+    let o = e.run(&["pool", "import", "-d", e.dir.to_str().unwrap(), "imp"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{}", err);
+    assert!(err.contains("pool 'imp' is imported but not mounted") && err.contains(&format!("'{}' (that is '/etc')", imp)), "{}", err);
+    assert!(!e.is_mounted("/etc") || !e.mounted_types("/etc").contains(&"fuse".to_string()), "mounted on /etc");
+    assert!(!fuse_mounts(&e).iter().any(|(src, _)| src == "imp"), "{:?}", fuse_mounts(&e));
+}

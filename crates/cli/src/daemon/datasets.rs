@@ -334,6 +334,15 @@ fn change_mount_prop(st: &mut State, dataset: &str, prop: &str, value: Option<&s
             Error::new(e.kind, format!("cannot {} '{}': it would be mounted now, and {}", verb, dataset, why))
         })?;
     }
+    if prop == "mountpoint" {
+        let all = ops.iter().any(|(n, _)| n != dataset);
+        for (d, dir) in mounts::moved_dirs(st, dataset, value, all).map_err(|e| cannot(verb, dataset, e))? {
+            mounts::check_dir(st, &d, &dir, None).map_err(|e| {
+                let why = e.msg.strip_prefix(&format!("cannot mount '{}': ", d)).unwrap_or(&e.msg).to_string();
+                Error::new(e.kind, format!("cannot {} '{}': '{}' would be mounted again, and {}", verb, dataset, d, why))
+            })?;
+        }
+    }
     let was: Vec<(String, PathBuf)> = st.mounts.iter().filter(|(d, _)| mounts::below(d, dataset)).map(|(d, h)| (d.clone(), h.dir().to_path_buf())).collect();
     let moved = mounts::unmount_below(st, dataset, false).map_err(|e| Error::new(e.kind, format!("cannot {} '{}': {}", verb, dataset, e.msg)))?;
     if let Err(e) = run_ops(datasets_of(st, dataset, out)?, verb, ops) {

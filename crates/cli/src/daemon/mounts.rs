@@ -23,7 +23,9 @@
 //! # Changes of `mountpoint` and `canmount`
 //!
 //! As OpenZFS's changelist: the place the dataset would be mounted at once
-//! is checked ([`planned_dir`], [`check_dir`]) before anything changes;
+//! is checked ([`planned_dir`], [`check_dir`]) before anything changes, and
+//! so is the new place of each file system below it with a mount of its
+//! own that follows its `mountpoint` ([`moved_dirs`]);
 //! then what is mounted at and below the dataset is unmounted (busy: the
 //! change is refused), the property changed, and what was mounted is
 //! mounted again where the new values say — a pool's root too, whose cache
@@ -367,12 +369,24 @@ pub fn mountable(st: &State, dataset: &str) -> bool {
 pub fn planned_dir(st: &State, dataset: &str, prop: &str, value: Option<&str>) -> Result<Option<PathBuf>> {
     let Some(live) = st.pools.get(pool_of(dataset)) else { return Ok(None) };
     let ds = live.pool.datasets();
-    let root = dataset == pool_of(dataset);
     let canmount = match (prop, value) {
         ("canmount", v) => v.unwrap_or("on").to_string(),
         _ => ds.get(dataset, "canmount")?.value,
     };
-    let (mp, local) = match (prop, value) {
+    let (mp, local) = mountpoint_after(live, dataset, prop, value)?;
+    let mounted = st.mounts.contains_key(dataset);
+    let root = dataset == pool_of(dataset);
+    let wanted = canmount != "off" && mp != "none" && mp != "legacy" && (mounted || (canmount == "on" && (root || local)));
+    Ok(wanted.then(|| PathBuf::from(mp)))
+}
+
+/// `dataset`'s mountpoint (a pool's root: its cache entry's) if `prop`
+/// were changed to `value` (`None`: inherited), and whether it would be
+/// set on the dataset itself.
+fn mountpoint_after(live: &super::state::Live, dataset: &str, prop: &str, value: Option<&str>) -> Result<(String, bool)> {
+    let ds = live.pool.datasets();
+    let root = dataset == pool_of(dataset);
+    Ok(match (prop, value) {
         ("mountpoint", Some(v)) => (v.to_string(), true),
         ("mountpoint", None) if root => (format!("/{}", dataset), false),
         ("mountpoint", None) => {
@@ -386,10 +400,37 @@ pub fn planned_dir(st: &State, dataset: &str, prop: &str, value: Option<&str>) -
             let dir = if root { live.mountpoint.as_ref().map_or("none".to_string(), |d| d.display().to_string()) } else { p.value };
             (dir, p.source == tarn_engine::dataset::Source::Local)
         }
-    };
-    let mounted = st.mounts.contains_key(dataset);
-    let wanted = canmount != "off" && mp != "none" && mp != "legacy" && (mounted || (canmount == "on" && (root || local)));
-    Ok(wanted.then(|| PathBuf::from(mp)))
+    })
+}
+
+/// Where the file systems below `dataset` that have a mount of their own
+/// would be mounted again if its `mountpoint` were changed to `value`
+/// (`None`: inherited; `all`: on every descendant too, `inherit -r`): each
+/// whose mountpoint follows `dataset`'s (not set on itself or on a dataset
+/// between them), at the new one plus its path below `dataset`. What `set`
+/// and `inherit` check, with [`planned_dir`], before they change anything:
+/// a child mounted on demand must not be moved onto `/etc` by its parent.
+pub fn moved_dirs(st: &State, dataset: &str, value: Option<&str>, all: bool) -> Result<Vec<(String, PathBuf)>> {
+    use tarn_engine::dataset::Source;
+    let Some(live) = st.pools.get(pool_of(dataset)) else { return Ok(Vec::new()) };
+    let (mp, _) = mountpoint_after(live, dataset, "mountpoint", value)?;
+    if mp == "none" || mp == "legacy" {
+        return Ok(Vec::new());
+    }
+    let mut moved = Vec::new();
+    for d in st.mounts.keys().filter(|d| d.as_str() != dataset && !d.contains('@') && below(d, dataset)) {
+        let follows = match live.pool.datasets().get(d, "mountpoint")?.source {
+            Source::Local => all,
+            Source::Inherited(from) => all || from == dataset || !below(&from, dataset),
+            Source::Default | Source::None => true,
+        };
+        if follows {
+            let below_it = &d[dataset.len()..];
+            assert!(below_it.starts_with('/'), "'{}' is a file system below '{}'", d, dataset);
+            moved.push((d.clone(), PathBuf::from(format!("{}{}", mp.trim_end_matches('/'), below_it))));
+        }
+    }
+    Ok(moved)
 }
 
 /// Mounts `dataset` again at its default place after a rename or a
