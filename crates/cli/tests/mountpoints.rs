@@ -402,6 +402,13 @@ fn mount_points_given_other_ways() {
         e.ok(&["mount", "tank"]);
         assert!(e.is_mounted(&mnt));
     }
+    // A directory with somebody else's mount on it is not tarn's to unmount.
+    let other = e.path("other");
+    std::fs::create_dir(&other).unwrap();
+    e.sh(&format!("mount -t tmpfs tmpfs {}", other));
+    let err = e.fails(&["unmount", &other]);
+    assert!(err.contains(&format!("'{}' is not a mounted dataset or tarn mount point", other)), "{}", err);
+    assert_eq!(e.mounted_types(&other), ["tmpfs"], "tarn unmounted a tmpfs");
     // Mounting through a symlink mounts where it leads.
     let real = e.path("real");
     std::fs::create_dir(&real).unwrap();
