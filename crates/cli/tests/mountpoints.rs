@@ -452,6 +452,26 @@ fn mount_points_given_other_ways() {
     e.ok(&["inherit", "mountpoint", "tank/r/usr"]);
     assert_eq!(prop(&e, "mountpoint", "tank/r/usr"), "/usr\tinherited from tank/r\n");
     assert!(e.is_mounted(&lib_own) && e.is_mounted(&etc_own));
+    // A rename moves a dataset mounted on demand (and what follows it)
+    // below its new parent's mountpoint: under tank/r (mountpoint=/), /etc.
+    e.ok(&["create", "-o", "canmount=noauto", "tank/d"]);
+    e.ok(&["create", "-o", "canmount=noauto", "tank/d/lib"]);
+    e.ok(&["mount", "tank/d/lib"]);
+    let names = |e: &Env| (fuse_mount_ids(e), e.ok(&["list", "-H", "-o", "name", "-r", "tank"]));
+    let before = names(&e);
+    let err = e.fails(&["rename", "tank/d", "tank/r/usr/d"]);
+    assert!(err.contains("cannot rename 'tank/d': 'tank/r/usr/d/lib' would be mounted again") && err.contains("'/usr', a system directory"), "{}", err);
+    assert_eq!(names(&e), before, "a refused rename changed something");
+    e.ok(&["mount", "tank/d"]);
+    let before = names(&e);
+    let err = e.fails(&["rename", "tank/d", "tank/r/usr/d"]);
+    assert!(err.contains("cannot rename 'tank/d': 'tank/r/usr/d' would be mounted again") && err.contains("'/usr', a system directory"), "{}", err);
+    assert_eq!(names(&e), before, "a refused rename changed something");
+    // Elsewhere it moves, mounted again at the new place. (tank/d, mounted
+    // after tank/d/lib, covers its mount: unmounted first.)
+    e.ok(&["unmount", "tank/d"]);
+    e.ok(&["rename", "tank/d", "tank/own/d"]);
+    assert!(e.is_mounted(&e.path("own/d/lib")), "{:?}", fuse_mounts(&e));
     e.ok(&["set", &format!("mountpoint={}", e.path("r2")), "tank/r"]);
     assert!(e.is_mounted(&lib_own) && e.is_mounted(&etc_own));
 

@@ -516,6 +516,12 @@ fn rename(st: &mut State, from: &str, to: &str, out: &mut Out) -> Result<()> {
     if !ds.exists(from) {
         return Err(Error::not_found(format!("cannot rename '{}': dataset does not exist", from)));
     }
+    for (d, dir) in mounts::renamed_dirs(st, from, to).map_err(|e| cannot_naming("rename", from, Some(to), e))? {
+        mounts::check_dir(st, &d, &dir, None).map_err(|e| {
+            let why = e.msg.strip_prefix(&format!("cannot mount '{}': ", d)).unwrap_or(&e.msg).to_string();
+            Error::new(e.kind, format!("cannot rename '{}': '{}{}' would be mounted again, and {}", from, to, &d[from.len()..], why))
+        })?;
+    }
     let hold = st.served.hold(from);
     let unmounted = mounts::unmount_below(st, from, false).map_err(|e| Error::new(e.kind, format!("cannot rename '{}': dataset is busy ({})", from, e.msg)))?;
     let ds = datasets_of(st, from, out)?;

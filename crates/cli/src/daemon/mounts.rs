@@ -25,7 +25,8 @@
 //! As OpenZFS's changelist: the place the dataset would be mounted at once
 //! is checked ([`planned_dir`], [`check_dir`]) before anything changes, and
 //! so is the new place of each file system below it with a mount of its
-//! own that follows its `mountpoint` ([`moved_dirs`]);
+//! own that follows its `mountpoint` ([`moved_dirs`]; a rename moves
+//! them too: [`renamed_dirs`]);
 //! then what is mounted at and below the dataset is unmounted (busy: the
 //! change is refused), the property changed, and what was mounted is
 //! mounted again where the new values say — a pool's root too, whose cache
@@ -411,22 +412,56 @@ fn mountpoint_after(live: &super::state::Live, dataset: &str, prop: &str, value:
 /// and `inherit` check, with [`planned_dir`], before they change anything:
 /// a child mounted on demand must not be moved onto `/etc` by its parent.
 pub fn moved_dirs(st: &State, dataset: &str, value: Option<&str>, all: bool) -> Result<Vec<(String, PathBuf)>> {
-    use tarn_engine::dataset::Source;
     let Some(live) = st.pools.get(pool_of(dataset)) else { return Ok(Vec::new()) };
     let (mp, _) = mountpoint_after(live, dataset, "mountpoint", value)?;
+    followers(st, live, dataset, &mp, all)
+}
+
+/// Where the file systems at and below `from` that have a mount of their
+/// own would be mounted again after `from` is renamed `to` (by their old
+/// names): if `from`'s mountpoint is inherited, it and every one that
+/// follows it move below `to`'s parent's mountpoint. What `rename` checks
+/// before it changes anything, as [`moved_dirs`] for `set`.
+pub fn renamed_dirs(st: &State, from: &str, to: &str) -> Result<Vec<(String, PathBuf)>> {
+    let Some(live) = st.pools.get(pool_of(from)) else { return Ok(Vec::new()) };
+    let ds = live.pool.datasets();
+    let Some((parent, short)) = to.rsplit_once('/') else { return Ok(Vec::new()) };
+    // A snapshot, a mountpoint of its own, or a rename that fails anyway
+    // (the rename says why): nothing moves.
+    if from.contains('@') || ds.exists(to) || ds.get(from, "mountpoint")?.source == tarn_engine::dataset::Source::Local {
+        return Ok(Vec::new());
+    }
+    let Ok(pmp) = ds.get(parent, "mountpoint") else { return Ok(Vec::new()) };
+    if matches!(pmp.value.as_str(), "none" | "legacy") {
+        return Ok(Vec::new());
+    }
+    let mp = format!("{}/{}", pmp.value.trim_end_matches('/'), short);
+    let mut moved = Vec::new();
+    if st.mounts.contains_key(from) {
+        moved.push((from.to_string(), PathBuf::from(&mp)));
+    }
+    moved.extend(followers(st, live, from, &mp, false)?);
+    Ok(moved)
+}
+
+/// The file systems strictly below `top` with a mount of their own whose
+/// mountpoint follows `top`'s (`all`: every one), each with its place if
+/// `top`'s mountpoint were `mp`: `mp` plus its path below `top`.
+fn followers(st: &State, live: &super::state::Live, top: &str, mp: &str, all: bool) -> Result<Vec<(String, PathBuf)>> {
+    use tarn_engine::dataset::Source;
     if mp == "none" || mp == "legacy" {
         return Ok(Vec::new());
     }
     let mut moved = Vec::new();
-    for d in st.mounts.keys().filter(|d| d.as_str() != dataset && !d.contains('@') && below(d, dataset)) {
+    for d in st.mounts.keys().filter(|d| d.as_str() != top && !d.contains('@') && below(d, top)) {
         let follows = match live.pool.datasets().get(d, "mountpoint")?.source {
             Source::Local => all,
-            Source::Inherited(from) => all || from == dataset || !below(&from, dataset),
+            Source::Inherited(from) => all || from == top || !below(&from, top),
             Source::Default | Source::None => true,
         };
         if follows {
-            let below_it = &d[dataset.len()..];
-            assert!(below_it.starts_with('/'), "'{}' is a file system below '{}'", d, dataset);
+            let below_it = &d[top.len()..];
+            assert!(below_it.starts_with('/'), "'{}' is a file system below '{}'", d, top);
             moved.push((d.clone(), PathBuf::from(format!("{}{}", mp.trim_end_matches('/'), below_it))));
         }
     }
