@@ -225,6 +225,14 @@ fn bad_devices_get_one_clear_error() {
     assert!(err.contains(&tiny) && err.contains("too small"), "{}", err);
     let err = e.fails(&["pool", "import", "-d", &missing, "tank2"]);
     assert!(err.contains(&missing), "{}", err);
+    let err = e.fails(&["pool", "import", "-d", "/dev/null", "tank2"]);
+    assert!(err.contains("no pool 'tank2' found in /dev/null"), "{}", err);
+    // --size makes new files: an existing one is refused, untouched.
+    let before = digest(&small);
+    let err = e.fails(&["pool", "create", "-m", "none", "p", &small, "--size", "128M"]);
+    assert!(err.contains(&small) && err.contains("already exists"), "{}", err);
+    assert_eq!(digest(&small), before);
+    assert_eq!(std::fs::metadata(&small).unwrap().len(), 1 << 20);
     assert_eq!(cache_file(&e), cache_before, "a refused command changed the cache file");
 
     // The same device twice, however it is named.

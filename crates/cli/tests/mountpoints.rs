@@ -380,6 +380,26 @@ fn mount_points_given_other_ways() {
     assert!(err.contains(&format!("'{}' is already a mount point (of 'tank')", mnt)), "{}", err);
     let err = e.fails(&["mount", "tank/quiet", &format!("{}/", e.path("own"))]);
     assert!(err.contains("already a mount point (of 'tank/own')"), "{}", err);
+    // So does every command that would mount there at once.
+    e.ok(&["pool", "create", "-m", "none", "exp", &e.path("exp.img"), "--size", "128M"]);
+    e.ok(&["pool", "export", "exp"]);
+    let before = seen(&e);
+    let own_mp = format!("mountpoint={}", e.path("own"));
+    let tank_mp = format!("mountpoint={}", mnt);
+    for args in [
+        vec!["create", "-o", &own_mp, "tank/new"],
+        vec!["set", &tank_mp, "tank/own"],
+        vec!["pool", "create", "-m", &mnt, "p2", &e.path("p2.img"), "--size", "128M"],
+        vec!["pool", "import", "-d", e.dir.to_str().unwrap(), "-m", &mnt, "exp"],
+    ] {
+        let err = e.fails(&args);
+        assert!(err.contains(&format!("'{}' is already a mount point", e.path("own"))) || err.contains(&format!("'{}' is already a mount point", mnt)), "{:?}: {}", args, err);
+        assert_eq!(seen(&e), before, "{:?} changed something", args);
+    }
+    assert!(!Path::new(&e.path("p2.img")).exists());
+    let err = e.fails(&["pool", "import", "-d", e.dir.to_str().unwrap(), "-m", "", "exp"]);
+    assert!(err.contains("bad mountpoint ''"), "{}", err);
+    assert_eq!(seen(&e), before);
     // An empty string: a usage error for `mount` (clap, exit 2), and no
     // mount or dataset for `unmount`, `-m`, `mountpoint=`.
     let o = e.run(&["mount", "tank/quiet", ""]);
