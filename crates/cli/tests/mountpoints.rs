@@ -380,6 +380,7 @@ fn mount_points_given_other_ways() {
     assert!(err.contains(&format!("'{}' is already a mount point (of 'tank')", mnt)), "{}", err);
     let err = e.fails(&["mount", "tank/quiet", &format!("{}/", e.path("own"))]);
     assert!(err.contains("already a mount point (of 'tank/own')"), "{}", err);
+    assert_eq!(seen(&e), before, "a refused mount changed something");
     // So does every command that would mount there at once.
     e.ok(&["pool", "create", "-m", "none", "exp", &e.path("exp.img"), "--size", "128M"]);
     e.ok(&["pool", "export", "exp"]);
