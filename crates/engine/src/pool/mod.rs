@@ -56,6 +56,7 @@ pub mod label;
 pub mod metrics;
 #[allow(clippy::module_inception)]
 mod pool;
+pub mod scan;
 pub mod spacemap;
 pub mod verify;
 pub mod vet;

@@ -857,6 +857,40 @@ impl Pool {
         super::verify::verify(&self.sh.core, &mos, txg, &blocks)
     }
 
+    /// Scrubs the pool: every copy of every block of the last synced txg
+    /// read and checked, damaged copies rewritten from good ones (see
+    /// `pool::scan`). Runs to the end in the caller's thread, alongside
+    /// other work; frees made meanwhile become allocatable when it ends.
+    pub fn scrub(&self) -> Result<super::scan::ScanReport> {
+        self.scrub_pausing(&mut || {})
+    }
+
+    /// As `scrub`, running `paused` after the scan gathered its blocks and
+    /// before it reads them (for tests that change the pool under a scan).
+    #[doc(hidden)]
+    pub fn scrub_pausing(&self, paused: &mut dyn FnMut()) -> Result<super::scan::ScanReport> {
+        self.sh.core.check_writable()?;
+        if let Some(f) = self.sh.core.txg.failure() {
+            return Err(Error::new(ErrorKind::Suspended, format!("pool '{}' is suspended: {}", self.sh.core.name, f)));
+        }
+        /// Ends the allocator's hold however the scan ends.
+        struct Hold<'a>(&'a PoolCore);
+        impl Drop for Hold<'_> {
+            fn drop(&mut self) {
+                self.0.alloc.lock().release_frees_hold();
+            }
+        }
+        let (mos, txg, blocks) = {
+            let s = self.sh.sync.lock();
+            let mut b = s.cp_chain.clone();
+            b.extend(s.log_chain.iter().copied());
+            self.sh.core.alloc.lock().hold_frees_after(s.ub.txg);
+            (s.ub.mos, s.ub.txg, b)
+        };
+        let _hold = Hold(&self.sh.core);
+        Ok(super::scan::scrub(&self.sh.core, &mos, txg, &blocks, paused))
+    }
+
     /// Runs every invariant check that walks whole structures.
     pub fn check_invariants(&self) -> Result<()> {
         self.sh.core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;

@@ -83,6 +83,9 @@ struct Walker<'a> {
     extents: Vec<(u32, u64, u64, String)>,
     /// Blocks noted, by their first copy: pointers visited and size.
     seen: HashMap<BrtKey, (u64, u64)>,
+    /// For a scan (`gather`): every block noted, once; data blocks are
+    /// then noted without being read (the scan reads every copy itself).
+    collect: Option<Vec<BlockPtr>>,
 }
 
 impl<'a> Walker<'a> {
@@ -105,6 +108,9 @@ impl<'a> Walker<'a> {
         }
         self.seen.insert(BrtKey::of(bp), (1, bp.asize_total()));
         self.rep.blocks += 1;
+        if let Some(c) = &mut self.collect {
+            c.push(*bp);
+        }
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
             self.rep.referenced_bytes += d.asize;
             self.extents.push((d.vdev, d.offset, d.asize, what.to_string()));
@@ -157,8 +163,9 @@ impl<'a> Walker<'a> {
             }
             let label = format!("{} L{} #{}", what, bp.level, index);
             if bp.level == 0 && !keep_data {
-                // Data blocks are read and verified but not kept.
-                if self.note(&bp, &label) && self.read_noted(&bp, &label).is_none() {
+                // Data blocks are read and verified but not kept (a scan
+                // reads them later, every copy, in device order).
+                if self.note(&bp, &label) && self.collect.is_none() && self.read_noted(&bp, &label).is_none() {
                     self.rep.data_errors += 1;
                 }
                 continue;
@@ -257,56 +264,78 @@ impl<'a> Walker<'a> {
     }
 }
 
+impl Walker<'_> {
+    /// The space blocks, the MOS and every dataset's tree (each below the
+    /// pointers its previous snapshot shares). Returns the MOS's dead lists
+    /// and block reference tables, which the checker reads next.
+    #[allow(clippy::type_complexity)]
+    fn walk_pool(&mut self, mos: &BlockPtr, space_blocks: &[BlockPtr]) -> (Vec<(u64, Dnode)>, Vec<(u64, Dnode)>) {
+        let core = self.core;
+        let w = self;
+        for bp in space_blocks {
+            w.note(bp, "space map block");
+        }
+        w.rep.space_bytes = w.rep.referenced_bytes;
+        let mos_objects = w.walk_objset(mos, "$MOS", 0);
+        w.rep.mos_bytes = w.rep.referenced_bytes - w.rep.space_bytes;
+        let mut dead = Vec::new();
+        let mut brt = Vec::new();
+        // Dataset records name the dataset object sets.
+        for (obj, dn) in &mos_objects {
+            if dn.otype == ObjectType::DeadList {
+                dead.push((*obj, dn.clone()));
+                continue;
+            }
+            if dn.otype == ObjectType::BlockRefTable {
+                brt.push((*obj, dn.clone()));
+                continue;
+            }
+            if dn.otype != ObjectType::DatasetRecord {
+                continue;
+            }
+            let data = match &dn.inline {
+                Some(d) => d.clone(),
+                None => match dn.blkptr.map(|bp| core.read_block(&bp, IoClass::Scrub, &|| format!("dataset record {}", obj))) {
+                    Some(Ok(d)) => d[..dn.size as usize].to_vec(),
+                    _ => continue,
+                },
+            };
+            let rec = match kv::decode(&data) {
+                Ok(r) => r,
+                Err(e) => {
+                    w.rep.errors.push(format!("dataset record {}: {}", obj, e));
+                    continue;
+                }
+            };
+            let name = kv::get_str(&rec, "name").unwrap_or("?").to_string();
+            let min_txg = kv::get_u64(&rec, "prev_snap_txg").unwrap_or(0);
+            match rec.get("bp").map(|b| BlockPtr::decode(b)) {
+                Some(Ok(bp)) if bp.is_hole() => {}
+                Some(Ok(bp)) => {
+                    w.walk_objset(&bp, &name, min_txg);
+                }
+                Some(Err(e)) => w.rep.errors.push(format!("dataset '{}': {}", name, e)),
+                None => w.rep.errors.push(format!("dataset '{}' has no root block", name)),
+            }
+        }
+        (dead, brt)
+    }
+}
+
+/// Every block the last synced tree references, once each, for a scan:
+/// metadata read (and verified) on the way, data blocks only noted. The
+/// errors met on the way are returned with them.
+pub(crate) fn gather(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr]) -> (Vec<BlockPtr>, Vec<String>) {
+    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new(), collect: Some(Vec::new()) };
+    w.walk_pool(mos, space_blocks);
+    (w.collect.take().unwrap_or_default(), w.rep.errors)
+}
+
 /// Walks the pool as of `ub` (see module docs). `space_blocks` are the
 /// blocks of the space checkpoint and log, which nothing else references.
 pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr]) -> Result<VerifyReport> {
-    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new() };
-    for bp in space_blocks {
-        w.note(bp, "space map block");
-    }
-    w.rep.space_bytes = w.rep.referenced_bytes;
-    let mos_objects = w.walk_objset(mos, "$MOS", 0);
-    w.rep.mos_bytes = w.rep.referenced_bytes - w.rep.space_bytes;
-    let mut dead = Vec::new();
-    let mut brt = Vec::new();
-    // Dataset records name the dataset object sets.
-    for (obj, dn) in &mos_objects {
-        if dn.otype == ObjectType::DeadList {
-            dead.push((*obj, dn.clone()));
-            continue;
-        }
-        if dn.otype == ObjectType::BlockRefTable {
-            brt.push((*obj, dn.clone()));
-            continue;
-        }
-        if dn.otype != ObjectType::DatasetRecord {
-            continue;
-        }
-        let data = match &dn.inline {
-            Some(d) => d.clone(),
-            None => match dn.blkptr.map(|bp| core.read_block(&bp, IoClass::Scrub, &|| format!("dataset record {}", obj))) {
-                Some(Ok(d)) => d[..dn.size as usize].to_vec(),
-                _ => continue,
-            },
-        };
-        let rec = match kv::decode(&data) {
-            Ok(r) => r,
-            Err(e) => {
-                w.rep.errors.push(format!("dataset record {}: {}", obj, e));
-                continue;
-            }
-        };
-        let name = kv::get_str(&rec, "name").unwrap_or("?").to_string();
-        let min_txg = kv::get_u64(&rec, "prev_snap_txg").unwrap_or(0);
-        match rec.get("bp").map(|b| BlockPtr::decode(b)) {
-            Some(Ok(bp)) if bp.is_hole() => {}
-            Some(Ok(bp)) => {
-                w.walk_objset(&bp, &name, min_txg);
-            }
-            Some(Err(e)) => w.rep.errors.push(format!("dataset '{}': {}", name, e)),
-            None => w.rep.errors.push(format!("dataset '{}' has no root block", name)),
-        }
-    }
+    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new(), collect: None };
+    let (dead, brt) = w.walk_pool(mos, space_blocks);
     // Dead-list entries: blocks that snapshots hold and their successors
     // no longer do, so each must have been reached through some tree.
     let tree_blocks: std::collections::HashSet<BrtKey> = w.seen.keys().copied().collect();

@@ -1095,6 +1095,10 @@ pub struct Allocator {
     replayed_txg: Option<u64>,
     /// First internal inconsistency detected on a path that cannot fail.
     fault: Option<String>,
+    /// While a scan reads and repairs the blocks of txg N's tree: frees of
+    /// txgs after N stay deferred (`hold_frees_after`), so no block of that
+    /// tree is reallocated under the scan. How many scans hold, and N.
+    scan_hold: Option<(u32, u64)>,
 }
 
 impl Default for Allocator {
@@ -1116,6 +1120,7 @@ impl Allocator {
             hwm_txg: 0,
             replayed_txg: None,
             fault: None,
+            scan_hold: None,
         }
     }
 
@@ -1369,7 +1374,35 @@ impl Allocator {
         self.synced_txg = Some(self.synced_txg.map_or(txg, |s| s.max(txg)));
         self.hwm_txg = self.hwm_txg.max(txg);
         if let Some(limit) = txg.checked_sub(TXG_DEFER_SIZE) {
+            let limit = self.scan_hold.map_or(limit, |(_, held)| limit.min(held));
             self.release_through(limit);
+        }
+    }
+
+    /// A scan is about to read (and repair in place) the blocks of txg
+    /// `txg`'s tree, which later txgs may free: until the matching
+    /// `release_frees_hold`, frees of txgs after `txg` stay deferred, so
+    /// none of those blocks is reallocated and overwritten under the scan.
+    /// Several holds keep the oldest txg.
+    pub fn hold_frees_after(&mut self, txg: u64) {
+        self.scan_hold = Some(match self.scan_hold {
+            Some((n, held)) => (n + 1, held.min(txg)),
+            None => (1, txg),
+        });
+    }
+
+    /// Ends one `hold_frees_after`; with none left, the frees it kept
+    /// deferred become allocatable as `txg_synced` would have made them.
+    pub fn release_frees_hold(&mut self) {
+        self.scan_hold = match self.scan_hold {
+            Some((n, held)) if n > 1 => Some((n - 1, held)),
+            Some(_) => None,
+            None => panic!("release_frees_hold without a hold"),
+        };
+        if self.scan_hold.is_none() {
+            if let Some(limit) = self.synced_txg.and_then(|t| t.checked_sub(TXG_DEFER_SIZE)) {
+                self.release_through(limit);
+            }
         }
     }
 
@@ -1642,6 +1675,25 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    #[test]
+    fn a_scan_hold_keeps_later_frees_deferred_until_released() {
+        let mut a = one_vdev(64 << 20);
+        let (v, off, len) = a.alloc(1 << 20, 1, &[]).unwrap();
+        a.txg_synced(1);
+        a.hold_frees_after(1);
+        a.free(v, off, len, 2).unwrap();
+        for t in 2..10 {
+            a.txg_synced(t);
+            assert_eq!(a.space().total.deferred, len, "txg {t}: a block of txg 1's tree freed in txg 2 stays deferred under the hold");
+        }
+        a.hold_frees_after(5);
+        a.release_frees_hold();
+        assert_eq!(a.space().total.deferred, len, "one hold is left");
+        a.release_frees_hold();
+        assert_eq!(a.space().total.deferred, 0, "released as txg_synced(9) would have");
+        a.check_invariants().unwrap();
     }
 
     #[test]

@@ -1,0 +1,202 @@
+//! Scrub: read every copy of every block the pool references, check each
+//! against its block pointer's checksum, and rewrite a damaged copy from a
+//! good one (OpenZFS's `dsl_scan` with its sorted issue, for a pool of
+//! plain vdevs: what repairs is the ditto copies — `copies`, and the extra
+//! copies `redundant_metadata` gives metadata).
+//!
+//! ```text
+//!  1. hold frees      allocator: frees after txg N stay deferred
+//!  2. gather          walk txg N's tree (verify's walker): metadata read
+//!                     on the way, every block pointer noted once
+//!  3. sort            one entry per copy, by (vdev, offset)
+//!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
+//!                     each copy checked on its own; IoClass::Scrub, so
+//!                     the scheduler gives foreground I/O priority
+//!  5. repair          a block with a bad copy and a good one: the good
+//!                     copy's bytes written over the bad one, flushed
+//!  6. release frees
+//! ```
+//!
+//! Why the hold makes repair safe: the scan reads the tree of the synced
+//! txg N while the pool goes on. A block of that tree freed later (txg >
+//! N) would, once its deferral ended, be allocated to new data; a repair
+//! written there afterwards would destroy it. While the hold lasts, such
+//! frees stay deferred (`Allocator::hold_frees_after`), so every copy the
+//! scan found is still the block it was, or free space: rewriting the
+//! block's own bytes there is harmless either way. The cost: space freed
+//! during a scan becomes allocatable only when it ends.
+//!
+//! A block no copy of which verifies is an error of the report (the
+//! reader that meets it later enters it in the error log); every bad copy
+//! counts a checksum error against its device, as a read does.
+//!
+//! Not yet (issue 12): scans that run in the background with progress,
+//! pause and a persisted position; mirror and RAID-Z children; resilver.
+
+use std::time::Instant;
+
+use tarn_ondisk::bp::{BlockPtr, Dva};
+
+use super::core::PoolCore;
+use crate::io::block;
+use crate::io::IoClass;
+
+/// The longest run of adjacent copies read in one request.
+pub const SCAN_EXTENT: u64 = 1 << 20;
+
+/// What a scrub found and did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ScanReport {
+    /// The synced txg whose tree was scanned.
+    pub txg: u64,
+    pub blocks: u64,
+    /// Copies read and checked, and their allocated bytes.
+    pub copies: u64,
+    pub bytes: u64,
+    /// Device reads issued (runs of adjacent copies).
+    pub reads: u64,
+    /// Copies that failed their checksum or could not be read.
+    pub bad_copies: u64,
+    /// Bad copies rewritten from a good copy, and their bytes.
+    pub repaired_copies: u64,
+    pub repaired_bytes: u64,
+    /// Blocks with no good copy, repairs that failed, and errors of the
+    /// walk (metadata that could not be read).
+    pub errors: Vec<String>,
+    pub seconds: f64,
+}
+
+/// One copy to check: where it is, its block, which of the block's copies.
+#[derive(Clone, Copy)]
+struct Copy {
+    vdev: u32,
+    offset: u64,
+    /// Bytes to read: psize rounded up to whole sectors.
+    len: u64,
+    block: usize,
+    dva: usize,
+}
+
+/// Scrubs the tree of synced txg `txg` (its MOS root and space blocks).
+/// The caller holds frees after `txg` (see the module docs). `paused`
+/// runs between gathering the blocks and reading them (tests: the pool
+/// changes under the scan there).
+pub(crate) fn scrub(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr], paused: &mut dyn FnMut()) -> ScanReport {
+    let start = Instant::now();
+    let (blocks, walk_errors) = super::verify::gather(core, mos, txg, space_blocks);
+    paused();
+    let mut rep = ScanReport { txg, blocks: blocks.len() as u64, errors: walk_errors, ..Default::default() };
+    let copies = sorted_copies(core, &blocks, &mut rep);
+    // bad[i]: the copies of block i that failed.
+    let mut bad: Vec<Vec<usize>> = vec![Vec::new(); blocks.len()];
+    let mut good: Vec<Option<Vec<u8>>> = vec![None; blocks.len()];
+    for run in runs(&copies) {
+        check_run(core, &blocks, run, &mut bad, &mut good, &mut rep);
+    }
+    for (i, bp) in blocks.iter().enumerate() {
+        if !bad[i].is_empty() {
+            repair(core, bp, &bad[i], good[i].as_deref(), &mut rep);
+        }
+    }
+    rep.seconds = start.elapsed().as_secs_f64();
+    rep
+}
+
+/// Every copy of every block, by (vdev, offset). A copy that lies outside
+/// its device is an error, not read.
+fn sorted_copies(core: &PoolCore, blocks: &[BlockPtr], rep: &mut ScanReport) -> Vec<Copy> {
+    let mut out = Vec::with_capacity(blocks.len() * 2);
+    for (i, bp) in blocks.iter().enumerate() {
+        for (d, dva) in bp.dva.iter().enumerate().filter(|(_, d)| !d.is_empty()) {
+            match copy_len(core, bp, dva) {
+                Some(len) => out.push(Copy { vdev: dva.vdev, offset: dva.offset, len, block: i, dva: d }),
+                None => rep.errors.push(format!("block (birth {}, {}) has a copy at {}:{:#x} outside its device", bp.birth, bp.otype.name(), dva.vdev, dva.offset)),
+            }
+        }
+    }
+    out.sort_by_key(|c| (c.vdev, c.offset));
+    out
+}
+
+fn copy_len(core: &PoolCore, bp: &BlockPtr, dva: &Dva) -> Option<u64> {
+    let v = core.vdevs.get(dva.vdev as usize)?;
+    let len = (bp.psize as u64).div_ceil(1 << v.ashift) << v.ashift;
+    let fits = dva.offset.checked_add(len).is_some_and(|end| end <= v.dev_size);
+    (len <= dva.asize && fits).then_some(len)
+}
+
+/// Splits sorted copies into runs read as one extent: same vdev, each
+/// starting where the previous one's read ended, at most `SCAN_EXTENT`.
+fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    for i in 1..=copies.len() {
+        let split = i == copies.len() || {
+            let (a, b, head) = (&copies[i - 1], &copies[i], &copies[first]);
+            b.vdev != a.vdev || b.offset != a.offset + a.len || b.offset + b.len - head.offset > SCAN_EXTENT
+        };
+        if split {
+            out.push(&copies[first..i]);
+            first = i;
+        }
+    }
+    out
+}
+
+/// Reads one run and checks each copy in it; a failed read checks each
+/// copy alone, so one bad sector fails one copy.
+fn check_run(core: &PoolCore, blocks: &[BlockPtr], run: &[Copy], bad: &mut [Vec<usize>], good: &mut [Option<Vec<u8>>], rep: &mut ScanReport) {
+    let (head, last) = (run[0], run[run.len() - 1]);
+    let leaf = &core.vdevs[head.vdev as usize].leaf;
+    rep.reads += 1;
+    let data = match leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset) {
+        Ok(d) => d,
+        Err(_) if run.len() > 1 => {
+            for c in run {
+                check_run(core, blocks, std::slice::from_ref(c), bad, good, rep);
+            }
+            return;
+        }
+        Err(_) => {
+            rep.copies += 1;
+            rep.bytes += head.len;
+            rep.bad_copies += 1;
+            bad[head.block].push(head.dva);
+            return;
+        }
+    };
+    for c in run {
+        let raw = &data[(c.offset - head.offset) as usize..(c.offset - head.offset + c.len) as usize];
+        rep.copies += 1;
+        rep.bytes += c.len;
+        if block::verify(&blocks[c.block], raw).is_ok() {
+            if good[c.block].is_none() {
+                good[c.block] = Some(raw.to_vec());
+            }
+        } else {
+            rep.bad_copies += 1;
+            leaf.note_checksum_error();
+            bad[c.block].push(c.dva);
+        }
+    }
+}
+
+/// Rewrites the bad copies of `bp` from `good` (its verified bytes), or
+/// reports the block lost when it has no good copy.
+fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<&[u8]>, rep: &mut ScanReport) {
+    let Some(good) = good else {
+        rep.errors.push(format!("{} block (level {}, birth {}): no copy of {} verifies", bp.otype.name(), bp.level, bp.birth, bad.len()));
+        return;
+    };
+    for &d in bad {
+        let dva = bp.dva[d];
+        let v = &core.vdevs[dva.vdev as usize];
+        match v.leaf.write_now(good, dva.offset).and_then(|_| v.leaf.flush()) {
+            Ok(()) => {
+                rep.repaired_copies += 1;
+                rep.repaired_bytes += good.len() as u64;
+            }
+            Err(e) => rep.errors.push(format!("repair of {}:{:#x} on {}: {}", dva.vdev, dva.offset, v.path, e)),
+        }
+    }
+}
