@@ -68,6 +68,18 @@ pub enum PoolCmd {
     },
     /// Forget a pool's device error counts and its error log, as zpool clear
     Clear { name: String },
+    /// Read every copy of every block and rewrite damaged copies from good
+    /// ones (runs in the background; `pool status` shows it), as zpool scrub
+    Scrub {
+        /// Cancel the running scrub
+        #[arg(short = 's')]
+        stop: bool,
+        /// Wait until the scrub has ended
+        #[arg(short = 'w')]
+        wait: bool,
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
     /// Unmount, sync and close a pool, marking it exported
     Export {
         /// Unmount even if busy; a suspended pool: close it without syncing,

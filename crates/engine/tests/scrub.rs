@@ -118,3 +118,41 @@ fn writes_and_frees_during_a_scrub_never_meet_its_repairs() {
     let rep = pool.scrub().expect("scrub");
     assert_eq!(rep.bad_copies, 0, "{rep:?}");
 }
+
+/// The background scan: one at a time, cancelable, stopped by close; its
+/// status says where it is and what it found.
+#[test]
+fn a_background_scrub_is_one_at_a_time_cancelable_and_stopped_by_export() {
+    use tarn_engine::pool::scan::ScanState;
+    let (_devs, pool) = new_pool(1, &[]);
+    for i in 0..40u64 {
+        put(&pool, &pattern(256 << 10, i));
+    }
+    pool.sync().expect("sync");
+    assert_eq!(pool.scan_status().state, ScanState::None);
+    assert!(pool.status().scan.is_none(), "no scan line before the first scrub");
+    // A scan held at its pause: a second one is refused meanwhile.
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let p = &pool;
+        let first = s.spawn(move || p.scrub_pausing(&mut || wait.recv().expect("go")).expect("scrub"));
+        while pool.scan_status().state != ScanState::Scanning {
+            std::thread::yield_now();
+        }
+        let err = pool.scrub_start().expect_err("a second scrub while one runs");
+        assert!(err.msg.contains("currently scrubbing"), "{err}");
+        go.send(()).expect("go");
+        first.join().expect("first scrub");
+    });
+    pool.scrub_start().expect("start");
+    let done = pool.scan_wait();
+    assert_eq!(done.state, ScanState::Finished);
+    assert!(done.report.bytes >= 40 * (256 << 10) && done.end_time >= done.start_time, "{done:?}");
+    assert!(pool.scrub_cancel().is_err(), "no scrub to cancel");
+    pool.scrub_start().expect("start again");
+    pool.scrub_cancel().expect("cancel");
+    assert_eq!(pool.scan_status().state, ScanState::Canceled);
+    pool.scrub_start().expect("start again");
+    pool.export().expect("export cancels the scan first");
+    assert!(matches!(pool.scan_status().state, ScanState::Canceled | ScanState::Finished));
+}

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::dataset::props;
 use tarn_engine::error::printable;
+use tarn_engine::pool::scan::{ScanState, ScanStatus};
 use tarn_engine::pool::{discover, vet::open_for_import, DiscoveredPool, PoolStatus, Suspension, VdevStatus};
 use tarn_engine::posix::errors::{named_errors, NamedError};
 use tarn_engine::sys::{BlockDevice, ThrottledDevice};
@@ -45,6 +46,21 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let n = pool.clear_errors();
             out.line(format!("pool '{}': error counts reset, {} error log entries cleared", name, n));
             pool.sync().map_err(|e| e.context(format!("pool '{}': writing the cleared error log", name)))
+        }
+        PoolCmd::Scrub { stop, wait: _, names } => {
+            // Every pool named must exist before any scrub starts or stops.
+            for n in &names {
+                st.live(n, out)?;
+            }
+            for n in &names {
+                let pool = &st.live(n, out)?.pool;
+                if stop {
+                    pool.scrub_cancel()?;
+                } else {
+                    pool.scrub_start()?;
+                }
+            }
+            Ok(())
         }
         PoolCmd::Export { force, name } => {
             if st.faulted.remove(&name).is_some() {
@@ -324,6 +340,7 @@ fn faulted_status(entry: &CachedPool, why: &str) -> PoolStatus {
         error: Some(why.to_string()),
         data_errors: 0,
         suspension: None,
+        scan: None,
     }
 }
 
@@ -407,6 +424,9 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
         out.line(format!("status: The pool is suspended after an I/O failure: {}", e));
         out.line("action: Check the devices, then export and re-import the pool.");
     }
+    if let Some(scan) = &s.scan {
+        scan_lines(scan).into_iter().for_each(|l| out.line(l));
+    }
     out.line(format!("   txg: {}", s.txg));
     out.line("config:\n");
     let mut rows = vec![vec![s.name.clone(), s.state.clone(), fmt::size(s.size), fmt::size(s.allocated), "-".into(), "-".into(), "-".into()]];
@@ -426,6 +446,34 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
         out.line(format!("  {} is {}: {}", v.path, v.state, v.fault.as_deref().unwrap_or("")));
     }
     print_errors(s, errors, verbose, out);
+}
+
+/// The "scan:" lines of `status`, as zpool prints them.
+fn scan_lines(scan: &ScanStatus) -> Vec<String> {
+    let r = &scan.report;
+    match scan.state {
+        ScanState::None => vec![],
+        ScanState::Scanning => {
+            let pct = if scan.to_examine == 0 { 0.0 } else { 100.0 * scan.examined as f64 / scan.to_examine as f64 };
+            vec![
+                format!("  scan: scrub in progress since {}", super::utc(scan.start_time)),
+                format!("        {} scanned of {} ({:.2}% done)", fmt::size(scan.examined), if scan.to_examine == 0 { "?".to_string() } else { fmt::size(scan.to_examine) }, pct),
+            ]
+        }
+        ScanState::Finished => {
+            let secs = r.seconds.round() as u64;
+            vec![format!(
+                "  scan: scrub repaired {} in {:02}:{:02}:{:02} with {} errors on {}",
+                fmt::size(r.repaired_bytes),
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60,
+                r.errors.len(),
+                super::utc(scan.end_time)
+            )]
+        }
+        ScanState::Canceled => vec![format!("  scan: scrub canceled on {}", super::utc(scan.end_time))],
+    }
 }
 
 /// The "errors:" section: the permanent errors (the error log), by file

@@ -260,6 +260,11 @@ impl Daemon {
             let res = observe::write_test(self, a, &mut out);
             return Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg), working: false };
         }
+        // `pool scrub -w`: started under the lock, waited for without it.
+        let wait_scrub = match &req.cmd {
+            Command::Pool(PoolCmd::Scrub { stop: false, wait: true, names }) => names.clone(),
+            _ => Vec::new(),
+        };
         let res = (|| -> Result<()> {
             let mut st = self.state.lock();
             let t = crate::apply_tunables(st.tunables.clone(), &req.tunables)?;
@@ -277,7 +282,18 @@ impl Daemon {
                 Command::Dataset(c) => datasets::handle(&mut st, c, &mut out),
             }
         })();
+        let res = res.and_then(|()| self.wait_scrubs(&wait_scrub, &mut out));
         Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg), working: false }
+    }
+
+    /// Waits for the scans of these pools to end (each pool's scanner is
+    /// taken under the state lock, waited for without it).
+    fn wait_scrubs(&self, names: &[String], out: &mut Out) -> Result<()> {
+        for n in names {
+            let scanner = self.state.lock().live(n, out)?.pool.scanner();
+            scanner.wait();
+        }
+        Ok(())
     }
 
     /// The root object set of live pool `name` (its holder may write

@@ -128,6 +128,9 @@ pub struct PoolStatus {
     /// written (see `Suspension`).
     #[serde(default)]
     pub suspension: Option<Suspension>,
+    /// The running or last scan since import (`None`: none).
+    #[serde(default)]
+    pub scan: Option<super::scan::ScanStatus>,
 }
 
 /// What a suspended pool has on disk and what it cannot write any more:
@@ -199,6 +202,8 @@ pub struct Pool {
     sh: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
+    /// The pool's scan (scrub), if one ran since import.
+    scan: Arc<super::scan::Scanner>,
 }
 
 /// Validates a pool name the way zpool does.
@@ -571,7 +576,7 @@ impl Pool {
                     .expect("spawning the sync thread"),
             )
         };
-        Pool { sh, thread: Mutex::new(thread), closed: Mutex::new(false) }
+        Pool { sh, thread: Mutex::new(thread), closed: Mutex::new(false), scan: Default::default() }
     }
 
     pub fn name(&self) -> &str {
@@ -685,6 +690,7 @@ impl Pool {
             error,
             data_errors: core.errlog.total(),
             suspension: self.suspension(),
+            scan: Some(self.scan.status()).filter(|s| s.state != super::scan::ScanState::None),
         }
     }
 
@@ -818,6 +824,9 @@ impl Pool {
 
     /// Syncs what is dirty and stops the pool's threads. Called by drop too.
     pub fn close(&self) -> Result<()> {
+        // A scan stops first: it reads (and repairs) through the devices
+        // about to be shut.
+        self.scan.cancel();
         let mut closed = self.closed.lock();
         if *closed {
             return Ok(());
@@ -857,10 +866,28 @@ impl Pool {
         super::verify::verify(&self.sh.core, &mos, txg, &blocks)
     }
 
-    /// Scrubs the pool: every copy of every block of the last synced txg
-    /// read and checked, damaged copies rewritten from good ones (see
-    /// `pool::scan`). Runs to the end in the caller's thread, alongside
-    /// other work; frees made meanwhile become allocatable when it ends.
+    /// Starts a scrub on a thread of its own: every copy of every block of
+    /// the last synced txg read and checked, damaged copies rewritten from
+    /// good ones (see `pool::scan`); `scan_status` follows it. One at a
+    /// time; frees made meanwhile become allocatable when it ends.
+    pub fn scrub_start(&self) -> Result<()> {
+        self.scan_allowed()?;
+        self.scan.begin(&self.sh.core.name)?;
+        let (sh, scan) = (self.sh.clone(), self.scan.clone());
+        let spawned = std::thread::Builder::new().name(format!("scan {}", self.sh.core.name)).spawn(move || run_scrub(&sh, &scan, &mut || {}));
+        match spawned {
+            Ok(t) => {
+                self.scan.set_thread(t);
+                Ok(())
+            }
+            Err(e) => {
+                self.scan.end(super::scan::ScanReport::default(), true);
+                Err(Error::io(format!("pool '{}': cannot start the scan thread", self.sh.core.name), e))
+            }
+        }
+    }
+
+    /// Scrubs in the caller's thread, to the end (see `scrub_start`).
     pub fn scrub(&self) -> Result<super::scan::ScanReport> {
         self.scrub_pausing(&mut || {})
     }
@@ -869,26 +896,45 @@ impl Pool {
     /// before it reads them (for tests that change the pool under a scan).
     #[doc(hidden)]
     pub fn scrub_pausing(&self, paused: &mut dyn FnMut()) -> Result<super::scan::ScanReport> {
+        self.scan_allowed()?;
+        self.scan.begin(&self.sh.core.name)?;
+        run_scrub(&self.sh, &self.scan, paused);
+        Ok(self.scan.wait().report)
+    }
+
+    /// Cancels the running scan and waits for it to stop.
+    pub fn scrub_cancel(&self) -> Result<()> {
+        if self.scan.cancel() {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!("cannot cancel scrubbing '{}': there is no active scrub", self.sh.core.name)))
+        }
+    }
+
+    /// The running or last scan since import.
+    pub fn scan_status(&self) -> super::scan::ScanStatus {
+        self.scan.status()
+    }
+
+    /// The pool's scanner, to wait for a scan without holding the pool.
+    pub fn scanner(&self) -> Arc<super::scan::Scanner> {
+        self.scan.clone()
+    }
+
+    /// Waits for the running scan (if any) to end; returns its status.
+    pub fn scan_wait(&self) -> super::scan::ScanStatus {
+        self.scan.wait()
+    }
+
+    fn scan_allowed(&self) -> Result<()> {
         self.sh.core.check_writable()?;
+        if *self.closed.lock() {
+            return Err(Error::invalid(format!("pool '{}' is closed", self.sh.core.name)));
+        }
         if let Some(f) = self.sh.core.txg.failure() {
-            return Err(Error::new(ErrorKind::Suspended, format!("pool '{}' is suspended: {}", self.sh.core.name, f)));
+            return Err(Error::new(ErrorKind::Suspended, format!("cannot scrub '{}': the pool is suspended: {}", self.sh.core.name, f)));
         }
-        /// Ends the allocator's hold however the scan ends.
-        struct Hold<'a>(&'a PoolCore);
-        impl Drop for Hold<'_> {
-            fn drop(&mut self) {
-                self.0.alloc.lock().release_frees_hold();
-            }
-        }
-        let (mos, txg, blocks) = {
-            let s = self.sh.sync.lock();
-            let mut b = s.cp_chain.clone();
-            b.extend(s.log_chain.iter().copied());
-            self.sh.core.alloc.lock().hold_frees_after(s.ub.txg);
-            (s.ub.mos, s.ub.txg, b)
-        };
-        let _hold = Hold(&self.sh.core);
-        Ok(super::scan::scrub(&self.sh.core, &mos, txg, &blocks, paused))
+        Ok(())
     }
 
     /// Runs every invariant check that walks whole structures.
@@ -897,6 +943,35 @@ impl Pool {
         self.sh.core.txg.check_invariants().map_err(|e| Error::corrupt(format!("txg: {}", e)))?;
         self.sh.core.brt.check_invariants()?;
         self.sh.dsl.check_invariants()
+    }
+}
+
+/// One scrub, start to end, with the allocator's hold on frees (see
+/// `pool::scan`); its end is recorded in `scan` however it ends.
+fn run_scrub(sh: &Shared, scan: &super::scan::Scanner, paused: &mut dyn FnMut()) {
+    /// Ends the allocator's hold however the scan ends.
+    struct Hold<'a>(&'a PoolCore);
+    impl Drop for Hold<'_> {
+        fn drop(&mut self) {
+            self.0.alloc.lock().release_frees_hold();
+        }
+    }
+    let (mos, txg, blocks) = {
+        let s = sh.sync.lock();
+        let mut b = s.cp_chain.clone();
+        b.extend(s.log_chain.iter().copied());
+        sh.core.alloc.lock().hold_frees_after(s.ub.txg);
+        (s.ub.mos, s.ub.txg, b)
+    };
+    let hold = Hold(&sh.core);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| super::scan::scrub(&sh.core, scan, &mos, txg, &blocks, paused)));
+    drop(hold);
+    match ran {
+        Ok((report, canceled)) => scan.end(report, canceled),
+        Err(_) => {
+            let report = super::scan::ScanReport { txg, errors: vec![format!("pool '{}': the scan failed (a panic; see the log)", sh.core.name)], ..Default::default() };
+            scan.end(report, true);
+        }
     }
 }
 

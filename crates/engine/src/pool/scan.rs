@@ -30,11 +30,20 @@
 //! reader that meets it later enters it in the error log); every bad copy
 //! counts a checksum error against its device, as a read does.
 //!
-//! Not yet (issue 12): scans that run in the background with progress,
-//! pause and a persisted position; mirror and RAID-Z children; resilver.
+//! A pool runs at most one scan at a time, on a thread of its own
+//! (`Scanner`): `tarn pool scrub` starts it, `-s` cancels it (checked
+//! between extents), export and close cancel it first, and `status` shows
+//! its progress and, once done, what it found (as zpool's "scan:" line).
+//!
+//! Not yet (issue 12): pause, a position persisted across export and
+//! restarts, the last scan's result kept on disk; mirror and RAID-Z
+//! children; resilver; the error log entries of the blocks it finds lost.
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use parking_lot::{Condvar, Mutex};
 use tarn_ondisk::bp::{BlockPtr, Dva};
 
 use super::core::PoolCore;
@@ -45,7 +54,7 @@ use crate::io::IoClass;
 pub const SCAN_EXTENT: u64 = 1 << 20;
 
 /// What a scrub found and did.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScanReport {
     /// The synced txg whose tree was scanned.
     pub txg: u64,
@@ -66,6 +75,113 @@ pub struct ScanReport {
     pub seconds: f64,
 }
 
+/// Where a pool's scan is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScanState {
+    /// No scan since the pool was imported.
+    #[default]
+    None,
+    Scanning,
+    Finished,
+    Canceled,
+}
+
+/// A pool's scan as `status` shows it: its state, times (seconds since the
+/// epoch), bytes to read and read so far, and what it found.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ScanStatus {
+    pub state: ScanState,
+    pub start_time: u64,
+    pub end_time: u64,
+    pub to_examine: u64,
+    pub examined: u64,
+    pub report: ScanReport,
+}
+
+/// The one scan a pool may run (see the module docs).
+#[derive(Default)]
+pub struct Scanner {
+    status: Mutex<ScanStatus>,
+    done: Condvar,
+    cancel: AtomicBool,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    to_examine: AtomicU64,
+    examined: AtomicU64,
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Scanner {
+    /// Marks a scan started, or says why one cannot start.
+    pub(crate) fn begin(&self, pool: &str) -> crate::error::Result<()> {
+        let mut st = self.status.lock();
+        if st.state == ScanState::Scanning {
+            return Err(crate::error::Error::new(crate::error::ErrorKind::Busy, format!("cannot scrub '{}': currently scrubbing; use 'tarn pool scrub -s {}' to cancel", pool, pool)));
+        }
+        // The thread of the previous scan has ended (it set Finished or
+        // Canceled last); reap it.
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+        self.cancel.store(false, Ordering::Release);
+        self.to_examine.store(0, Ordering::Release);
+        self.examined.store(0, Ordering::Release);
+        *st = ScanStatus { state: ScanState::Scanning, start_time: now(), ..Default::default() };
+        Ok(())
+    }
+
+    pub(crate) fn set_thread(&self, t: JoinHandle<()>) {
+        *self.thread.lock() = Some(t);
+    }
+
+    /// Records the scan's end (its thread's last step).
+    pub(crate) fn end(&self, report: ScanReport, canceled: bool) {
+        let mut st = self.status.lock();
+        st.state = if canceled { ScanState::Canceled } else { ScanState::Finished };
+        st.end_time = now();
+        st.report = report;
+        self.done.notify_all();
+    }
+
+    /// Asks the running scan to stop and waits for it; false if none runs.
+    pub fn cancel(&self) -> bool {
+        if self.status.lock().state != ScanState::Scanning {
+            return false;
+        }
+        self.cancel.store(true, Ordering::Release);
+        self.wait();
+        true
+    }
+
+    /// Waits until no scan runs; returns the status then.
+    pub fn wait(&self) -> ScanStatus {
+        let mut st = self.status.lock();
+        while st.state == ScanState::Scanning {
+            self.done.wait(&mut st);
+        }
+        drop(st);
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+        self.status()
+    }
+
+    pub fn status(&self) -> ScanStatus {
+        let mut st = self.status.lock().clone();
+        if st.state == ScanState::Scanning {
+            st.to_examine = self.to_examine.load(Ordering::Acquire);
+            st.examined = self.examined.load(Ordering::Acquire);
+        }
+        st
+    }
+
+    fn canceled(&self) -> bool {
+        self.cancel.load(Ordering::Acquire)
+    }
+}
+
 /// One copy to check: where it is, its block, which of the block's copies.
 #[derive(Clone, Copy)]
 struct Copy {
@@ -81,17 +197,25 @@ struct Copy {
 /// The caller holds frees after `txg` (see the module docs). `paused`
 /// runs between gathering the blocks and reading them (tests: the pool
 /// changes under the scan there).
-pub(crate) fn scrub(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr], paused: &mut dyn FnMut()) -> ScanReport {
+/// Returns the report and whether the scan was canceled (`scanner`'s
+/// flag, checked between extents; nothing is repaired then).
+pub(crate) fn scrub(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr], paused: &mut dyn FnMut()) -> (ScanReport, bool) {
     let start = Instant::now();
     let (blocks, walk_errors) = super::verify::gather(core, mos, txg, space_blocks);
     paused();
     let mut rep = ScanReport { txg, blocks: blocks.len() as u64, errors: walk_errors, ..Default::default() };
     let copies = sorted_copies(core, &blocks, &mut rep);
+    scanner.to_examine.store(copies.iter().map(|c| c.len).sum(), Ordering::Release);
     // bad[i]: the copies of block i that failed.
     let mut bad: Vec<Vec<usize>> = vec![Vec::new(); blocks.len()];
     let mut good: Vec<Option<Vec<u8>>> = vec![None; blocks.len()];
     for run in runs(&copies) {
+        if scanner.canceled() {
+            rep.seconds = start.elapsed().as_secs_f64();
+            return (rep, true);
+        }
         check_run(core, &blocks, run, &mut bad, &mut good, &mut rep);
+        scanner.examined.store(rep.bytes, Ordering::Release);
     }
     for (i, bp) in blocks.iter().enumerate() {
         if !bad[i].is_empty() {
@@ -99,7 +223,7 @@ pub(crate) fn scrub(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[B
         }
     }
     rep.seconds = start.elapsed().as_secs_f64();
-    rep
+    (rep, false)
 }
 
 /// Every copy of every block, by (vdev, offset). A copy that lies outside
