@@ -10,10 +10,12 @@
 //!                     on the way, every block pointer noted once
 //!  3. sort            one entry per copy, by (vdev, offset)
 //!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
-//!                     each copy checked on its own; IoClass::Scrub, so
-//!                     the scheduler gives foreground I/O priority
+//!                     SCAN_WORKERS extents in flight, each copy checked
+//!                     on its own; IoClass::Scrub, so the scheduler gives
+//!                     foreground I/O priority
 //!  5. repair          a block with a bad copy and a good one: the good
-//!                     copy's bytes written over the bad one, flushed
+//!                     copy read again, checked, written over the bad
+//!                     one, flushed (the scan keeps no data in memory)
 //!  6. release frees
 //! ```
 //!
@@ -52,6 +54,9 @@ use crate::io::IoClass;
 
 /// The longest run of adjacent copies read in one request.
 pub const SCAN_EXTENT: u64 = 1 << 20;
+/// Reads a scan keeps in flight (the scrub class's queue limits still
+/// apply below: foreground I/O goes first).
+pub const SCAN_WORKERS: usize = 4;
 
 /// What a scrub found and did.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -206,20 +211,25 @@ pub(crate) fn scrub(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64
     let mut rep = ScanReport { txg, blocks: blocks.len() as u64, errors: walk_errors, ..Default::default() };
     let copies = sorted_copies(core, &blocks, &mut rep);
     scanner.to_examine.store(copies.iter().map(|c| c.len).sum(), Ordering::Release);
-    // bad[i]: the copies of block i that failed.
+    let runs = runs(&copies);
+    let verdicts = issue(core, &blocks, &runs, scanner, &mut rep);
+    if scanner.canceled() {
+        rep.seconds = start.elapsed().as_secs_f64();
+        return (rep, true);
+    }
+    // Per block: its bad copies, and one good copy to repair them from.
     let mut bad: Vec<Vec<usize>> = vec![Vec::new(); blocks.len()];
-    let mut good: Vec<Option<Vec<u8>>> = vec![None; blocks.len()];
-    for run in runs(&copies) {
-        if scanner.canceled() {
-            rep.seconds = start.elapsed().as_secs_f64();
-            return (rep, true);
+    let mut good: Vec<Option<usize>> = vec![None; blocks.len()];
+    for (c, ok) in verdicts {
+        if ok {
+            good[c.block].get_or_insert(c.dva);
+        } else {
+            bad[c.block].push(c.dva);
         }
-        check_run(core, &blocks, run, &mut bad, &mut good, &mut rep);
-        scanner.examined.store(rep.bytes, Ordering::Release);
     }
     for (i, bp) in blocks.iter().enumerate() {
         if !bad[i].is_empty() {
-            repair(core, bp, &bad[i], good[i].as_deref(), &mut rep);
+            repair(core, bp, &bad[i], good[i], &mut rep);
         }
     }
     rep.seconds = start.elapsed().as_secs_f64();
@@ -267,58 +277,92 @@ fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
     out
 }
 
-/// Reads one run and checks each copy in it; a failed read checks each
-/// copy alone, so one bad sector fails one copy.
-fn check_run(core: &PoolCore, blocks: &[BlockPtr], run: &[Copy], bad: &mut [Vec<usize>], good: &mut [Option<Vec<u8>>], rep: &mut ScanReport) {
+/// Reads the runs with `SCAN_WORKERS` reads in flight (each worker takes
+/// the next run in order, so the device still sees ascending offsets),
+/// and returns each copy with whether it verified. Stops early when the
+/// scan is canceled.
+fn issue(core: &PoolCore, blocks: &[BlockPtr], runs: &[&[Copy]], scanner: &Scanner, rep: &mut ScanReport) -> Vec<(Copy, bool)> {
+    let next = AtomicU64::new(0);
+    let examined = AtomicU64::new(0);
+    let per_worker: Vec<(Vec<(Copy, bool)>, u64)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..SCAN_WORKERS)
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut out, mut reads) = (Vec::new(), 0u64);
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        if i >= runs.len() || scanner.canceled() {
+                            return (out, reads);
+                        }
+                        reads += check_run(core, blocks, runs[i], &mut out);
+                        let bytes: u64 = runs[i].iter().map(|c| c.len).sum();
+                        scanner.examined.store(examined.fetch_add(bytes, Ordering::Relaxed) + bytes, Ordering::Release);
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("a scan worker panicked")).collect()
+    });
+    let mut out = Vec::new();
+    for (verdicts, reads) in per_worker {
+        rep.reads += reads;
+        for (c, ok) in &verdicts {
+            rep.copies += 1;
+            rep.bytes += c.len;
+            if !ok {
+                rep.bad_copies += 1;
+                core.vdevs[c.vdev as usize].leaf.note_checksum_error();
+            }
+        }
+        out.extend(verdicts);
+    }
+    out
+}
+
+/// Reads one run and checks each copy in it, appending (copy, verified);
+/// a failed read checks each copy alone, so one bad sector fails one
+/// copy. Returns the reads issued.
+fn check_run(core: &PoolCore, blocks: &[BlockPtr], run: &[Copy], out: &mut Vec<(Copy, bool)>) -> u64 {
     let (head, last) = (run[0], run[run.len() - 1]);
     let leaf = &core.vdevs[head.vdev as usize].leaf;
-    rep.reads += 1;
-    let data = match leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset) {
-        Ok(d) => d,
-        Err(_) if run.len() > 1 => {
+    match leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset) {
+        Ok(data) => {
             for c in run {
-                check_run(core, blocks, std::slice::from_ref(c), bad, good, rep);
+                let at = (c.offset - head.offset) as usize;
+                out.push((*c, block::verify(&blocks[c.block], &data[at..at + c.len as usize]).is_ok()));
             }
-            return;
+            1
         }
+        Err(_) if run.len() > 1 => 1 + run.iter().map(|c| check_run(core, blocks, std::slice::from_ref(c), out)).sum::<u64>(),
         Err(_) => {
-            rep.copies += 1;
-            rep.bytes += head.len;
-            rep.bad_copies += 1;
-            bad[head.block].push(head.dva);
-            return;
-        }
-    };
-    for c in run {
-        let raw = &data[(c.offset - head.offset) as usize..(c.offset - head.offset + c.len) as usize];
-        rep.copies += 1;
-        rep.bytes += c.len;
-        if block::verify(&blocks[c.block], raw).is_ok() {
-            if good[c.block].is_none() {
-                good[c.block] = Some(raw.to_vec());
-            }
-        } else {
-            rep.bad_copies += 1;
-            leaf.note_checksum_error();
-            bad[c.block].push(c.dva);
+            out.push((head, false));
+            1
         }
     }
 }
 
-/// Rewrites the bad copies of `bp` from `good` (its verified bytes), or
-/// reports the block lost when it has no good copy.
-fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<&[u8]>, rep: &mut ScanReport) {
-    let Some(good) = good else {
-        rep.errors.push(format!("{} block (level {}, birth {}): no copy of {} verifies", bp.otype.name(), bp.level, bp.birth, bad.len()));
-        return;
+/// Rewrites the bad copies of `bp` from copy `good` (read again and
+/// checked: the scan keeps no data), or reports the block lost when it has
+/// no good copy.
+fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<usize>, rep: &mut ScanReport) {
+    let lost = |rep: &mut ScanReport, why: &str| rep.errors.push(format!("{} block (level {}, birth {}): {}", bp.otype.name(), bp.level, bp.birth, why));
+    let Some(g) = good else {
+        return lost(rep, &format!("no copy of {} verifies", bad.len()));
+    };
+    let dva = bp.dva[g];
+    let Some(len) = copy_len(core, bp, &dva) else { return lost(rep, "its good copy lies outside its device") };
+    let leaf = &core.vdevs[dva.vdev as usize].leaf;
+    let data = match leaf.read(IoClass::Scrub, dva.offset, len) {
+        Ok(d) if block::verify(bp, &d).is_ok() => d,
+        _ => return lost(rep, "its good copy failed when read again for the repair"),
     };
     for &d in bad {
         let dva = bp.dva[d];
         let v = &core.vdevs[dva.vdev as usize];
-        match v.leaf.write_now(good, dva.offset).and_then(|_| v.leaf.flush()) {
+        match v.leaf.write_now(&data, dva.offset).and_then(|_| v.leaf.flush()) {
             Ok(()) => {
                 rep.repaired_copies += 1;
-                rep.repaired_bytes += good.len() as u64;
+                rep.repaired_bytes += data.len() as u64;
             }
             Err(e) => rep.errors.push(format!("repair of {}:{:#x} on {}: {}", dva.vdev, dva.offset, v.path, e)),
         }
