@@ -72,10 +72,13 @@ pub enum PoolCmd {
     /// ones (runs in the background; `pool status` shows it), as zpool scrub
     Scrub {
         /// Cancel the running scrub
-        #[arg(short = 's')]
+        #[arg(short = 's', conflicts_with = "pause")]
         stop: bool,
+        /// Pause the running scrub (`tarn pool scrub NAME` resumes it)
+        #[arg(short = 'p')]
+        pause: bool,
         /// Wait until the scrub has ended
-        #[arg(short = 'w')]
+        #[arg(short = 'w', conflicts_with_all = ["stop", "pause"])]
         wait: bool,
         #[arg(required = true)]
         names: Vec<String>,

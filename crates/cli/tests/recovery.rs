@@ -351,6 +351,7 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
 
     assert!(e.fails(&["pool", "scrub", "-s", "tank"]).contains("cannot cancel scrubbing 'tank': there is no active scrub"));
     assert!(e.fails(&["pool", "scrub", "nosuch"]).contains("'nosuch'"));
+    assert!(e.fails(&["pool", "scrub", "-p", "tank"]).contains("cannot pause scrubbing 'tank': there is no active scrub"));
     e.ok(&["pool", "scrub", "-w", "tank"]);
     let status = e.ok(&["pool", "status", "tank"]);
     assert!(status.contains("scan: scrub repaired 128K in ") && status.contains(" with 0 errors on "), "{status}");

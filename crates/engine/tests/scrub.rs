@@ -156,3 +156,34 @@ fn a_background_scrub_is_one_at_a_time_cancelable_and_stopped_by_export() {
     pool.export().expect("export cancels the scan first");
     assert!(matches!(pool.scan_status().state, ScanState::Canceled | ScanState::Finished));
 }
+
+/// `scrub -p` pauses a scan before its next extent (it reads nothing
+/// while paused) and `scrub` resumes it; `-p` with no scan is an error.
+#[test]
+fn a_paused_scrub_reads_nothing_until_resumed() {
+    use tarn_engine::pool::scan::ScanState;
+    let (_devs, pool) = new_pool(1, &[]);
+    for i in 0..8u64 {
+        put(&pool, &pattern(256 << 10, i));
+    }
+    pool.sync().expect("sync");
+    assert!(pool.scrub_pause().is_err(), "nothing to pause");
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let p = &pool;
+        let scan = s.spawn(move || p.scrub_pausing(&mut || wait.recv().expect("go")).expect("scrub"));
+        while pool.scan_status().state != ScanState::Scanning {
+            std::thread::yield_now();
+        }
+        pool.scrub_pause().expect("pause");
+        go.send(()).expect("go");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let st = pool.scan_status();
+        assert!(st.state == ScanState::Scanning && st.paused_since != 0 && st.examined == 0, "paused before its first extent: {st:?}");
+        pool.scrub_start().expect("resume");
+        let rep = scan.join().expect("scan");
+        assert!(rep.bytes >= 8 * (256 << 10) && rep.bad_copies == 0, "{rep:?}");
+    });
+    let st = pool.scan_status();
+    assert!(st.state == ScanState::Finished && st.paused_since == 0, "{st:?}");
+}

@@ -47,7 +47,7 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             out.line(format!("pool '{}': error counts reset, {} error log entries cleared", name, n));
             pool.sync().map_err(|e| e.context(format!("pool '{}': writing the cleared error log", name)))
         }
-        PoolCmd::Scrub { stop, wait: _, names } => {
+        PoolCmd::Scrub { stop, pause, wait: _, names } => {
             // Every pool named must exist before any scrub starts or stops.
             for n in &names {
                 st.live(n, out)?;
@@ -56,6 +56,8 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
                 let pool = &st.live(n, out)?.pool;
                 if stop {
                     pool.scrub_cancel()?;
+                } else if pause {
+                    pool.scrub_pause()?;
                 } else {
                     pool.scrub_start()?;
                 }
@@ -453,6 +455,11 @@ fn scan_lines(scan: &ScanStatus) -> Vec<String> {
     let r = &scan.report;
     match scan.state {
         ScanState::None => vec![],
+        ScanState::Scanning if scan.paused_since != 0 => vec![
+            format!("  scan: scrub paused since {}", super::utc(scan.paused_since)),
+            format!("        scrub started on {}", super::utc(scan.start_time)),
+            format!("        {} scanned of {}", fmt::size(scan.examined), fmt::size(scan.to_examine)),
+        ],
         ScanState::Scanning => {
             let pct = if scan.to_examine == 0 { 0.0 } else { 100.0 * scan.examined as f64 / scan.to_examine as f64 };
             vec![

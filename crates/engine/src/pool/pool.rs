@@ -866,12 +866,16 @@ impl Pool {
         super::verify::verify(&self.sh.core, &mos, txg, &blocks)
     }
 
-    /// Starts a scrub on a thread of its own: every copy of every block of
+    /// Starts a scrub on a thread of its own, or resumes a paused one:
+    /// every copy of every block of
     /// the last synced txg read and checked, damaged copies rewritten from
     /// good ones (see `pool::scan`); `scan_status` follows it. One at a
     /// time; frees made meanwhile become allocatable when it ends.
     pub fn scrub_start(&self) -> Result<()> {
         self.scan_allowed()?;
+        if self.scan.resume() {
+            return Ok(());
+        }
         self.scan.begin(&self.sh.core.name)?;
         let (sh, scan) = (self.sh.clone(), self.scan.clone());
         let spawned = std::thread::Builder::new().name(format!("scan {}", self.sh.core.name)).spawn(move || run_scrub(&sh, &scan, &mut || {}));
@@ -900,6 +904,15 @@ impl Pool {
         self.scan.begin(&self.sh.core.name)?;
         run_scrub(&self.sh, &self.scan, paused);
         Ok(self.scan.wait().report)
+    }
+
+    /// Pauses the running scan (`scrub_start` resumes it).
+    pub fn scrub_pause(&self) -> Result<()> {
+        if self.scan.pause() {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!("cannot pause scrubbing '{}': there is no active scrub", self.sh.core.name)))
+        }
     }
 
     /// Cancels the running scan and waits for it to stop.

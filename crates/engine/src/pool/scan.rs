@@ -33,11 +33,12 @@
 //! counts a checksum error against its device, as a read does.
 //!
 //! A pool runs at most one scan at a time, on a thread of its own
-//! (`Scanner`): `tarn pool scrub` starts it, `-s` cancels it (checked
-//! between extents), export and close cancel it first, and `status` shows
+//! (`Scanner`): `tarn pool scrub` starts it (or resumes a paused one), `-p`
+//! pauses it and `-s` cancels it (both take effect between extents; a
+//! paused scan keeps its hold on frees), export and close cancel it first, and `status` shows
 //! its progress and, once done, what it found (as zpool's "scan:" line).
 //!
-//! Not yet (issue 12): pause, a position persisted across export and
+//! Not yet (issue 12): a position persisted across export and
 //! restarts, the last scan's result kept on disk; mirror and RAID-Z
 //! children; resilver; the error log entries of the blocks it finds lost.
 
@@ -96,6 +97,9 @@ pub enum ScanState {
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScanStatus {
     pub state: ScanState,
+    /// When the running scan was paused (0: it is not).
+    #[serde(default)]
+    pub paused_since: u64,
     pub start_time: u64,
     pub end_time: u64,
     pub to_examine: u64,
@@ -109,6 +113,9 @@ pub struct Scanner {
     status: Mutex<ScanStatus>,
     done: Condvar,
     cancel: AtomicBool,
+    /// Set while paused (`pool scrub -p`); the workers wait on `resumed`.
+    paused: Mutex<bool>,
+    resumed: Condvar,
     thread: Mutex<Option<JoinHandle<()>>>,
     to_examine: AtomicU64,
     examined: AtomicU64,
@@ -131,6 +138,7 @@ impl Scanner {
             let _ = t.join();
         }
         self.cancel.store(false, Ordering::Release);
+        *self.paused.lock() = false;
         self.to_examine.store(0, Ordering::Release);
         self.examined.store(0, Ordering::Release);
         *st = ScanStatus { state: ScanState::Scanning, start_time: now(), ..Default::default() };
@@ -156,8 +164,49 @@ impl Scanner {
             return false;
         }
         self.cancel.store(true, Ordering::Release);
+        self.set_paused(false);
         self.wait();
         true
+    }
+
+    /// Pauses the running scan (its reads stop after the extents in
+    /// flight; the allocator's hold stays); false if none runs.
+    pub fn pause(&self) -> bool {
+        let mut st = self.status.lock();
+        if st.state != ScanState::Scanning {
+            return false;
+        }
+        if st.paused_since == 0 {
+            st.paused_since = now().max(1);
+        }
+        drop(st);
+        self.set_paused(true);
+        true
+    }
+
+    /// Resumes a paused scan; false if none is paused.
+    pub fn resume(&self) -> bool {
+        let mut st = self.status.lock();
+        if st.state != ScanState::Scanning || st.paused_since == 0 {
+            return false;
+        }
+        st.paused_since = 0;
+        drop(st);
+        self.set_paused(false);
+        true
+    }
+
+    fn set_paused(&self, on: bool) {
+        *self.paused.lock() = on;
+        self.resumed.notify_all();
+    }
+
+    /// Blocks while the scan is paused (and not canceled).
+    fn while_paused(&self) {
+        let mut p = self.paused.lock();
+        while *p && !self.canceled() {
+            self.resumed.wait(&mut p);
+        }
     }
 
     /// Waits until no scan runs; returns the status then.
@@ -290,6 +339,7 @@ fn issue(core: &PoolCore, blocks: &[BlockPtr], runs: &[&[Copy]], scanner: &Scann
                 s.spawn(|| {
                     let (mut out, mut reads) = (Vec::new(), 0u64);
                     loop {
+                        scanner.while_paused();
                         let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                         if i >= runs.len() || scanner.canceled() {
                             return (out, reads);
