@@ -322,9 +322,11 @@ fn random_damage_through_the_daemon() {
 }
 
 /// Scrub (issue 12): one copy of a block of a `copies=2` file damaged on
-/// the image; `pool scrub -w` rewrites it from the other, `status` says
-/// what it repaired and counts the checksum error, the copy on the image
-/// is whole again, and the next scrub finds nothing. Bad input: `-s` with
+/// the image, and the only copy of a block of another file; `pool scrub
+/// -w` rewrites the first from its other copy, `status` says what it
+/// repaired and counts the checksum errors, the copy on the image is whole
+/// again, `status -v` names the file whose block is lost (no one read it),
+/// and the next scrub finds only that block. Bad input: `-s` and `-p` with
 /// no scrub running, a pool that does not exist.
 #[test]
 fn scrub_repairs_a_damaged_copy_and_status_says_so() {
@@ -334,6 +336,7 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
     e.ok(&["create", "-o", "copies=2", "-o", "compression=off", "tank/c2"]);
     let data = content(300 << 10, 5);
     std::fs::write(format!("{mnt}/c2/f"), &data).unwrap();
+    std::fs::write(format!("{mnt}/lost"), content(200 << 10, 6)).unwrap();
     e.ok(&["pool", "sync", "tank"]);
     e.ok(&["daemon", "stop"]);
     let copies = data_block(&img, "tank/c2", &["f"], 1);
@@ -347,6 +350,9 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
     };
     let good = read_at(&copies[1]);
     scribble(&img, copies[0].offset, 4096, 9);
+    let lost = data_block(&img, "tank", &["lost"], 0);
+    assert_eq!(lost.len(), 1);
+    scribble(&img, lost[0].offset, 4096, 10);
     assert!(read_at(&copies[0]) != good);
 
     assert!(e.fails(&["pool", "scrub", "-s", "tank"]).contains("cannot cancel scrubbing 'tank': there is no active scrub"));
@@ -354,17 +360,19 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
     assert!(e.fails(&["pool", "scrub", "-p", "tank"]).contains("cannot pause scrubbing 'tank': there is no active scrub"));
     e.ok(&["pool", "scrub", "-w", "tank"]);
     let status = e.ok(&["pool", "status", "tank"]);
-    assert!(status.contains("scan: scrub repaired 128K in ") && status.contains(" with 0 errors on "), "{status}");
+    assert!(status.contains("scan: scrub repaired 128K in ") && status.contains(" with 1 errors on "), "{status}");
     let cksum: Vec<&str> = status.lines().filter(|l| l.contains("tank.img")).collect();
-    assert!(cksum.len() == 1 && cksum[0].split_whitespace().last() == Some("1"), "one checksum error counted: {status}");
+    assert!(cksum.len() == 1 && cksum[0].split_whitespace().last() == Some("2"), "two checksum errors counted: {status}");
+    let v = e.ok(&["pool", "status", "-v", "tank"]);
+    assert!(v.lines().any(|l| l.trim() == format!("{mnt}/lost")), "the scrub's lost block is named: {v}");
     assert!(read_at(&copies[0]) == good, "the damaged copy is rewritten from the good one");
     assert!(std::fs::read(format!("{mnt}/c2/f")).unwrap() == data);
 
     e.ok(&["pool", "clear", "tank"]);
     e.ok(&["pool", "scrub", "-w", "tank"]);
     let status = e.ok(&["pool", "status", "tank"]);
-    assert!(status.contains("scan: scrub repaired 0 in ") && status.contains(" with 0 errors on "), "{status}");
+    assert!(status.contains("scan: scrub repaired 0 in ") && status.contains(" with 1 errors on "), "{status}");
     let json: serde_json::Value = serde_json::from_str(&e.ok(&["pool", "status", "--json", "tank"])).unwrap();
     assert_eq!(json[0]["scan"]["state"], "Finished", "{json}");
-    assert_eq!(json[0]["scan"]["report"]["bad_copies"], 0, "{json}");
+    assert_eq!(json[0]["scan"]["report"]["bad_copies"], 1, "only the lost block's copy: {json}");
 }

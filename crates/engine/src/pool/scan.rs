@@ -28,9 +28,10 @@
 //! block's own bytes there is harmless either way. The cost: space freed
 //! during a scan becomes allocatable only when it ends.
 //!
-//! A block no copy of which verifies is an error of the report (the
-//! reader that meets it later enters it in the error log); every bad copy
-//! counts a checksum error against its device, as a read does.
+//! A block no copy of which verifies is an error of the report and enters
+//! the pool's error log under its bookmark (`status -v` names its file);
+//! every bad copy counts a checksum error against its device, as a read
+//! does.
 //!
 //! A pool runs at most one scan at a time, on a thread of its own
 //! (`Scanner`): `tarn pool scrub` starts it (or resumes a paused one), `-p`
@@ -40,7 +41,7 @@
 //!
 //! Not yet (issue 12): a position persisted across export and
 //! restarts, the last scan's result kept on disk; mirror and RAID-Z
-//! children; resilver; the error log entries of the blocks it finds lost.
+//! children; resilver.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -50,6 +51,7 @@ use parking_lot::{Condvar, Mutex};
 use tarn_ondisk::bp::{BlockPtr, Dva};
 
 use super::core::PoolCore;
+use super::errlog::Bookmark;
 use crate::io::block;
 use crate::io::IoClass;
 
@@ -255,7 +257,8 @@ struct Copy {
 /// flag, checked between extents; nothing is repaired then).
 pub(crate) fn scrub(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr], paused: &mut dyn FnMut()) -> (ScanReport, bool) {
     let start = Instant::now();
-    let (blocks, walk_errors) = super::verify::gather(core, mos, txg, space_blocks);
+    let (gathered, walk_errors) = super::verify::gather(core, mos, txg, space_blocks);
+    let (blocks, marks): (Vec<BlockPtr>, Vec<Option<Bookmark>>) = gathered.into_iter().unzip();
     paused();
     let mut rep = ScanReport { txg, blocks: blocks.len() as u64, errors: walk_errors, ..Default::default() };
     let copies = sorted_copies(core, &blocks, &mut rep);
@@ -277,8 +280,9 @@ pub(crate) fn scrub(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64
         }
     }
     for (i, bp) in blocks.iter().enumerate() {
-        if !bad[i].is_empty() {
-            repair(core, bp, &bad[i], good[i], &mut rep);
+        let lost = !bad[i].is_empty() && !repair(core, bp, &bad[i], good[i], &mut rep);
+        if let (true, Some(at)) = (lost, marks[i]) {
+            core.errlog.record(at);
         }
     }
     rep.seconds = start.elapsed().as_secs_f64();
@@ -392,10 +396,13 @@ fn check_run(core: &PoolCore, blocks: &[BlockPtr], run: &[Copy], out: &mut Vec<(
 }
 
 /// Rewrites the bad copies of `bp` from copy `good` (read again and
-/// checked: the scan keeps no data), or reports the block lost when it has
-/// no good copy.
-fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<usize>, rep: &mut ScanReport) {
-    let lost = |rep: &mut ScanReport, why: &str| rep.errors.push(format!("{} block (level {}, birth {}): {}", bp.otype.name(), bp.level, bp.birth, why));
+/// checked: the scan keeps no data); false (the block reported lost) when
+/// it has no good copy.
+fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<usize>, rep: &mut ScanReport) -> bool {
+    let lost = |rep: &mut ScanReport, why: &str| {
+        rep.errors.push(format!("{} block (level {}, birth {}): {}", bp.otype.name(), bp.level, bp.birth, why));
+        false
+    };
     let Some(g) = good else {
         return lost(rep, &format!("no copy of {} verifies", bad.len()));
     };
@@ -417,4 +424,5 @@ fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<usize>, re
             Err(e) => rep.errors.push(format!("repair of {}:{:#x} on {}: {}", dva.vdev, dva.offset, v.path, e)),
         }
     }
+    true
 }

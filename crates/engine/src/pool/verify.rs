@@ -34,6 +34,7 @@ use tarn_ondisk::dnode::{Dnode, ObjsetPhys, SLOTS_PER_BLOCK, SLOT_SIZE};
 use tarn_ondisk::kv;
 
 use super::core::PoolCore;
+use super::errlog::Bookmark;
 use crate::error::Result;
 use crate::io::block::BlockData;
 use crate::io::IoClass;
@@ -85,7 +86,10 @@ struct Walker<'a> {
     seen: HashMap<BrtKey, (u64, u64)>,
     /// For a scan (`gather`): every block noted, once; data blocks are
     /// then noted without being read (the scan reads every copy itself).
-    collect: Option<Vec<BlockPtr>>,
+    collect: Option<Vec<(BlockPtr, Option<Bookmark>)>>,
+    /// Where the block being noted sits (for the scan's error log
+    /// entries): set by the walk before each `note`.
+    at: Option<Bookmark>,
 }
 
 impl<'a> Walker<'a> {
@@ -109,7 +113,7 @@ impl<'a> Walker<'a> {
         self.seen.insert(BrtKey::of(bp), (1, bp.asize_total()));
         self.rep.blocks += 1;
         if let Some(c) = &mut self.collect {
-            c.push(*bp);
+            c.push((*bp, self.at));
         }
         for d in bp.dva.iter().filter(|d| !d.is_empty()) {
             self.rep.referenced_bytes += d.asize;
@@ -153,7 +157,7 @@ impl<'a> Walker<'a> {
     /// Every block of one object's tree born after `min_txg`; returns its
     /// level-0 data when asked (for the dnode array and small maps), else
     /// None.
-    fn walk_object(&mut self, dn: &Dnode, what: &str, keep_data: bool, min_txg: u64) -> Vec<(u64, Arc<BlockData>)> {
+    fn walk_object(&mut self, dn: &Dnode, (objset, object): (u64, u64), what: &str, keep_data: bool, min_txg: u64) -> Vec<(u64, Arc<BlockData>)> {
         let mut out = Vec::new();
         let Some(top) = dn.blkptr else { return out };
         let mut stack = vec![(top, 0u64)];
@@ -162,6 +166,7 @@ impl<'a> Walker<'a> {
                 continue;
             }
             let label = format!("{} L{} #{}", what, bp.level, index);
+            self.at = Some(Bookmark::block(objset, object, bp.level, index));
             if bp.level == 0 && !keep_data {
                 // Data blocks are read and verified but not kept (a scan
                 // reads them later, every copy, in device order).
@@ -195,10 +200,11 @@ impl<'a> Walker<'a> {
     /// Every object of an object set, below pointers born after `min_txg`
     /// (older ones belong to a snapshot walked on its own); returns the
     /// dnodes found by number.
-    fn walk_objset(&mut self, root: &BlockPtr, name: &str, min_txg: u64) -> Vec<(u64, Dnode)> {
+    fn walk_objset(&mut self, root: &BlockPtr, objset: u64, name: &str, min_txg: u64) -> Vec<(u64, Dnode)> {
         if root.birth <= min_txg {
             return vec![];
         }
+        self.at = Some(Bookmark::objset_root(objset));
         let Some(data) = self.read(root, &format!("root block of '{}'", name)) else { return vec![] };
         let phys = match ObjsetPhys::decode(&data) {
             Ok(p) => p,
@@ -207,7 +213,7 @@ impl<'a> Walker<'a> {
                 return vec![];
             }
         };
-        let blocks = self.walk_object(&phys.meta_dnode, &format!("'{}' dnode array", name), true, min_txg);
+        let blocks = self.walk_object(&phys.meta_dnode, (objset, 0), &format!("'{}' dnode array", name), true, min_txg);
         let mut dnodes = Vec::new();
         for (blkid, data) in blocks {
             let mut slot = 0;
@@ -230,7 +236,7 @@ impl<'a> Walker<'a> {
         for (obj, dn) in dnodes {
             self.rep.objects += 1;
             let keep = dn.otype != ObjectType::PlainData;
-            let data = self.walk_object(&dn, &format!("'{}' object {}", name, obj), keep, min_txg);
+            let data = self.walk_object(&dn, (objset, obj), &format!("'{}' object {}", name, obj), keep, min_txg);
             let _ = data;
             out.push((obj, dn));
         }
@@ -276,7 +282,7 @@ impl Walker<'_> {
             w.note(bp, "space map block");
         }
         w.rep.space_bytes = w.rep.referenced_bytes;
-        let mos_objects = w.walk_objset(mos, "$MOS", 0);
+        let mos_objects = w.walk_objset(mos, 0, "$MOS", 0);
         w.rep.mos_bytes = w.rep.referenced_bytes - w.rep.space_bytes;
         let mut dead = Vec::new();
         let mut brt = Vec::new();
@@ -312,7 +318,7 @@ impl Walker<'_> {
             match rec.get("bp").map(|b| BlockPtr::decode(b)) {
                 Some(Ok(bp)) if bp.is_hole() => {}
                 Some(Ok(bp)) => {
-                    w.walk_objset(&bp, &name, min_txg);
+                    w.walk_objset(&bp, *obj, &name, min_txg);
                 }
                 Some(Err(e)) => w.rep.errors.push(format!("dataset '{}': {}", name, e)),
                 None => w.rep.errors.push(format!("dataset '{}' has no root block", name)),
@@ -325,8 +331,8 @@ impl Walker<'_> {
 /// Every block the last synced tree references, once each, for a scan:
 /// metadata read (and verified) on the way, data blocks only noted. The
 /// errors met on the way are returned with them.
-pub(crate) fn gather(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr]) -> (Vec<BlockPtr>, Vec<String>) {
-    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new(), collect: Some(Vec::new()) };
+pub(crate) fn gather(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr]) -> (Vec<(BlockPtr, Option<Bookmark>)>, Vec<String>) {
+    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new(), collect: Some(Vec::new()), at: None };
     w.walk_pool(mos, space_blocks);
     (w.collect.take().unwrap_or_default(), w.rep.errors)
 }
@@ -334,7 +340,7 @@ pub(crate) fn gather(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[
 /// Walks the pool as of `ub` (see module docs). `space_blocks` are the
 /// blocks of the space checkpoint and log, which nothing else references.
 pub(crate) fn verify(core: &PoolCore, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr]) -> Result<VerifyReport> {
-    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new(), collect: None };
+    let mut w = Walker { core, rep: VerifyReport { txg, ..Default::default() }, extents: Vec::new(), seen: HashMap::new(), collect: None, at: None };
     let (dead, brt) = w.walk_pool(mos, space_blocks);
     // Dead-list entries: blocks that snapshots hold and their successors
     // no longer do, so each must have been reached through some tree.
