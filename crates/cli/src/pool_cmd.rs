@@ -66,6 +66,13 @@ pub enum PoolCmd {
         json: bool,
         names: Vec<String>,
     },
+    /// Wait until an activity of the pool has ended, as zpool wait
+    Wait {
+        /// The activity: scrub (the only one tarn has yet)
+        #[arg(short = 't', default_value = "scrub", value_parser = ["scrub"])]
+        activity: String,
+        name: String,
+    },
     /// Forget a pool's device error counts and its error log, as zpool clear
     Clear { name: String },
     /// Read every copy of every block and rewrite damaged copies from good

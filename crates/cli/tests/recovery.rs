@@ -369,7 +369,11 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
     assert!(std::fs::read(format!("{mnt}/c2/f")).unwrap() == data);
 
     e.ok(&["pool", "clear", "tank"]);
-    e.ok(&["pool", "scrub", "-w", "tank"]);
+    e.ok(&["pool", "scrub", "tank"]);
+    e.ok(&["pool", "wait", "-t", "scrub", "tank"]);
+    let usage = e.run(&["pool", "wait", "-t", "resilver", "tank"]);
+    assert!(usage.status.code() == Some(2) && String::from_utf8_lossy(&usage.stderr).contains("invalid value 'resilver'"), "a usage error (exit 2) names the activity");
+    assert!(e.fails(&["pool", "wait", "nosuch"]).contains("'nosuch'"));
     let status = e.ok(&["pool", "status", "tank"]);
     assert!(status.contains("scan: scrub repaired 0 in ") && status.contains(" with 1 errors on "), "{status}");
     let json: serde_json::Value = serde_json::from_str(&e.ok(&["pool", "status", "--json", "tank"])).unwrap();

@@ -47,6 +47,8 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             out.line(format!("pool '{}': error counts reset, {} error log entries cleared", name, n));
             pool.sync().map_err(|e| e.context(format!("pool '{}': writing the cleared error log", name)))
         }
+        // Checked here, waited for without the state lock (`Daemon::handle`).
+        PoolCmd::Wait { name, .. } => st.live(&name, out).map(|_| ()),
         PoolCmd::Scrub { stop, pause, wait: _, names } => {
             // Every pool named must exist before any scrub starts or stops.
             for n in &names {

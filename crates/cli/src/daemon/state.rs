@@ -263,6 +263,7 @@ impl Daemon {
         // `pool scrub -w`: started under the lock, waited for without it.
         let wait_scrub = match &req.cmd {
             Command::Pool(PoolCmd::Scrub { stop: false, pause: false, wait: true, names }) => names.clone(),
+            Command::Pool(PoolCmd::Wait { name, .. }) => vec![name.clone()],
             _ => Vec::new(),
         };
         let res = (|| -> Result<()> {
