@@ -9,6 +9,7 @@
 //! - [`object`]  objects, object sets, transactions and their sync
 //! - [`dataset`] datasets, snapshots, clones, properties
 //! - [`pool`]    labels, allocation, import/export, the txg sync sequence
+//! - [`vdev`]    the vdev tree under the pool; for now RAID-Z's layout and parity
 //! - [`posix`]   files, directories, links, attributes (the FUSE layer's contract)
 //! - [`tunables`] every tunable, with its OpenZFS name
 //! - [`guid_json`] guids in JSON output: strings, exact for every reader
@@ -26,6 +27,7 @@ pub mod posix;
 pub mod sys;
 pub mod tunables;
 pub mod txg;
+pub mod vdev;
 
 pub use error::{Error, ErrorKind, Result};
 pub use object::{ObjectInfo, Objset, ObjsetProps, Tx};
