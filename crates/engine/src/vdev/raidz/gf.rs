@@ -138,6 +138,30 @@ impl MulTable {
     }
 }
 
+/// `out = Σ cᵢ · srcᵢ` for one to three terms (table, source), in one pass
+/// over the bytes: each output byte is written once, not once per term.
+pub fn combine(out: &mut [u8], terms: &[(&MulTable, &[u8])]) {
+    for (_, src) in terms {
+        assert_eq!(src.len(), out.len());
+    }
+    match terms {
+        [(t0, s0)] => t0.set(out, s0),
+        [(t0, s0), (t1, s1)] => {
+            let (p0, p1) = (&t0.product, &t1.product);
+            for ((o, a), b) in out.iter_mut().zip(*s0).zip(*s1) {
+                *o = p0[*a as usize] ^ p1[*b as usize];
+            }
+        }
+        [(t0, s0), (t1, s1), (t2, s2)] => {
+            let (p0, p1, p2) = (&t0.product, &t1.product, &t2.product);
+            for (((o, a), b), c) in out.iter_mut().zip(*s0).zip(*s1).zip(*s2) {
+                *o = p0[*a as usize] ^ p1[*b as usize] ^ p2[*c as usize];
+            }
+        }
+        _ => panic!("combine of {} terms", terms.len()),
+    }
+}
+
 /// Most unknowns a reconstruction solves for (RAID-Z3's three parities).
 pub const SOLVE_MAX: usize = 3;
 
@@ -231,6 +255,21 @@ mod tests {
             t.add(&mut out, &src);
             assert!(out.iter().all(|o| *o == 0));
         }
+    }
+
+    #[test]
+    fn combine_sums_products() {
+        let a: Vec<u8> = (0..=255).collect();
+        let b: Vec<u8> = (0..=255).rev().collect();
+        let c: Vec<u8> = (0..=255u8).map(|v| v.wrapping_mul(31)).collect();
+        let (t0, t1, t2) = (MulTable::new(3), MulTable::new(1), MulTable::new(0xc2));
+        let mut out = vec![0u8; 256];
+        combine(&mut out, &[(&t0, &a), (&t1, &b), (&t2, &c)]);
+        for i in 0..256 {
+            assert_eq!(out[i], mul(3, a[i]) ^ b[i] ^ mul(0xc2, c[i]));
+        }
+        combine(&mut out, &[(&t0, &a), (&t2, &c)]);
+        assert!((0..256).all(|i| out[i] == mul(3, a[i]) ^ mul(0xc2, c[i])));
     }
 
     #[test]

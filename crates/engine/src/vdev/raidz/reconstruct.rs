@@ -10,7 +10,8 @@
 //! The syndromes come from the fast generator ([`parity::generate`] with the
 //! missing columns empty); `A` is at most 3 × 3 and is inverted once per
 //! block; applying `A⁻¹` to the columns takes one 256-entry table per
-//! coefficient ([`gf::MulTable`]), and plain xor where the coefficient is 1 —
+//! coefficient ([`gf::MulTable`]), all terms of a column in one pass
+//! ([`gf::combine`]), and a plain copy where the coefficient is 1 —
 //! so one missing data column with P surviving costs a P generation.
 //! `A` is always invertible: its columns are distinct powers `x` of the
 //! generator raised to 0, 1 or 2 — a Vandermonde matrix or one of its
@@ -72,14 +73,9 @@ fn solve_data(nparity: usize, columns: &mut [Vec<u8>], missing: &[usize], solver
         let out = &mut columns[nparity + x];
         assert!(out.len() <= len);
         let out_len = out.len();
-        for (ai, s) in syndromes.iter().enumerate() {
-            let table = MulTable::new(a_inv[bi][ai]);
-            if ai == 0 {
-                table.set(out, &s[..out_len]);
-            } else {
-                table.add(out, &s[..out_len]);
-            }
-        }
+        let tables: Vec<MulTable> = (0..syndromes.len()).map(|ai| MulTable::new(a_inv[bi][ai])).collect();
+        let terms: Vec<(&MulTable, &[u8])> = tables.iter().zip(&syndromes).map(|(t, s)| (t, &s[..out_len])).collect();
+        gf::combine(out, &terms);
     }
 }
 
