@@ -178,7 +178,7 @@ impl RaidzGeometry {
         }
         let counts = self.sectors(psize);
         let bad_offset = LayoutError::Offset { offset, sector_bytes: self.sector_bytes() };
-        if offset % self.sector_bytes() != 0 {
+        if !offset.is_multiple_of(self.sector_bytes()) {
             return Err(bad_offset);
         }
         let first = offset >> self.ashift;
@@ -325,7 +325,7 @@ mod tests {
     fn worked_example_raidz2_width5() {
         let g = RaidzGeometry::new(5, 2, 12).unwrap();
         let m = g.map(28 * K, 28 * K).unwrap();
-        let expect = vec![
+        let expect = [
             col(2, 1, 3, 12), // P
             col(3, 1, 3, 12), // Q
             col(4, 1, 3, 12), // D0: data sectors 0..3
