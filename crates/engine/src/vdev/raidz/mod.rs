@@ -84,6 +84,8 @@ pub mod recover;
 mod exhaustive_tests;
 #[cfg(test)]
 mod speed;
+#[cfg(test)]
+mod test_rng;
 
 pub use layout::{LayoutError, RaidzColumn, RaidzGeometry, RaidzMap, SkipSector};
 pub use parity::Parity;

@@ -176,6 +176,7 @@ fn horner_scale<const DOUBLINGS: u32>(acc: &mut [u8]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_rng::Rng;
     use super::*;
 
     /// Parity by the definition: byte by byte, coefficient by coefficient.
@@ -190,18 +191,6 @@ mod tests {
             .collect()
     }
 
-    fn column(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
-
     /// Several tiles, short and empty columns: the fast generation equals
     /// the definition for every row and every subset of rows.
     #[test]
@@ -211,8 +200,8 @@ mod tests {
             let cols: Vec<Vec<u8>> = (0..ndata)
                 .map(|i| match i {
                     _ if i + 1 == ndata && ndata > 2 => Vec::new(),
-                    _ if i >= ndata / 2 && i > 0 => column(i as u64, len - 512),
-                    _ => column(i as u64, len),
+                    _ if i >= ndata / 2 && i > 0 => Rng(i as u64).bytes(len - 512),
+                    _ => Rng(i as u64).bytes(len),
                 })
                 .collect();
             let data: Vec<&[u8]> = cols.iter().map(|c| &c[..]).collect();

@@ -113,23 +113,17 @@ pub fn regenerate_parity(nparity: usize, columns: &mut [Vec<u8>], rows: &[Parity
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_rng::Rng;
     use super::*;
 
     /// A block of `ndata` columns of `len` bytes (the last `short` of them
     /// 8 bytes shorter) with its parity.
     fn block(nparity: usize, ndata: usize, len: usize, short: usize) -> Vec<Vec<u8>> {
-        let mut x: u32 = 0x1234_5678;
+        let mut rng = Rng(0x1234_5678);
         let mut columns = vec![vec![0u8; len]; nparity];
         for i in 0..ndata {
             let l = if i + short >= ndata { len - 8 } else { len };
-            columns.push(
-                (0..l)
-                    .map(|_| {
-                        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                        (x >> 24) as u8
-                    })
-                    .collect(),
-            );
+            columns.push(rng.bytes(l));
         }
         regenerate_parity(nparity, &mut columns, Parity::rows(nparity));
         columns

@@ -257,6 +257,7 @@ impl Combinations {
 #[cfg(test)]
 mod tests {
     use super::super::layout::RaidzGeometry;
+    use super::super::test_rng::Rng;
     use super::*;
 
     #[test]
@@ -278,7 +279,7 @@ mod tests {
     }
 
     fn sample(len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+        Rng(len as u64).bytes(len)
     }
 
     /// A block of 1.5 sectors: the padding is zero in the columns, the

@@ -15,6 +15,7 @@ use super::layout::RaidzGeometry;
 use super::parity::Parity;
 use super::reconstruct::{rebuild, regenerate_parity};
 use super::recover::encode;
+use super::test_rng::Rng;
 
 const WIDTH: usize = 10;
 const BLOCK_BYTES: u64 = 128 << 10;
@@ -40,15 +41,7 @@ fn measure(mut op: impl FnMut()) -> f64 {
 
 fn block(nparity: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
     let map = RaidzGeometry::new(WIDTH, nparity, 12).unwrap().map(0, BLOCK_BYTES).unwrap();
-    let mut x = 0x2545_f491_4f6c_dd1d_u64;
-    let data: Vec<u8> = (0..BLOCK_BYTES)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let data = Rng(0x2545_f491_4f6c_dd1d).bytes(BLOCK_BYTES as usize);
     (encode(&map, &data), data)
 }
 
