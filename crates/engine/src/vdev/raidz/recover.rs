@@ -26,8 +26,9 @@
 //! answer is an error, never data that fails its checksum.
 //!
 //! ## Bounds
-//! At most `Σ_{n ≤ nparity} C(width, n)` attempts — 298 for RAID-Z3 of 12
-//! columns — each one block's reconstruction. The padding at the end of the
+//! At most `Σ_{n ≤ nparity} C(width, n)` attempts — 299 for RAID-Z3 of 12
+//! columns, 292 once the sets of parity alone are skipped — each one
+//! block's reconstruction. The padding at the end of the
 //! last data column (a block that is not whole sectors) is zero by
 //! definition: it is zeroed before reconstruction, so damage there is
 //! repaired but never stands in the way.
@@ -308,6 +309,27 @@ mod tests {
         assert_eq!(got.attempts, 1);
         assert_eq!(got.repairs.len(), 1);
         assert_eq!((got.repairs[0].column, got.repairs[0].cause), (2, RepairCause::Damaged));
+    }
+
+    /// Four damaged columns on 12-wide RAID-Z3: every set of up to three
+    /// columns with a data column in it is tried once (1 + 9 + 63 + 219),
+    /// then an error; with P missing, sets of up to two of the 11 present,
+    /// of which Q and R are parity (1 + 9 + 54).
+    #[test]
+    fn unrecoverable_after_every_set_once() {
+        let map = RaidzGeometry::new(12, 3, 9).unwrap().map(0, 9 * 512).unwrap();
+        let data = sample(9 * 512);
+        let good: Vec<Option<Vec<u8>>> = encode(&map, &data).into_iter().map(Some).collect();
+        let mut cols = good.clone();
+        for c in [0, 4, 7, 11] {
+            cols[c].as_mut().unwrap()[0] ^= 1;
+        }
+        let err = recover(&map, cols.clone(), |b| b == &data[..]).unwrap_err();
+        assert_eq!(err, RecoverError::Unrecoverable { attempts: 292, missing: 0, nparity: 3 });
+        cols[0] = None;
+        let err = recover(&map, cols, |b| b == &data[..]).unwrap_err();
+        assert_eq!(err, RecoverError::Unrecoverable { attempts: 64, missing: 1, nparity: 3 });
+        assert!(err.to_string().starts_with("raidz3 block fails its checksum after 64 reconstructions"));
     }
 
     #[test]
