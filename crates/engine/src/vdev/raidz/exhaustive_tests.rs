@@ -17,7 +17,7 @@
 //! to 16 MiB, are sampled: random sizes per geometry with every missing
 //! set and a sample of corrupted sets, and 16 MiB blocks on narrow
 //! geometries (where the search is short). `TARN_RAIDZ_FULL=1` tries every
-//! corrupted set at every size (minutes in release). Damage always includes
+//! corrupted set at every size (35 s in release on the project machine). Damage always includes
 //! a column's first byte (a data byte, or parity over data) plus random
 //! others, so each damaged column really is wrong. `TARN_RAIDZ_SEED`
 //! replays a run; the seed is printed on failure.
