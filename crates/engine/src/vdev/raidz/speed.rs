@@ -5,9 +5,8 @@
 //! ```text
 //! cargo test --release -p tarn-engine --lib vdev::raidz::speed -- --ignored --nocapture --test-threads 1
 //! ```
-//! Figures are bytes of block data (psize) per second, the measure
-//! OpenZFS's `vdev_raidz_bench` uses; each is the median of 5 runs of at
-//! least 0.3 s. Results and the machine's load go in docs/benchmarks.md.
+//! Figures are bytes of block data (psize, parity not counted) per second;
+//! each is the median of 5 runs of at least 0.3 s. Results and the machine's load go in docs/benchmarks.md.
 
 use std::time::{Duration, Instant};
 
