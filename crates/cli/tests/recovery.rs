@@ -358,6 +358,10 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
     assert!(e.fails(&["pool", "scrub", "-s", "tank"]).contains("cannot cancel scrubbing 'tank': there is no active scrub"));
     assert!(e.fails(&["pool", "scrub", "nosuch"]).contains("'nosuch'"));
     assert!(e.fails(&["pool", "scrub", "-p", "tank"]).contains("cannot pause scrubbing 'tank': there is no active scrub"));
+    for both in [["-s", "-p"], ["-s", "-w"], ["-p", "-w"]] {
+        let usage = e.run(&["pool", "scrub", both[0], both[1], "tank"]);
+        assert!(usage.status.code() == Some(2) && String::from_utf8_lossy(&usage.stderr).contains("cannot be used with"), "scrub {both:?} is a usage error");
+    }
     e.ok(&["pool", "scrub", "-w", "tank"]);
     let status = e.ok(&["pool", "status", "tank"]);
     assert!(status.contains("scan: scrub repaired 128K in ") && status.contains(" with 1 errors on "), "{status}");

@@ -119,26 +119,38 @@ fn writes_and_frees_during_a_scrub_never_meet_its_repairs() {
     assert_eq!(rep.bad_copies, 0, "{rep:?}");
 }
 
+/// A one-device pool holding `n` objects of 256 KiB, synced.
+fn pool_of_objects(n: u64) -> Pool {
+    let (_devs, pool) = new_pool(1, &[]);
+    for i in 0..n {
+        put(&pool, &pattern(256 << 10, i));
+    }
+    pool.sync().expect("sync");
+    pool
+}
+
+/// Starts a scrub on a thread of `s` that stops after gathering its
+/// blocks until `go` receives; returns once the scan is running.
+fn held_scan<'s>(s: &'s std::thread::Scope<'s, '_>, pool: &'s Pool, go: std::sync::mpsc::Receiver<()>) -> std::thread::ScopedJoinHandle<'s, tarn_engine::pool::scan::ScanReport> {
+    let scan = s.spawn(move || pool.scrub_pausing(&mut || go.recv().expect("go")).expect("scrub"));
+    while pool.scan_status().state != tarn_engine::pool::scan::ScanState::Scanning {
+        std::thread::yield_now();
+    }
+    scan
+}
+
 /// The background scan: one at a time, cancelable, stopped by close; its
 /// status says where it is and what it found.
 #[test]
 fn a_background_scrub_is_one_at_a_time_cancelable_and_stopped_by_export() {
     use tarn_engine::pool::scan::ScanState;
-    let (_devs, pool) = new_pool(1, &[]);
-    for i in 0..40u64 {
-        put(&pool, &pattern(256 << 10, i));
-    }
-    pool.sync().expect("sync");
+    let pool = pool_of_objects(40);
     assert_eq!(pool.scan_status().state, ScanState::None);
     assert!(pool.status().scan.is_none(), "no scan line before the first scrub");
     // A scan held at its pause: a second one is refused meanwhile.
     let (go, wait) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
-        let p = &pool;
-        let first = s.spawn(move || p.scrub_pausing(&mut || wait.recv().expect("go")).expect("scrub"));
-        while pool.scan_status().state != ScanState::Scanning {
-            std::thread::yield_now();
-        }
+        let first = held_scan(s, &pool, wait);
         let err = pool.scrub_start().expect_err("a second scrub while one runs");
         assert!(err.msg.contains("currently scrubbing"), "{err}");
         go.send(()).expect("go");
@@ -162,19 +174,11 @@ fn a_background_scrub_is_one_at_a_time_cancelable_and_stopped_by_export() {
 #[test]
 fn a_paused_scrub_reads_nothing_until_resumed() {
     use tarn_engine::pool::scan::ScanState;
-    let (_devs, pool) = new_pool(1, &[]);
-    for i in 0..8u64 {
-        put(&pool, &pattern(256 << 10, i));
-    }
-    pool.sync().expect("sync");
+    let pool = pool_of_objects(8);
     assert!(pool.scrub_pause().is_err(), "nothing to pause");
     let (go, wait) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
-        let p = &pool;
-        let scan = s.spawn(move || p.scrub_pausing(&mut || wait.recv().expect("go")).expect("scrub"));
-        while pool.scan_status().state != ScanState::Scanning {
-            std::thread::yield_now();
-        }
+        let scan = held_scan(s, &pool, wait);
         pool.scrub_pause().expect("pause");
         go.send(()).expect("go");
         std::thread::sleep(std::time::Duration::from_millis(200));

@@ -229,8 +229,9 @@ impl PoolCore {
         }
     }
 
-    /// Reads one copy: the block's content and its stored form (`Held`).
-    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<(Arc<BlockData>, Held)> {
+    /// The vdev of a copy and the bytes to read for it (psize in whole
+    /// sectors), checked to lie within its allocation and its device.
+    pub(crate) fn copy_extent(&self, bp: &BlockPtr, dva: &Dva) -> Result<(&TopVdev, u64)> {
         let v = self.vdevs.get(dva.vdev as usize).ok_or_else(|| {
             Error::corrupt(format!("block on vdev {} which the pool does not have", dva.vdev))
         })?;
@@ -240,6 +241,12 @@ impl PoolCore {
         if len > dva.asize || !fits {
             return Err(Error::corrupt(format!("block at {}:{:#x} lies outside its device", dva.vdev, dva.offset)));
         }
+        Ok((v, len))
+    }
+
+    /// Reads one copy: the block's content and its stored form (`Held`).
+    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<(Arc<BlockData>, Held)> {
+        let (v, len) = self.copy_extent(bp, dva)?;
         let raw = v
             .leaf
             .read(class, dva.offset, len)
@@ -262,11 +269,7 @@ impl PoolCore {
             return;
         }
         let dva = bp.dva[0];
-        let Some(v) = self.vdevs.get(dva.vdev as usize) else { return };
-        let len = (bp.psize as u64).div_ceil(1 << v.ashift) << v.ashift;
-        if len > dva.asize || dva.offset + len > v.dev_size {
-            return;
-        }
+        let Ok((v, len)) = self.copy_extent(bp, &dva) else { return };
         let inflight = Arc::new(Inflight { res: Mutex::new(None), cv: parking_lot::Condvar::new() });
         {
             let mut m = self.inflight.lock();

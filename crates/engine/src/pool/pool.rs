@@ -178,6 +178,16 @@ struct SyncState {
     logs_since_cp: u64,
 }
 
+impl SyncState {
+    /// The last synced tree as a walk takes it: the MOS root, its txg, and
+    /// the space checkpoint and log blocks (which nothing else references).
+    fn synced_tree(&self) -> (BlockPtr, u64, Vec<BlockPtr>) {
+        let mut b = self.cp_chain.clone();
+        b.extend(self.log_chain.iter().copied());
+        (self.ub.mos, self.ub.txg, b)
+    }
+}
+
 pub(crate) struct Shared {
     pub core: Arc<PoolCore>,
     pub mos: Arc<Objset>,
@@ -857,12 +867,7 @@ impl Pool {
     /// Walks and verifies everything the last synced uberblock references
     /// (see `pool::verify`). Call it with no writers active.
     pub fn verify(&self) -> Result<super::verify::VerifyReport> {
-        let (mos, txg, blocks) = {
-            let s = self.sh.sync.lock();
-            let mut b = s.cp_chain.clone();
-            b.extend(s.log_chain.iter().copied());
-            (s.ub.mos, s.ub.txg, b)
-        };
+        let (mos, txg, blocks) = self.sh.sync.lock().synced_tree();
         super::verify::verify(&self.sh.core, &mos, txg, &blocks)
     }
 
@@ -971,10 +976,8 @@ fn run_scrub(sh: &Shared, scan: &super::scan::Scanner, paused: &mut dyn FnMut())
     }
     let (mos, txg, blocks) = {
         let s = sh.sync.lock();
-        let mut b = s.cp_chain.clone();
-        b.extend(s.log_chain.iter().copied());
         sh.core.alloc.lock().hold_frees_after(s.ub.txg);
-        (s.ub.mos, s.ub.txg, b)
+        s.synced_tree()
     };
     let hold = Hold(&sh.core);
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| super::scan::scrub(&sh.core, scan, &mos, txg, &blocks, paused)));

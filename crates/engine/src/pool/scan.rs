@@ -48,7 +48,7 @@ use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
-use tarn_ondisk::bp::{BlockPtr, Dva};
+use tarn_ondisk::bp::BlockPtr;
 
 use super::core::PoolCore;
 use super::errlog::Bookmark;
@@ -295,21 +295,14 @@ fn sorted_copies(core: &PoolCore, blocks: &[BlockPtr], rep: &mut ScanReport) -> 
     let mut out = Vec::with_capacity(blocks.len() * 2);
     for (i, bp) in blocks.iter().enumerate() {
         for (d, dva) in bp.dva.iter().enumerate().filter(|(_, d)| !d.is_empty()) {
-            match copy_len(core, bp, dva) {
-                Some(len) => out.push(Copy { vdev: dva.vdev, offset: dva.offset, len, block: i, dva: d }),
-                None => rep.errors.push(format!("block (birth {}, {}) has a copy at {}:{:#x} outside its device", bp.birth, bp.otype.name(), dva.vdev, dva.offset)),
+            match core.copy_extent(bp, dva) {
+                Ok((_, len)) => out.push(Copy { vdev: dva.vdev, offset: dva.offset, len, block: i, dva: d }),
+                Err(e) => rep.errors.push(format!("{} block (birth {}): {}", bp.otype.name(), bp.birth, e)),
             }
         }
     }
     out.sort_by_key(|c| (c.vdev, c.offset));
     out
-}
-
-fn copy_len(core: &PoolCore, bp: &BlockPtr, dva: &Dva) -> Option<u64> {
-    let v = core.vdevs.get(dva.vdev as usize)?;
-    let len = (bp.psize as u64).div_ceil(1 << v.ashift) << v.ashift;
-    let fits = dva.offset.checked_add(len).is_some_and(|end| end <= v.dev_size);
-    (len <= dva.asize && fits).then_some(len)
 }
 
 /// Splits sorted copies into runs read as one extent: same vdev, each
@@ -407,9 +400,8 @@ fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<usize>, re
         return lost(rep, &format!("no copy of {} verifies", bad.len()));
     };
     let dva = bp.dva[g];
-    let Some(len) = copy_len(core, bp, &dva) else { return lost(rep, "its good copy lies outside its device") };
-    let leaf = &core.vdevs[dva.vdev as usize].leaf;
-    let data = match leaf.read(IoClass::Scrub, dva.offset, len) {
+    let Ok((v, len)) = core.copy_extent(bp, &dva) else { return lost(rep, "its good copy lies outside its device") };
+    let data = match v.leaf.read(IoClass::Scrub, dva.offset, len) {
         Ok(d) if block::verify(bp, &d).is_ok() => d,
         _ => return lost(rep, "its good copy failed when read again for the repair"),
     };
