@@ -46,8 +46,9 @@ pub fn describe_bp(bp: &BlockPtr) -> String {
 /// Every device's labels: which verify, and the uberblocks in their rings.
 fn print_labels(pool: &tarn_engine::Pool) {
     use std::collections::BTreeMap;
-    for v in &pool.core().vdevs {
-        let l = tarn_engine::pool::label::read_labels(v.leaf.device().as_ref());
+    for (_, v) in pool.core().leaves() {
+        let Some(leaf) = v.leaf() else { continue };
+        let l = tarn_engine::pool::label::read_labels(leaf.device().as_ref());
         let bad: Vec<String> = l.bad.iter().map(|(i, why)| format!("label {}: {}", i, why)).collect();
         println!("device {} ({}): {} of 4 labels valid{}", v.id, v.path, 4 - l.bad.len(), if bad.is_empty() { String::new() } else { format!(" — {}", bad.join("; ")) });
         let mut by_txg: BTreeMap<u64, (u64, usize)> = BTreeMap::new();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use clap::Subcommand;
 use serde::{Deserialize, Serialize};
+use tarn_engine::pool::vdevs::{Layout, TopSpec};
 use tarn_engine::pool::vet::open_for_import;
 use tarn_engine::sys::BlockDevice;
 use tarn_engine::{Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
@@ -242,29 +243,57 @@ pub fn vdev_keyword(arg: &std::path::Path) -> Option<&'static str> {
     ok.then_some(*kw)
 }
 
-/// The devices of `pool create` or `pool add`, split at the `cache` keyword:
-/// (data devices, cache devices). Every other keyword is an error that says
-/// what tarn has.
-pub fn split_vdevs(args: &[PathBuf]) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
-    let (mut data, mut cache) = (Vec::new(), Vec::new());
-    let mut in_cache = false;
+/// The devices of `pool create` or `pool add`, as zpool reads them: a bare
+/// device is a plain top-level vdev; `mirror` and `raidz[1-3]` start a
+/// group that takes the devices up to the next keyword; `cache` starts the
+/// cache devices. Returns (top-level vdevs, cache devices). Every other
+/// keyword is an error that says what tarn has.
+pub fn split_vdevs(args: &[PathBuf]) -> Result<(Vec<TopSpec>, Vec<PathBuf>)> {
+    let (mut tops, mut cache): (Vec<TopSpec>, Vec<PathBuf>) = (Vec::new(), Vec::new());
+    // Where bare devices go: a plain vdev each, the open group, or the cache.
+    #[derive(PartialEq)]
+    enum In {
+        Plain,
+        Group,
+        Cache,
+    }
+    let mut into = In::Plain;
     for a in args {
-        match vdev_keyword(a) {
-            Some("cache") => in_cache = true,
+        let group = |layout| {
+            Some(TopSpec { layout, devices: vec![] })
+        };
+        let start = match vdev_keyword(a) {
+            Some("cache") => {
+                into = In::Cache;
+                continue;
+            }
+            Some("mirror") => group(Layout::Mirror),
+            Some("raidz") => {
+                let p = a.to_str().and_then(|s| s.strip_prefix("raidz")).and_then(|d| d.parse().ok()).unwrap_or(1);
+                group(Layout::Raidz(p))
+            }
             Some(kw) => {
                 return Err(Error::invalid(format!(
-                    "'{}' is a vdev type, and tarn has no {} vdevs yet: a pool is a stripe of plain devices, with `cache DEVICE...` for cache devices (a file named '{}' is './{}')",
+                    "'{}' is a vdev type, and tarn has no {} vdevs yet: a pool is made of plain devices, `mirror DEVICE...` and `raidz[1-3] DEVICE...` groups, with `cache DEVICE...` for cache devices (a file named '{}' is './{}')",
                     a.display(),
                     kw,
                     a.display(),
                     a.display()
                 )))
             }
-            None if in_cache => cache.push(a.clone()),
-            None => data.push(a.clone()),
+            None => None,
+        };
+        match (start, &into) {
+            (Some(t), _) => {
+                tops.push(t);
+                into = In::Group;
+            }
+            (None, In::Cache) => cache.push(a.clone()),
+            (None, In::Group) => tops.last_mut().expect("a group was opened").devices.push(a.clone()),
+            (None, In::Plain) => tops.push(TopSpec { layout: Layout::Plain, devices: vec![a.clone()] }),
         }
     }
-    Ok((data, cache))
+    Ok((tops, cache))
 }
 
 /// The caller's working directory, joining paths without `.` components.

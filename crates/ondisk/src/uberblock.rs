@@ -39,6 +39,11 @@ pub const FORMAT_VERSION: u64 = 1;
 /// compatible: a reader that does not know it reads every block correctly,
 /// but a writer that did not consult the table would free shared blocks.
 pub const FEATURE_BLOCK_CLONING: u64 = 1 << 0;
+/// Feature bit *vdev tree* (label config `features_incompat`): the pool has
+/// mirror or RAID-Z vdevs (labels carry interior nodes; a DVA's offset is
+/// in its top-level vdev's address space). Incompatible: a reader that
+/// does not know it would read a mirror's child as the whole vdev.
+pub const FEATURE_VDEV_TREE: u64 = 1 << 0;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Uberblock {

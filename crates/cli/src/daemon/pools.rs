@@ -85,8 +85,9 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         PoolCmd::Add { force, name, kind, devices } => {
             let spec: Vec<PathBuf> = std::iter::once(PathBuf::from(&kind)).chain(devices).collect();
             let (data, cache) = split_vdevs(&spec)?;
-            if let Some(d) = data.first() {
-                return Err(Error::invalid(format!("cannot add '{}' to pool '{}': tarn can add only cache devices (pool add POOL cache DEVICE...)", d.display(), name)));
+            if let Some(t) = data.first() {
+                let what = t.devices.first().map_or_else(|| format!("{:?} vdevs", t.layout).to_lowercase(), |d| format!("'{}'", d.display()));
+                return Err(Error::invalid(format!("cannot add {} to pool '{}': tarn can add only cache devices so far (pool add POOL cache DEVICE...)", what, name)));
             }
             if cache.is_empty() {
                 return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL cache DEVICE...)", name)));
@@ -284,8 +285,8 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
     }
     // A device of a live pool of this daemon is refused by Pool::create
     // (its lock records the pool), as is any busy or signed device.
-    let pool = Pool::create(&a.name, &data, &opts)?;
-    let entry = CachedPool { name: a.name.clone(), guid: pool.guid(), devices: data.iter().map(|d| abs(d)).collect(), mountpoint: mountpoint.clone() };
+    let pool = Pool::create_layout(&a.name, &data, &opts)?;
+    let entry = CachedPool { name: a.name.clone(), guid: pool.guid(), devices: data.iter().flat_map(|t| t.devices.iter()).map(|d| abs(d)).collect(), mountpoint: mountpoint.clone() };
     cache.add(entry)?;
     if let Err(e) = cache.save() {
         let _ = pool.close();
@@ -329,7 +330,7 @@ fn faulted_status(entry: &CachedPool, why: &str) -> PoolStatus {
         .devices
         .iter()
         .enumerate()
-        .map(|(i, d)| VdevStatus { id: i as u32, path: d.clone(), state: "-".into(), fault: None, size: 0, allocated: 0, read_errors: 0, write_errors: 0, checksum_errors: 0, direct_io: false })
+        .map(|(i, d)| VdevStatus { id: i as u32, path: d.clone(), kind: String::new(), guid: 0, state: "-".into(), fault: None, size: 0, allocated: 0, read_errors: 0, write_errors: 0, checksum_errors: 0, direct_io: false, repaired_bytes: 0, children: vec![] })
         .collect();
     PoolStatus {
         name: entry.name.clone(),
@@ -428,28 +429,80 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
         out.line(format!("status: The pool is suspended after an I/O failure: {}", e));
         out.line("action: Check the devices, then export and re-import the pool.");
     }
+    if s.suspension.is_none() && s.error.is_none() {
+        health_lines(s).into_iter().for_each(|l| out.line(l));
+    }
     if let Some(scan) = &s.scan {
         scan_lines(scan).into_iter().for_each(|l| out.line(l));
     }
     out.line(format!("   txg: {}", s.txg));
     out.line("config:\n");
     let mut rows = vec![vec![s.name.clone(), s.state.clone(), fmt::size(s.size), fmt::size(s.allocated), "-".into(), "-".into(), "-".into()]];
+    let mut faults = Vec::new();
     for v in &s.vdevs {
-        rows.push(vec![
-            format!("  {}", v.path),
-            v.state.clone(),
-            fmt::size(v.size),
-            fmt::size(v.allocated),
-            v.read_errors.to_string(),
-            v.write_errors.to_string(),
-            v.checksum_errors.to_string(),
-        ]);
+        vdev_rows(v, 1, &mut rows, &mut faults);
     }
     out.text.push_str(&fmt::table(&["NAME", "STATE", "SIZE", "ALLOC", "READ", "WRITE", "CKSUM"], &rows, false));
-    for v in s.vdevs.iter().filter(|v| v.fault.is_some()) {
-        out.line(format!("  {} is {}: {}", v.path, v.state, v.fault.as_deref().unwrap_or("")));
-    }
+    faults.into_iter().for_each(|f| out.line(f));
     print_errors(s, errors, verbose, out);
+}
+
+/// The rows of vdev `v` and its children in the config table, indented
+/// by depth as zpool's, with a line for each one not online.
+fn vdev_rows(v: &VdevStatus, depth: usize, rows: &mut Vec<Vec<String>>, faults: &mut Vec<String>) {
+    let leaf = v.children.is_empty();
+    let count = |n: u64| if leaf { n.to_string() } else { "0".to_string() };
+    let mut name = format!("{}{}", "  ".repeat(depth), v.path);
+    if v.repaired_bytes > 0 {
+        name = format!("{}  ({} repaired)", name, fmt::size(v.repaired_bytes));
+    }
+    rows.push(vec![name, v.state.clone(), if depth == 1 { fmt::size(v.size) } else { "-".into() }, if depth == 1 { fmt::size(v.allocated) } else { "-".into() }, count(v.read_errors), count(v.write_errors), count(v.checksum_errors)]);
+    if let Some(f) = &v.fault {
+        faults.push(format!("  {} is {}: {}", v.path, v.state, f));
+    }
+    for c in &v.children {
+        vdev_rows(c, depth + 1, rows, faults);
+    }
+}
+
+/// The leaves under `v` (itself if it is one).
+fn status_leaves(v: &VdevStatus) -> Vec<&VdevStatus> {
+    if v.children.is_empty() {
+        return vec![v];
+    }
+    v.children.iter().flat_map(status_leaves).collect()
+}
+
+/// zpool's "status:" and "action:" lines for a pool that runs degraded or
+/// whose devices have seen errors (none for a healthy pool).
+fn health_lines(s: &PoolStatus) -> Vec<String> {
+    let leaves: Vec<&VdevStatus> = s.vdevs.iter().flat_map(status_leaves).collect();
+    let down = |st: &str| leaves.iter().any(|l| l.state == st);
+    let errors = leaves.iter().any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0);
+    let (status, action) = if down("UNAVAIL") || down("REMOVED") {
+        (
+            "One or more devices could not be used because they are missing or were removed.\n        Sufficient replicas exist for the pool to continue functioning in a\n        degraded state.",
+            format!("Attach the missing device and online it using 'tarn pool online {}', or\n        replace it using 'tarn pool replace {}'.", s.name, s.name),
+        )
+    } else if down("FAULTED") {
+        (
+            "One or more devices are faulted in response to persistent errors.\n        Sufficient replicas exist for the pool to continue functioning in a\n        degraded state.",
+            format!("Replace the faulted device, or use 'tarn pool clear {}' to mark the device\n        repaired.", s.name),
+        )
+    } else if down("OFFLINE") {
+        (
+            "One or more devices has been taken offline by the administrator.\n        Sufficient replicas exist for the pool to continue functioning in a\n        degraded state.",
+            format!("Online the device using 'tarn pool online {}' or replace the device with\n        'tarn pool replace {}'.", s.name, s.name),
+        )
+    } else if errors {
+        (
+            "One or more devices has experienced an unrecoverable error.  An\n        attempt was made to correct the error.  Applications are unaffected.",
+            format!("Determine if the device needs to be replaced, and clear the errors\n        using 'tarn pool clear {}' or replace the device with 'tarn pool replace {}'.", s.name, s.name),
+        )
+    } else {
+        return vec![];
+    };
+    vec![format!("status: {}", status), format!("action: {}", action)]
 }
 
 /// The "scan:" lines of `status`, as zpool prints them.
@@ -503,7 +556,7 @@ fn print_errors(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
         out.line(format!("\nerrors: {} data errors, use '-v' for a list", s.data_errors));
         return;
     }
-    let errs: u64 = s.vdevs.iter().map(|v| v.read_errors + v.write_errors + v.checksum_errors).sum();
+    let errs: u64 = s.vdevs.iter().flat_map(status_leaves).map(|v| v.read_errors + v.write_errors + v.checksum_errors).sum();
     out.line(format!("\nerrors: {}", if errs == 0 { "No known data errors".to_string() } else { format!("{} I/O or checksum errors", errs) }));
 }
 

@@ -43,6 +43,12 @@ impl Held {
     /// returns the block's logical content and what the ARC keeps of it.
     pub fn read(bp: &BlockPtr, raw: AlignedBuf) -> Result<(Arc<BlockData>, Held)> {
         block::verify(bp, &raw)?;
+        Self::read_verified(bp, raw)
+    }
+
+    /// As `read`, for bytes already checked against the block's checksum
+    /// (a vdev's `read_checked`).
+    pub fn read_verified(bp: &BlockPtr, raw: AlignedBuf) -> Result<(Arc<BlockData>, Held)> {
         if block::stored_as_is(bp) {
             let d = Arc::new(BlockData::new(raw, bp.psize as usize));
             return Ok((d.clone(), Held::AsIs(d)));

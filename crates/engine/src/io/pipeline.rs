@@ -82,6 +82,20 @@ impl WriteGroup {
         }
     }
 
+    /// Retires `retire` dirty bytes of a block no device took (every child
+    /// of its mirror is down): the write is not done, and the sync's device
+    /// check, not the group, stops the txg.
+    pub fn retire_unwritten(&self, retire: u64) {
+        if let Some(f) = &self.on_written {
+            f(retire);
+        }
+    }
+
+    /// Fails the group without a write (a vdev that cannot take the block).
+    pub fn fail(&self, why: String) {
+        self.st.lock().1.get_or_insert(why);
+    }
+
     /// Waits for every write of the group; the first error if any failed.
     pub fn wait(&self) -> Result<(), String> {
         let mut st = self.st.lock();
@@ -168,6 +182,10 @@ struct Shared {
     io: LeafIo,
     /// Set once, by the first fault (see the module docs).
     fault: Mutex<Option<Health>>,
+    /// A child of a redundant vdev: a failed write faults the leaf but
+    /// completes its group without error (the block is on its siblings;
+    /// the leaf's DTL and the sync's device check take it from there).
+    redundant: AtomicBool,
     on_fault: Mutex<Option<FaultHook>>,
 }
 
@@ -231,6 +249,7 @@ impl Leaf {
             io: LeafIo::default(),
             fault: Mutex::new(None),
             on_fault: Mutex::new(None),
+            redundant: AtomicBool::new(false),
         });
         let threads = (0..nthreads)
             .map(|i| {
@@ -340,6 +359,11 @@ impl Leaf {
     /// fault wins.
     pub fn fault(&self, h: Health) {
         self.sh.fault(h);
+    }
+
+    /// Marks the leaf a child of a redundant vdev (see `Shared::redundant`).
+    pub fn set_redundant(&self, on: bool) {
+        self.sh.redundant.store(on, Ordering::Relaxed);
     }
 
     /// Sets what runs when the leaf becomes faulted (once).
@@ -459,10 +483,12 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
         }
     }
     let what = || format!("write of {} bytes at {} on {}", issue.len, issue.offset, sh.name);
+    let tolerated = sh.redundant.load(Ordering::Relaxed);
     for (_, _, t) in issue.parts.iter() {
         if let Req::Write { group, retire, .. } = &t.req {
             let r2 = match &res {
                 Ok(()) => Ok(()),
+                Err(_) if tolerated => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
             group.done(&r2, *retire, &what);

@@ -27,7 +27,7 @@ use tarn_ondisk::bp::{BlockPtr, Dva, MAX_DVAS};
 use crate::arc::{BlockKey, Held, L2Arc, PoolCache};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::block::BlockData;
-use crate::io::{block, IoClass, Leaf, Prepared, WriteGroup};
+use crate::io::{block, IoClass, Prepared, WriteGroup};
 use crate::pool::alloc::metaslab::Allocator;
 use crate::pool::brt::Brt;
 use crate::pool::errlog::{Bookmark, ErrorLog};
@@ -56,17 +56,8 @@ pub fn piece_class(bytes: u64) -> usize {
 /// also keeps three.
 pub const POOL_METADATA_COPIES: u8 = 3;
 
-/// One top-level vdev (a single leaf device: tarn stripes over them).
-pub struct TopVdev {
-    pub id: u32,
-    pub guid: u64,
-    pub ashift: u8,
-    /// The path the device was opened at.
-    pub path: String,
-    /// Usable device size (a multiple of the label size).
-    pub dev_size: u64,
-    pub leaf: Leaf,
-}
+/// A top-level vdev: blocks are striped over them (see `vdev`).
+pub type TopVdev = crate::vdev::Vdev;
 
 /// A block being read ahead; demand readers of it wait here instead of
 /// issuing a second read.
@@ -245,17 +236,14 @@ impl PoolCore {
     }
 
     /// Reads one copy: the block's content and its stored form (`Held`).
+    /// The vdev checks the bytes against the block's checksum (a mirror
+    /// or RAID-Z vdev finds good ones on another child and repairs the
+    /// bad, see `vdev`).
     fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<(Arc<BlockData>, Held)> {
         let (v, len) = self.copy_extent(bp, dva)?;
-        let raw = v
-            .leaf
-            .read(class, dva.offset, len)
-            .map_err(|e| Error::io(format!("read of {} bytes at {:#x} on {}", len, dva.offset, v.path), e))?;
-        Held::read(bp, raw).inspect_err(|e| {
-            if e.kind == ErrorKind::Corrupt {
-                v.leaf.note_checksum_error();
-            }
-        })
+        let check = |raw: &[u8]| block::verify(bp, raw).is_ok();
+        let raw = v.read_checked(class, dva.offset, len, bp.birth, &check, !self.readonly)?;
+        Held::read_verified(bp, raw)
     }
 
     /// Starts reading `bp` into the cache in the async-read class, unless it
@@ -281,10 +269,12 @@ impl PoolCore {
         self.prefetch_stats.issued.fetch_add(1, Ordering::Relaxed);
         let core = self.clone();
         let bp = *bp;
-        v.leaf.read_async(
+        let unqueue = self.clone();
+        let queued = v.read_async(
             IoClass::AsyncRead,
             dva.offset,
             len,
+            bp.birth,
             Box::new(move |res| {
                 let r = match res {
                     Ok(raw) => Held::read(&bp, raw).map_err(|e| e.to_string()),
@@ -299,6 +289,15 @@ impl PoolCore {
                 inflight.cv.notify_all();
             }),
         );
+        if !queued {
+            // Not read ahead here (RAID-Z, or no child to read): demand
+            // readers read it themselves.
+            let pending = unqueue.inflight.lock().remove(&key);
+            if let Some(p) = pending {
+                *p.res.lock() = Some(Err("not read ahead".into()));
+                p.cv.notify_all();
+            }
+        }
     }
 
     /// Allocates `copies` copies of a prepared block and queues their writes.
@@ -322,8 +321,8 @@ impl PoolCore {
         // write retires `retire`, space checks must not count it twice.
         self.txg.dirty_placed(retire);
         for (i, dva) in bp.dva.iter().filter(|d| !d.is_empty()).enumerate() {
-            let leaf = &self.vdevs[dva.vdev as usize].leaf;
-            leaf.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 });
+            let v = &self.vdevs[dva.vdev as usize];
+            v.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 }, txg);
         }
         if let Some(d) = cache_as {
             self.cache.insert_block(&bp, Held::written(&bp, &phys, d.clone()), Some(&d), false, true);

@@ -26,7 +26,11 @@ pub struct QueueDepth {
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct VdevMetrics {
+    /// The leaf's position among all the pool's leaves.
     pub id: u32,
+    /// Its top-level vdev.
+    #[serde(default)]
+    pub top: u32,
     pub path: String,
     pub size: u64,
     pub allocated: u64,
@@ -165,13 +169,19 @@ fn l2_metrics(l2: &crate::arc::L2Arc) -> L2Metrics {
 pub fn snapshot(pool: &Pool) -> PoolMetrics {
     let core = pool.core();
     let status = pool.status();
-    let vdevs = core
-        .vdevs
-        .iter()
-        .zip(status.vdevs.iter())
-        .map(|(v, vs)| {
-            let s = v.leaf.stats();
-            let q = v.leaf.queue_stats();
+    // One entry per leaf (for a pool of plain devices, per top-level
+    // vdev, as before): a leaf's space is its top-level vdev's share.
+    let mut vdevs = Vec::new();
+    for (v, vs) in core.vdevs.iter().zip(status.vdevs.iter()) {
+        let leaves = v.leaves();
+        let share = match v.kind {
+            crate::vdev::Kind::Raidz(_) => leaves.len() as u64,
+            _ => 1,
+        };
+        for leaf in leaves {
+            let Some(l) = leaf.leaf() else { continue };
+            let s = l.stats();
+            let q = l.queue_stats();
             let queues = IoClass::ALL
                 .iter()
                 .map(|&c| {
@@ -179,11 +189,12 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
                     QueueDepth { class: class_name(c).to_string(), queued: cs.queued, active: cs.active, max_active: q.max_active[c.index()] }
                 })
                 .collect();
-            VdevMetrics {
-                id: v.id,
-                path: v.path.clone(),
-                size: vs.size,
-                allocated: vs.allocated,
+            vdevs.push(VdevMetrics {
+                id: vdevs.len() as u32,
+                top: v.id,
+                path: leaf.path.clone(),
+                size: vs.size / share,
+                allocated: vs.allocated / share,
                 read_ops: load(&s.read_ops),
                 write_ops: load(&s.write_ops),
                 read_bytes: load(&s.read_bytes),
@@ -192,11 +203,11 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
                 write_errors: load(&s.write_errors),
                 checksum_errors: load(&s.checksum_errors),
                 flushes: load(&s.flushes),
-                classes: v.leaf.io_stats().snapshot(),
+                classes: l.io_stats().snapshot(),
                 queues,
-            }
-        })
-        .collect();
+            });
+        }
+    }
     let p = core.txg.params();
     let t = &core.txg.stats;
     let throttle = ThrottleMetrics {

@@ -58,6 +58,7 @@ pub mod metrics;
 mod pool;
 pub mod scan;
 pub mod spacemap;
+pub mod vdevs;
 pub mod verify;
 pub mod vet;
 

@@ -12,13 +12,14 @@ use tarn_ondisk::bp::{BlockPtr, ChecksumType, ObjectType};
 use tarn_ondisk::dnode::ObjsetType;
 use tarn_ondisk::kv::{self, KvMap};
 use tarn_ondisk::label::{self, LabelConfig, PoolState, VdevKind, VdevNode};
-use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FORMAT_VERSION};
+use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_VDEV_TREE, FORMAT_VERSION};
 
-use super::alloc::metaslab::{AllocConfig, Allocator};
-use super::core::{PoolCore, TopVdev};
+use super::alloc::metaslab::Allocator;
+use super::core::PoolCore;
 use super::import::{plan_rewind, Found, Rewind};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
 use super::spacemap;
+use super::vdevs::{self, Layout, NewTop, TopSpec};
 use super::vet::{Role, Vetted};
 use crate::arc::{BlockCache, PoolCache};
 use crate::dataset::{Datasets, Rec};
@@ -88,12 +89,18 @@ pub struct OpenOptions {
 }
 
 
-/// A device as `status` shows it.
+/// A vdev as `status` shows it: a device, or a mirror or RAID-Z group
+/// with its children.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct VdevStatus {
     pub id: u32,
     pub path: String,
-    /// ONLINE, FAULTED or REMOVED (`sys::device::Health`).
+    /// `leaf`, `mirror`, `raidz1` … (`vdev::Vdev::type_name`).
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default, with = "crate::guid_json")]
+    pub guid: u64,
+    /// ONLINE, DEGRADED, FAULTED, OFFLINE, REMOVED or UNAVAIL (`vdev::State`).
     pub state: String,
     /// Why it is not online.
     #[serde(default)]
@@ -104,6 +111,39 @@ pub struct VdevStatus {
     pub write_errors: u64,
     pub checksum_errors: u64,
     pub direct_io: bool,
+    /// Bytes rewritten onto the device from good copies since import.
+    #[serde(default)]
+    pub repaired_bytes: u64,
+    #[serde(default)]
+    pub children: Vec<VdevStatus>,
+}
+
+/// The status of vdev `v` (its space from the allocator, given for a
+/// top-level vdev and shared by its children). A leaf's device is asked
+/// whether it is still whole (`Leaf::check`): a device truncated or
+/// deleted while nothing was written is found now, not at the next write.
+fn vdev_status(v: &crate::vdev::Vdev, size: u64, allocated: u64) -> VdevStatus {
+    let (r, w, c) = v.leaf().map_or((0, 0, 0), |l| {
+        let s = l.stats();
+        (s.read_errors.load(Ordering::Relaxed), s.write_errors.load(Ordering::Relaxed), s.checksum_errors.load(Ordering::Relaxed))
+    });
+    let state = v.state();
+    VdevStatus {
+        id: v.id,
+        path: v.path.clone(),
+        kind: v.type_name(),
+        guid: v.guid,
+        state: state.name().into(),
+        fault: v.reason(),
+        size,
+        allocated,
+        read_errors: r,
+        write_errors: w,
+        checksum_errors: c,
+        direct_io: false,
+        repaired_bytes: v.repaired_bytes.load(Ordering::Relaxed),
+        children: v.children.iter().map(|ch| vdev_status(ch, size, allocated)).collect(),
+    }
 }
 
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
@@ -329,23 +369,35 @@ pub fn set_dataset_prop(rec: &mut KvMap, name: &str, value: &str) -> Result<()> 
 }
 
 impl Pool {
-    /// Creates a pool on files or block devices at `paths`, with the cache
-    /// devices `opts.cache`. Every device is vetted first (`pool::vet`): a
-    /// refusal leaves every device as it was.
+    /// Creates a pool striped over the files or block devices at `paths`
+    /// (one plain top-level vdev each), with the cache devices
+    /// `opts.cache`.
     pub fn create(name: &str, paths: &[PathBuf], opts: &CreateOptions) -> Result<Pool> {
+        let tops: Vec<TopSpec> = paths.iter().map(|p| TopSpec { layout: Layout::Plain, devices: vec![p.clone()] }).collect();
+        Self::create_layout(name, &tops, opts)
+    }
+
+    /// Creates a pool of the top-level vdevs `tops` (plain devices,
+    /// mirrors, RAID-Z groups), with the cache devices `opts.cache`. Every
+    /// device is vetted first (`pool::vet`) and the layout checked
+    /// (`pool::vdevs`): a refusal leaves every device as it was.
+    pub fn create_layout(name: &str, tops: &[TopSpec], opts: &CreateOptions) -> Result<Pool> {
         validate_pool_name(name)?;
-        if paths.is_empty() {
+        if tops.is_empty() {
             return Err(Error::invalid("a pool needs at least one device"));
         }
-        let roles: Vec<(PathBuf, Role)> = paths.iter().map(|p| (p.clone(), Role::Data)).chain(opts.cache.iter().map(|p| (p.clone(), Role::Cache))).collect();
+        let paths: Vec<&PathBuf> = tops.iter().flat_map(|t| t.devices.iter()).collect();
+        let roles: Vec<(PathBuf, Role)> = paths.iter().map(|p| ((*p).clone(), Role::Data)).chain(opts.cache.iter().map(|p| (p.clone(), Role::Cache))).collect();
         let vetted = super::vet::open_devices(&roles, opts.size, opts.force, None)?;
         // Files this call created are removed again on failure; existing ones are left.
         let created: Vec<String> = vetted.iter().filter(|v| v.created).map(|v| v.path.clone()).collect();
         let (data, cache): (Vec<Vetted>, Vec<Vetted>) = vetted.into_iter().partition(|v| v.role == Role::Data);
-        let devs = data.iter().map(|v| (v.path.clone(), v.dev.clone() as Arc<dyn BlockDevice>)).collect();
         let locks = data.iter().map(|v| v.dev.clone()).collect();
+        let mut devs = data.iter().map(|v| (v.path.clone(), v.dev.clone() as Arc<dyn BlockDevice>));
+        let new: Vec<NewTop> = tops.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect();
+        drop(devs);
         drop(data);
-        let res = Self::create_on(name, devs, locks, opts).and_then(|pool| match pool.attach_caches(cache) {
+        let res = Self::create_tops(name, new, locks, opts).and_then(|pool| match pool.attach_caches(cache) {
             Ok(()) => Ok(pool),
             Err(e) => {
                 // The pool was made but cannot have what was asked for: undo it.
@@ -361,40 +413,39 @@ impl Pool {
         res
     }
 
-    /// Creates a pool on already opened devices (tests use fault devices).
+    /// Creates a pool striped over already opened devices (tests use fault
+    /// devices).
     pub fn create_on(name: &str, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &CreateOptions) -> Result<Pool> {
+        let tops = devs.into_iter().map(|d| NewTop { layout: Layout::Plain, devices: vec![d] }).collect();
+        Self::create_tops(name, tops, locks, opts)
+    }
+
+    /// Creates a pool of the top-level vdevs `tops` on opened devices.
+    pub fn create_tops(name: &str, tops: Vec<NewTop>, locks: Vec<Arc<FileDevice>>, opts: &CreateOptions) -> Result<Pool> {
         validate_pool_name(name)?;
         opts.tunables.validate()?;
         if !(9..=16).contains(&opts.ashift) {
             return Err(Error::invalid(format!("ashift {} out of range 9..16", opts.ashift)));
         }
-        let pool_guid = new_guid(name);
-        let mut leaves = Vec::new();
-        for (i, (path, dev)) in devs.iter().enumerate() {
-            super::vet::check_contents(path, dev.as_ref(), Role::Data, opts.force, None)?;
-            let size = label::usable_device_size(dev.size_bytes());
-            let asize = size - label::LABELS_FRONT - label::LABELS_BACK;
-            let cfg = AllocConfig::for_vdev(asize, opts.ashift);
-            leaves.push(VdevNode {
-                kind: VdevKind::File,
-                id: i as u32,
-                guid: new_guid(path),
-                ashift: opts.ashift,
-                nparity: 0,
-                asize,
-                metaslab_shift: cfg.metaslab_shift,
-                path: path.clone(),
-                children: vec![],
-            });
+        if tops.is_empty() {
+            return Err(Error::invalid("a pool needs at least one device"));
         }
-        let tree = VdevNode { kind: VdevKind::Root, id: 0, guid: pool_guid, ashift: opts.ashift, nparity: 0, asize: 0, metaslab_shift: 0, path: String::new(), children: leaves };
+        vdevs::check_layout(&tops, &[], opts.force)?;
+        let devs: Vec<(String, Arc<dyn BlockDevice>)> = tops.iter().flat_map(|t| t.devices.iter().cloned()).collect();
+        for (path, dev) in &devs {
+            super::vet::check_contents(path, dev.as_ref(), Role::Data, opts.force, None)?;
+        }
+        let pool_guid = new_guid(name);
+        let nodes = vdevs::new_nodes(&tops, 0, opts.ashift, &new_guid)?;
+        let redundant = nodes.iter().any(|n| !n.kind.is_leaf());
+        let tree = VdevNode { kind: VdevKind::Root, id: 0, guid: pool_guid, ashift: opts.ashift, nparity: 0, asize: 0, metaslab_shift: 0, path: String::new(), children: nodes };
         let config = LabelConfig {
             pool_guid,
             pool_name: name.to_string(),
             state: PoolState::Active,
             config_txg: 1,
             format_version: FORMAT_VERSION,
-            features_incompat: 0,
+            features_incompat: if redundant { FEATURE_VDEV_TREE } else { 0 },
             features_compat: 0,
             hostname: hostname(),
             device_guid: 0,
@@ -650,8 +701,8 @@ impl Pool {
             t.clone()
         };
         self.sh.core.txg.set_params(ThrottleParams::from_tunables(&t));
-        for v in &self.sh.core.vdevs {
-            v.leaf.set_limits(queue_limits(&t));
+        for (_, v) in self.sh.core.leaves() {
+            v.leaf().into_iter().for_each(|l| l.set_limits(queue_limits(&t)));
         }
         self.sh.core.cache.arc().apply_tunables(&t);
         self.sh.core.l2.set_params(super::cache_dev::l2_params(&t));
@@ -665,32 +716,23 @@ impl Pool {
             .vdevs
             .iter()
             .map(|v| {
-                let s = v.leaf.stats();
                 let vs = space.vdevs.iter().find(|(id, _)| *id == v.id).map(|(_, s)| *s).unwrap_or_default();
-                // The administrator asks: a device truncated or deleted
-                // while nothing was written is found now, not at the next
-                // write.
-                let health = v.leaf.check();
-                VdevStatus {
-                    id: v.id,
-                    path: v.path.clone(),
-                    state: health.state().into(),
-                    fault: health.reason().map(String::from),
-                    size: vs.size,
-                    allocated: vs.allocated,
-                    read_errors: s.read_errors.load(Ordering::Relaxed),
-                    write_errors: s.write_errors.load(Ordering::Relaxed),
-                    checksum_errors: s.checksum_errors.load(Ordering::Relaxed),
-                    direct_io: false,
-                }
+                vdev_status(v, vs.size, vs.allocated)
             })
             .collect();
+        let degraded = core.vdevs.iter().any(|v| v.state() != crate::vdev::State::Online);
         // After the devices' checks, which may have suspended it.
         let error = core.txg.failure();
         PoolStatus {
             name: core.name.clone(),
             guid: core.guid,
-            state: if error.is_some() { "SUSPENDED".into() } else { "ONLINE".into() },
+            state: if error.is_some() {
+                "SUSPENDED".into()
+            } else if degraded {
+                "DEGRADED".into()
+            } else {
+                "ONLINE".into()
+            },
             txg: self.uberblock().txg,
             size: space.total.size,
             allocated: space.total.allocated,
@@ -729,8 +771,9 @@ impl Pool {
     /// `pool clear`: forgets the devices' error counts and the error log
     /// (written with the next txg); returns how many log entries went.
     pub fn clear_errors(&self) -> u64 {
-        for v in &self.sh.core.vdevs {
-            let s = v.leaf.stats();
+        for (_, v) in self.sh.core.leaves() {
+            let Some(l) = v.leaf() else { continue };
+            let s = l.stats();
             for c in [&s.read_errors, &s.write_errors, &s.checksum_errors] {
                 c.store(0, Ordering::Relaxed);
             }
@@ -855,8 +898,8 @@ impl Pool {
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
-        for v in &self.sh.core.vdevs {
-            v.leaf.shutdown();
+        for (_, v) in self.sh.core.leaves() {
+            v.leaf().into_iter().for_each(|l| l.shutdown());
         }
         match self.sh.core.txg.failure() {
             Some(f) if res.is_ok() && !self.sh.core.readonly => Err(Error::new(ErrorKind::Suspended, f)),
@@ -1020,7 +1063,7 @@ fn set_pool_prop(props: &mut KvMap, name: &str, value: &str) -> Result<()> {
 }
 
 /// Feature bits this version understands.
-const KNOWN_FEATURES_INCOMPAT: u64 = 0;
+const KNOWN_FEATURES_INCOMPAT: u64 = FEATURE_VDEV_TREE;
 const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING;
 
 /// Refuses pools written by a newer format: incompatible features always,
@@ -1064,7 +1107,9 @@ fn open_paths(paths: &[PathBuf], readonly: bool) -> Result<(NamedDevices, Vec<Ar
     Ok((devs, locks))
 }
 
-/// Orders `devs` by vdev id according to the newest config among them.
+/// Orders `devs` as the leaves of the newest config among them, with a
+/// placeholder for each leaf not found (`vdevs::missing_device`); refused
+/// when a top-level vdev has more leaves missing than its redundancy.
 fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
     let mut labelled = Vec::new();
     for (p, d) in devs {
@@ -1086,17 +1131,13 @@ fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
             p, c.pool_name, c.pool_guid, best.pool_name, best.pool_guid
         )));
     }
+    let present: std::collections::HashSet<u64> = labelled.iter().map(|(_, _, c)| c.device_guid).collect();
+    vdevs::check_present(&best, &present)?;
     let mut ordered = Vec::new();
-    for leaf in best.tree.children.iter() {
-        let found = labelled.iter().find(|(_, _, c)| c.pool_guid == best.pool_guid && c.device_guid == leaf.guid);
-        match found {
+    for (top, leaf) in vdevs::leaves_with_top(&best.tree) {
+        match labelled.iter().find(|(_, _, c)| c.device_guid == leaf.guid) {
             Some((p, d, _)) => ordered.push((p.clone(), d.clone())),
-            None => {
-                return Err(Error::not_found(format!(
-                    "pool '{}': device {} (guid {:016x}, last seen at '{}') is missing",
-                    best.pool_name, leaf.id, leaf.guid, leaf.path
-                )))
-            }
+            None => ordered.push((leaf.path.clone(), vdevs::missing_device(top, leaf))),
         }
     }
     Ok((best, ordered))
@@ -1106,8 +1147,8 @@ fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
 /// short (a partial copy, a shrunk partition) keeps its front labels, but
 /// blocks near its old end are gone.
 fn check_device_sizes(config: &LabelConfig, devs: &[(String, Arc<dyn BlockDevice>)]) -> Result<()> {
-    for (leaf, (path, dev)) in config.tree.children.iter().zip(devs) {
-        let need = label::LABELS_FRONT + leaf.asize + label::LABELS_BACK;
+    for ((top, leaf), (path, dev)) in vdevs::leaves_with_top(&config.tree).into_iter().zip(devs) {
+        let need = label::LABELS_FRONT + vdevs::required_span(top) + label::LABELS_BACK;
         let size = label::usable_device_size(dev.size_bytes());
         if size < need {
             return Err(Error::invalid(format!(
@@ -1130,21 +1171,24 @@ impl ShellShared {
         let mut alloc = Allocator::new();
         let mut vdevs = Vec::new();
         let mut sector = 512usize;
-        for (leafcfg, (path, dev)) in config.tree.children.iter().zip(devs) {
-            let size = label::usable_device_size(dev.size_bytes());
-            let t2 = txg.clone();
-            let gauge: crate::io::DirtyGauge = Arc::new(move || (t2.dirty_total(), t2.params().dirty_max));
-            let leaf = Leaf::new(path.clone(), dev, limits.clone(), tunables.tarn_vdev_threads, gauge);
-            // Without redundancy a faulted device takes the pool with it:
-            // suspended at once, so no writer or fsync is told that a
-            // change the pool can no longer keep was taken.
-            let t3 = txg.clone();
-            leaf.set_fault_hook(Box::new(move |name, h| t3.suspend(vdev_fault_message(name, h))));
+        let mut devs = devs.into_iter();
+        for top in &config.tree.children {
+            let redundant = !top.kind.is_leaf();
+            let mut open = |leaf: &VdevNode| -> Result<(crate::vdev::Kind, u64)> {
+                let (path, dev) = devs.next().ok_or_else(|| Error::invalid(format!("pool '{}': no device for leaf '{}'", config.pool_name, leaf.path)))?;
+                let size = label::usable_device_size(dev.size_bytes());
+                let t2 = txg.clone();
+                let gauge: crate::io::DirtyGauge = Arc::new(move || (t2.dirty_total(), t2.params().dirty_max));
+                let l = Leaf::new(path, dev, limits.clone(), tunables.tarn_vdev_threads, gauge);
+                l.set_redundant(redundant);
+                Ok((crate::vdev::Kind::Leaf(l), size))
+            };
+            let v = vdevs::build(top, &mut open)?;
             alloc
-                .add_vdev(leafcfg.id, label::LABELS_FRONT, leafcfg.asize, leafcfg.ashift)
-                .map_err(|e| Error::invalid(format!("vdev {} ('{}'): {}", leafcfg.id, path, e)))?;
-            sector = sector.max(1 << leafcfg.ashift);
-            vdevs.push(TopVdev { id: leafcfg.id, guid: leafcfg.guid, ashift: leafcfg.ashift, path, dev_size: size, leaf });
+                .add_vdev(top.id, vdevs::alloc_start(top), top.asize, top.ashift)
+                .map_err(|e| Error::invalid(format!("vdev {} ('{}'): {}", top.id, v.path, e)))?;
+            sector = sector.max(1 << top.ashift);
+            vdevs.push(v);
         }
         let core = Arc::new(PoolCore {
             name: config.pool_name.clone(),
@@ -1176,6 +1220,18 @@ impl ShellShared {
             near_copies: Default::default(),
         });
         core.refresh_space();
+        // A faulted leaf degrades its vdev or, when that was its last
+        // redundancy, suspends the pool (`PoolCore::leaf_faulted`).
+        for (top, leaf) in core.leaves() {
+            let (w, id) = (Arc::downgrade(&core), top.id);
+            if let Some(l) = leaf.leaf() {
+                l.set_fault_hook(Box::new(move |name, h| {
+                    if let Some(c) = w.upgrade() {
+                        c.leaf_faulted(id, name, h)
+                    }
+                }));
+            }
+        }
         // From now on a second use of these devices in this process is
         // refused with the pool's name (`pool::vet`).
         for l in &locks {
@@ -1273,12 +1329,20 @@ pub(crate) fn read_kv(os: &Objset, obj: u64) -> Result<KvMap> {
     Ok(kv::decode(&data)?)
 }
 
+/// Writes the config to every leaf that is up; a leaf of a redundant vdev
+/// that fails is faulted and left (its vdev goes on degraded).
 fn write_configs(core: &PoolCore, cfg: &LabelConfig) -> Result<()> {
-    for v in &core.vdevs {
+    for (top, v) in core.leaves() {
+        let (Some(l), true) = (v.leaf(), v.state().usable()) else { continue };
         let mut c = cfg.clone();
         c.device_guid = v.guid;
-        c.top_guid = v.guid;
-        write_config_all(v.leaf.device().as_ref(), &c).map_err(|e| Error::io(format!("writing labels of {}", v.path), e))?;
+        c.top_guid = top.guid;
+        if let Err(e) = write_config_all(l.device().as_ref(), &c) {
+            l.fault(Health::Faulted(format!("writing labels: {}", e)));
+            if top.leaf().is_some() || !top.writable() {
+                return Err(Error::io(format!("writing labels of {}", v.path), e));
+            }
+        }
     }
     Ok(())
 }
@@ -1293,15 +1357,16 @@ impl Shared {
     /// After a rewind to `txg`, the abandoned newer uberblocks are erased so
     /// a later import cannot pick one whose blocks the new txgs reuse.
     fn forget_uberblocks_after(&self, txg: u64, newest: u64) -> Result<()> {
-        for v in &self.core.vdevs {
+        for (_, v) in self.core.leaves() {
+            let Some(leaf) = v.leaf() else { continue };
             let zero = crate::sys::buf::AlignedBuf::zeroed(label::ub_slot_size(v.ashift) as usize);
             for t in txg + 1..=newest.min(txg + label::ub_slot_count(v.ashift) - 1) {
                 for i in 0..label::LABEL_COUNT {
                     let off = label::ub_slot_offset(i, v.dev_size, v.ashift, t);
-                    v.leaf.write_now(&zero, off).map_err(|e| Error::io(format!("erasing uberblock on {}", v.path), e))?;
+                    leaf.write_now(&zero, off).map_err(|e| Error::io(format!("erasing uberblock on {}", v.path), e))?;
                 }
             }
-            v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
+            leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
         }
         Ok(())
     }
@@ -1388,9 +1453,7 @@ impl Shared {
         group.wait().map_err(|e| Error::new(ErrorKind::Io, e))?;
         let t_wait = t0.elapsed();
         let (cp, cp_chain, log) = self.write_space(txg)?;
-        for v in &core.vdevs {
-            v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
-        }
+        self.flush_leaves()?;
         let ub = {
             let s = self.sync.lock();
             let mut ub = s.ub.clone();
@@ -1458,8 +1521,8 @@ impl Shared {
 
     /// (write ops, write bytes) of all devices so far.
     fn device_writes(&self) -> (u64, u64) {
-        self.core.vdevs.iter().fold((0, 0), |(o, b), v| {
-            let s = v.leaf.stats();
+        self.core.leaves().filter_map(|(_, v)| v.leaf()).fold((0, 0), |(o, b), l| {
+            let s = l.stats();
             (o + s.write_ops.load(Ordering::Relaxed), b + s.write_bytes.load(Ordering::Relaxed))
         })
     }
@@ -1506,9 +1569,13 @@ impl Shared {
     /// suspends the pool through its hook); the txg is not written.
     fn check_devices(&self) -> Result<()> {
         for v in &self.core.vdevs {
-            let h = v.leaf.check();
-            if h != Health::Online {
-                return Err(Error::new(ErrorKind::Io, vdev_fault_message(&v.path, &h)));
+            if let Some(l) = v.leaf() {
+                let h = l.check();
+                if h != Health::Online {
+                    return Err(Error::new(ErrorKind::Io, vdevs::fault_message(&v.path, &h)));
+                }
+            } else if !v.writable() {
+                return Err(Error::new(ErrorKind::Io, format!("{} is {}: insufficient replicas", v.path, v.state().name())));
             }
         }
         match self.core.txg.failure() {
@@ -1517,24 +1584,39 @@ impl Shared {
         }
     }
 
+    /// Writes the uberblock to every ring of every leaf that is up, then
+    /// flushes them. A leaf of a redundant vdev that fails faults and is
+    /// left; the txg fails when a top-level vdev is left with no leaf.
     fn write_uberblock(&self, ub: &Uberblock) -> Result<()> {
-        for v in &self.core.vdevs {
+        for (top, v) in self.core.leaves() {
+            let (Some(leaf), true) = (v.leaf(), v.state().usable()) else { continue };
             let buf = uberblock_slot(ub, v.ashift);
             for i in 0..label::LABEL_COUNT {
                 let off = label::ub_slot_offset(i, v.dev_size, v.ashift, ub.txg);
-                v.leaf.write_now(&buf, off).map_err(|e| Error::io(format!("writing uberblock to {}", v.path), e))?;
+                if let Err(e) = leaf.write_now(&buf, off) {
+                    if top.leaf().is_some() || !top.writable() {
+                        return Err(Error::io(format!("writing uberblock to {}", v.path), e));
+                    }
+                    break;
+                }
             }
         }
-        for v in &self.core.vdevs {
-            v.leaf.flush().map_err(|e| Error::io(format!("flushing {}", v.path), e))?;
+        self.flush_leaves()?;
+        self.check_devices()
+    }
+
+    /// Flushes every leaf that is up; see `write_uberblock` for failures.
+    fn flush_leaves(&self) -> Result<()> {
+        for (top, v) in self.core.leaves() {
+            let (Some(leaf), true) = (v.leaf(), v.state().usable()) else { continue };
+            if let Err(e) = leaf.flush() {
+                if top.leaf().is_some() || !top.writable() {
+                    return Err(Error::io(format!("flushing {}", v.path), e));
+                }
+            }
         }
         Ok(())
     }
-}
-
-/// Why a pool is suspended when device `name` faulted with `h`.
-fn vdev_fault_message(name: &str, h: &Health) -> String {
-    format!("device '{}' is {}: {}", name, h.state(), h.reason().unwrap_or("faulted"))
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
@@ -1598,9 +1680,10 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
     }
     for (d, cfg) in pools.iter_mut() {
         let found: Vec<u64> = d.devices.iter().filter_map(|p| probe(Path::new(p)).map(|c| c.device_guid)).collect();
-        d.missing = cfg.tree.children.iter().filter(|l| !found.contains(&l.guid)).map(|l| l.path.clone()).collect();
+        let leaves = cfg.tree.leaves();
+        d.missing = leaves.iter().filter(|l| !found.contains(&l.guid)).map(|l| l.path.clone()).collect();
         // Order devices as the config does.
-        let order = |p: &String| probe(Path::new(p)).and_then(|c| cfg.tree.children.iter().position(|l| l.guid == c.device_guid)).unwrap_or(usize::MAX);
+        let order = |p: &String| probe(Path::new(p)).and_then(|c| leaves.iter().position(|l| l.guid == c.device_guid)).unwrap_or(usize::MAX);
         d.devices.sort_by_key(order);
     }
     pools.into_iter().map(|(d, _)| d).collect()

@@ -239,14 +239,17 @@ impl Scanner {
 }
 
 /// One copy to check: where it is, its block, which of the block's copies.
+/// A mirror holds each of its copies once per child: each is checked (and
+/// repaired) on its own.
 #[derive(Clone, Copy)]
 struct Copy {
     vdev: u32,
+    /// The leaf of the top-level vdev holding it (`Vdev::scan_leaf`).
+    child: usize,
     offset: u64,
     /// Bytes to read: psize rounded up to whole sectors.
     len: u64,
     block: usize,
-    dva: usize,
 }
 
 /// Scrubs the tree of synced txg `txg` (its MOS root and space blocks).
@@ -270,13 +273,13 @@ pub(crate) fn scrub(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64
         return (rep, true);
     }
     // Per block: its bad copies, and one good copy to repair them from.
-    let mut bad: Vec<Vec<usize>> = vec![Vec::new(); blocks.len()];
-    let mut good: Vec<Option<usize>> = vec![None; blocks.len()];
+    let mut bad: Vec<Vec<Copy>> = vec![Vec::new(); blocks.len()];
+    let mut good: Vec<Option<Copy>> = vec![None; blocks.len()];
     for (c, ok) in verdicts {
         if ok {
-            good[c.block].get_or_insert(c.dva);
+            good[c.block].get_or_insert(c);
         } else {
-            bad[c.block].push(c.dva);
+            bad[c.block].push(c);
         }
     }
     for (i, bp) in blocks.iter().enumerate() {
@@ -294,14 +297,18 @@ pub(crate) fn scrub(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64
 fn sorted_copies(core: &PoolCore, blocks: &[BlockPtr], rep: &mut ScanReport) -> Vec<Copy> {
     let mut out = Vec::with_capacity(blocks.len() * 2);
     for (i, bp) in blocks.iter().enumerate() {
-        for (d, dva) in bp.dva.iter().enumerate().filter(|(_, d)| !d.is_empty()) {
+        for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
             match core.copy_extent(bp, dva) {
-                Ok((_, len)) => out.push(Copy { vdev: dva.vdev, offset: dva.offset, len, block: i, dva: d }),
+                Ok((v, len)) => {
+                    for child in v.scan_leaves() {
+                        out.push(Copy { vdev: dva.vdev, child, offset: dva.offset, len, block: i });
+                    }
+                }
                 Err(e) => rep.errors.push(format!("{} block (birth {}): {}", bp.otype.name(), bp.birth, e)),
             }
         }
     }
-    out.sort_by_key(|c| (c.vdev, c.offset));
+    out.sort_by_key(|c| (c.vdev, c.child, c.offset));
     out
 }
 
@@ -313,7 +320,7 @@ fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
     for i in 1..=copies.len() {
         let split = i == copies.len() || {
             let (a, b, head) = (&copies[i - 1], &copies[i], &copies[first]);
-            b.vdev != a.vdev || b.offset != a.offset + a.len || b.offset + b.len - head.offset > SCAN_EXTENT
+            b.vdev != a.vdev || b.child != a.child || b.offset != a.offset + a.len || b.offset + b.len - head.offset > SCAN_EXTENT
         };
         if split {
             out.push(&copies[first..i]);
@@ -358,7 +365,9 @@ fn issue(core: &PoolCore, blocks: &[BlockPtr], runs: &[&[Copy]], scanner: &Scann
             rep.bytes += c.len;
             if !ok {
                 rep.bad_copies += 1;
-                core.vdevs[c.vdev as usize].leaf.note_checksum_error();
+                if let Some(l) = core.vdevs[c.vdev as usize].scan_leaf(c.child).and_then(|v| v.leaf()) {
+                    l.note_checksum_error();
+                }
             }
         }
         out.extend(verdicts);
@@ -371,7 +380,10 @@ fn issue(core: &PoolCore, blocks: &[BlockPtr], runs: &[&[Copy]], scanner: &Scann
 /// copy. Returns the reads issued.
 fn check_run(core: &PoolCore, blocks: &[BlockPtr], run: &[Copy], out: &mut Vec<(Copy, bool)>) -> u64 {
     let (head, last) = (run[0], run[run.len() - 1]);
-    let leaf = &core.vdevs[head.vdev as usize].leaf;
+    let Some(leaf) = core.vdevs[head.vdev as usize].scan_leaf(head.child).and_then(|v| v.leaf()) else {
+        out.extend(run.iter().map(|c| (*c, false)));
+        return 0;
+    };
     match leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset) {
         Ok(data) => {
             for c in run {
@@ -391,7 +403,7 @@ fn check_run(core: &PoolCore, blocks: &[BlockPtr], run: &[Copy], out: &mut Vec<(
 /// Rewrites the bad copies of `bp` from copy `good` (read again and
 /// checked: the scan keeps no data); false (the block reported lost) when
 /// it has no good copy.
-fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<usize>, rep: &mut ScanReport) -> bool {
+fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[Copy], good: Option<Copy>, rep: &mut ScanReport) -> bool {
     let lost = |rep: &mut ScanReport, why: &str| {
         rep.errors.push(format!("{} block (level {}, birth {}): {}", bp.otype.name(), bp.level, bp.birth, why));
         false
@@ -399,21 +411,22 @@ fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[usize], good: Option<usize>, re
     let Some(g) = good else {
         return lost(rep, &format!("no copy of {} verifies", bad.len()));
     };
-    let dva = bp.dva[g];
-    let Ok((v, len)) = core.copy_extent(bp, &dva) else { return lost(rep, "its good copy lies outside its device") };
-    let data = match v.leaf.read(IoClass::Scrub, dva.offset, len) {
+    let leaf_of = |c: &Copy| core.vdevs[c.vdev as usize].scan_leaf(c.child);
+    let Some(from) = leaf_of(&g).and_then(|v| v.leaf()) else { return lost(rep, "its good copy's device is gone") };
+    let data = match from.read(IoClass::Scrub, g.offset, g.len) {
         Ok(d) if block::verify(bp, &d).is_ok() => d,
         _ => return lost(rep, "its good copy failed when read again for the repair"),
     };
-    for &d in bad {
-        let dva = bp.dva[d];
-        let v = &core.vdevs[dva.vdev as usize];
-        match v.leaf.write_now(&data, dva.offset).and_then(|_| v.leaf.flush()) {
+    for c in bad {
+        let Some(v) = leaf_of(c) else { continue };
+        let Some(l) = v.leaf() else { continue };
+        match l.write_now(&data, c.offset).and_then(|_| l.flush()) {
             Ok(()) => {
                 rep.repaired_copies += 1;
                 rep.repaired_bytes += data.len() as u64;
+                v.repaired_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
             }
-            Err(e) => rep.errors.push(format!("repair of {}:{:#x} on {}: {}", dva.vdev, dva.offset, v.path, e)),
+            Err(e) => rep.errors.push(format!("repair of {}:{:#x} on {}: {}", c.vdev, c.offset, v.path, e)),
         }
     }
     true

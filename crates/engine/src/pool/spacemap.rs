@@ -56,7 +56,7 @@ fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, places: &[(u32, u64, 
             own[..buf.len()].copy_from_slice(&buf);
             b = Arc::new(own);
         }
-        core.vdevs[vdev as usize].leaf.write(IoClass::AsyncWrite, offset, b, group, 0);
+        core.vdevs[vdev as usize].write(IoClass::AsyncWrite, offset, b, group, 0, txg);
     }
     Ok(bp)
 }

@@ -88,6 +88,8 @@ pub enum Health {
     Faulted(String),
     /// Gone: the file was deleted, the block device removed.
     Removed(String),
+    /// Never opened: the config names it, import did not find it.
+    Unavail(String),
 }
 
 impl Health {
@@ -97,6 +99,7 @@ impl Health {
             Health::Online => "ONLINE",
             Health::Faulted(_) => "FAULTED",
             Health::Removed(_) => "REMOVED",
+            Health::Unavail(_) => "UNAVAIL",
         }
     }
 
@@ -104,7 +107,7 @@ impl Health {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Health::Online => None,
-            Health::Faulted(r) | Health::Removed(r) => Some(r),
+            Health::Faulted(r) | Health::Removed(r) | Health::Unavail(r) => Some(r),
         }
     }
 }

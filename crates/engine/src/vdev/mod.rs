@@ -20,16 +20,40 @@
 //! nothing of datasets or objects.
 //!
 //! ## What exists now
-//! Only the RAID-Z arithmetic, as pure functions with no I/O ([`raidz`]):
-//! the column map and allocation size of a block, P/Q/R parity over
-//! GF(2⁸), reconstruction of missing columns, and the combinatorial search
-//! that finds silently damaged columns by the block's checksum. Pools are
-//! still stripes of single devices (`pool/core.rs`'s `TopVdev`); nothing
-//! on disk uses RAID-Z yet (docs/format.md, "RAID-Z layout arithmetic").
+//! [`Vdev`] (tree.rs) is a node: a leaf with its scheduler (`io::Leaf`), a
+//! mirror, or a RAID-Z vdev (its arithmetic in [`raidz`], pure functions).
+//! The pool keeps its top-level vdevs (`PoolCore::vdevs`); a DVA names a
+//! top-level vdev and an offset in its address space:
+//! - a leaf's address space is the device (labels included, allocation
+//!   starts past the front labels);
+//! - a mirror's is each child's: a block is written to every child that
+//!   is up at the same offset, and read from one, the next tried when the
+//!   first fails its checksum; the children found bad are rewritten with
+//!   the good bytes (self-healing), counted per leaf;
+//! - a RAID-Z vdev's is its children's sectors numbered row-major
+//!   (`raidz/layout.rs`).
 //!
-//! ## What comes next
-//! Leaf and mirror vdevs, the raidz vdev issuing the reads and writes a
-//! [`raidz::RaidzMap`] describes, vdev health and the tree in the labels,
-//! then scrub and resilver on top.
+//! ## Health
+//! A leaf is online until its scheduler faults it (`io::pipeline`: a failed
+//! write or flush, a device that shrank or vanished) or the administrator
+//! takes it offline; a device the config names that import did not find is
+//! UNAVAIL ([`MissingDevice`]). An interior vdev is DEGRADED while it can
+//! still serve every block (a mirror with one child up, RAID-Z with at most
+//! `nparity` children down), else UNAVAIL. Children of redundant vdevs
+//! complete their write groups even when a write fails (`Leaf::
+//! set_redundant`): the block is on the siblings, the failed leaf faults, and
+//! the pool suspends only when a top-level vdev can no longer take writes
+//! (the leaf's fault hook, and the sync's device check before every
+//! uberblock).
+//!
+//! ## Dirty time logs
+//! A leaf that is down while its siblings take writes misses those txgs:
+//! each write it skips adds the txg to its [`Dtl`], and a fault adds the
+//! txg being synced. Reads skip a child whose DTL holds the block's birth
+//! txg (its copy is stale or absent); resilver (`pool/scan.rs`) visits only
+//! blocks born in a leaf's DTL and clears it when done.
 
 pub mod raidz;
+mod tree;
+
+pub use tree::{Dtl, Kind, MissingDevice, State, Vdev};

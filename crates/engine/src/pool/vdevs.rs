@@ -1,0 +1,352 @@
+//! The pool's side of the vdev tree (`vdev`): the config tree a new pool
+//! gets from its layout, the top-level vdevs an import builds from the
+//! config and the devices it found, and the writes that go to every leaf
+//! (labels, uberblocks, flushes).
+//!
+//! ## Layouts and their checks (as `zpool create`)
+//! A top-level vdev is a plain device, a mirror of two or more, or a
+//! RAID-Z group of `nparity + 1` or more. Refused with an error naming
+//! what is wrong: a mirror or RAID-Z group with too few devices, the same
+//! device twice; refused unless forced (zpool's "mismatched replication
+//! level"): top-level vdevs of different redundancy (a plain device
+//! beside a mirror, a 2-way beside a 3-way mirror, RAID-Z1 beside RAID-Z2,
+//! mirrors beside RAID-Z), and the devices of one mirror or RAID-Z group
+//! differing in size by more than 1/64 (the group uses the smallest).
+//!
+//! ## Sizes
+//! A leaf's allocatable bytes are its usable size less the labels. A
+//! mirror's are its smallest child's; a RAID-Z group's are the smallest
+//! child's (whole sectors) times its width, as its address space numbers
+//! the children's sectors row-major. A leaf must still hold what its
+//! top-level vdev needs of it (`required_span`) when imported.
+//!
+//! ## Import
+//! Devices are matched to the config's leaves by guid; a leaf not found
+//! gets a [`MissingDevice`] (UNAVAIL). The pool imports when every
+//! top-level vdev can still serve its blocks (DEGRADED, named in the
+//! import's warnings) and is refused with the missing devices named when
+//! one cannot.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tarn_ondisk::label::{self, LabelConfig, VdevKind, VdevNode};
+
+use super::alloc::metaslab::AllocConfig;
+use super::core::PoolCore;
+use crate::error::{Error, Result};
+use crate::sys::device::{BlockDevice, Health};
+use crate::vdev::raidz::RaidzGeometry;
+use crate::vdev::{Kind, MissingDevice, Vdev};
+
+/// What one top-level vdev of a new pool is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Plain,
+    Mirror,
+    /// RAID-Z with this many parity columns (1 to 3).
+    Raidz(u8),
+}
+
+impl Layout {
+    /// How zpool names the redundancy in its "mismatched replication
+    /// level" messages.
+    fn describe(self, width: usize) -> String {
+        match self {
+            Layout::Plain => "a plain device".into(),
+            Layout::Mirror => format!("a {}-way mirror", width),
+            Layout::Raidz(p) => format!("raidz{}", p),
+        }
+    }
+
+    fn least_devices(self) -> usize {
+        match self {
+            Layout::Plain => 1,
+            Layout::Mirror => 2,
+            Layout::Raidz(p) => p as usize + 1,
+        }
+    }
+}
+
+/// A top-level vdev to create on files or block devices.
+#[derive(Clone, Debug)]
+pub struct TopSpec {
+    pub layout: Layout,
+    pub devices: Vec<std::path::PathBuf>,
+}
+
+/// A top-level vdev to create on opened devices.
+pub struct NewTop {
+    pub layout: Layout,
+    pub devices: Vec<(String, Arc<dyn BlockDevice>)>,
+}
+
+/// Checks a new layout (see the module docs); `force` allows mismatched
+/// redundancy and sizes. `existing` are the pool's top-level vdevs
+/// (`pool add`), to compare redundancy with.
+pub fn check_layout(tops: &[NewTop], existing: &[(Layout, usize)], force: bool) -> Result<()> {
+    let mut seen = HashSet::new();
+    for t in tops {
+        if t.devices.len() < t.layout.least_devices() {
+            return Err(Error::invalid(format!(
+                "{} needs at least {} devices, {} given",
+                match t.layout {
+                    Layout::Plain => "a vdev".to_string(),
+                    Layout::Mirror => "a mirror".to_string(),
+                    Layout::Raidz(p) => format!("raidz{}", p),
+                },
+                t.layout.least_devices(),
+                t.devices.len()
+            )));
+        }
+        if t.layout == Layout::Plain && t.devices.len() != 1 {
+            return Err(Error::invalid("a plain top-level vdev is one device"));
+        }
+        if let Layout::Raidz(p) = t.layout {
+            RaidzGeometry::new(t.devices.len(), p as usize, 12).map_err(|e| Error::invalid(e.to_string()))?;
+            return Err(Error::invalid("tarn cannot create raidz vdevs yet (their I/O is being built): use mirrors"));
+        }
+        for (p, _) in &t.devices {
+            if !seen.insert(p.clone()) {
+                return Err(Error::invalid(format!("'{}' is given twice", p)));
+            }
+        }
+    }
+    if force {
+        return Ok(());
+    }
+    let mut kinds: Vec<(Layout, usize)> = existing.to_vec();
+    kinds.extend(tops.iter().map(|t| (t.layout, t.devices.len())));
+    if let Some(((a, wa), (b, wb))) = kinds.first().and_then(|f| kinds.iter().find(|k| !same_redundancy(**k, *f)).map(|k| (*f, *k))) {
+        return Err(Error::invalid(format!(
+            "mismatched replication level: {} and {} are both present (use -f to override)",
+            a.describe(wa),
+            b.describe(wb)
+        )));
+    }
+    for t in tops.iter().filter(|t| t.layout != Layout::Plain) {
+        let sizes: Vec<u64> = t.devices.iter().map(|(_, d)| d.size_bytes()).collect();
+        let (min, max) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+        if max - min > max / 64 {
+            let (small, _) = &t.devices[sizes.iter().position(|s| *s == min).expect("min is one of them")];
+            return Err(Error::invalid(format!(
+                "mismatched device sizes in {}: '{}' has {} bytes, another {} ({} would use the smallest; use -f to override)",
+                t.layout.describe(t.devices.len()),
+                small,
+                min,
+                max,
+                t.layout.describe(t.devices.len())
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn same_redundancy(a: (Layout, usize), b: (Layout, usize)) -> bool {
+    match (a.0, b.0) {
+        (Layout::Mirror, Layout::Mirror) => a.1 == b.1,
+        (x, y) => x == y,
+    }
+}
+
+/// The config nodes of new top-level vdevs, numbered from `first_id`.
+pub fn new_nodes(tops: &[NewTop], first_id: u32, ashift: u8, guid: &dyn Fn(&str) -> u64) -> Result<Vec<VdevNode>> {
+    let sector = 1u64 << ashift;
+    let mut out = Vec::new();
+    for (i, t) in tops.iter().enumerate() {
+        let id = first_id + i as u32;
+        let mut leaves = Vec::new();
+        for (j, (path, dev)) in t.devices.iter().enumerate() {
+            let size = label::usable_device_size(dev.size_bytes());
+            if size < label::MIN_DEVICE_BYTES {
+                return Err(Error::invalid(format!("'{}' is too small: {} bytes, a device needs at least {}", path, size, label::MIN_DEVICE_BYTES)));
+            }
+            let asize = (size - label::LABELS_FRONT - label::LABELS_BACK) / sector * sector;
+            leaves.push(leaf_node(j as u32, guid(path), ashift, asize, path));
+        }
+        let node = match t.layout {
+            Layout::Plain => {
+                let mut l = leaves.pop().expect("checked: one device");
+                l.id = id;
+                l
+            }
+            Layout::Mirror => {
+                let asize = leaves.iter().map(|l| l.asize).min().expect("checked: two or more");
+                interior(VdevKind::Mirror, id, guid(&format!("mirror-{}", id)), ashift, 0, asize, leaves)
+            }
+            Layout::Raidz(p) => {
+                let child = leaves.iter().map(|l| l.asize).min().expect("checked: nparity + 1 or more");
+                let asize = child * leaves.len() as u64;
+                interior(VdevKind::Raidz, id, guid(&format!("raidz-{}", id)), ashift, p, asize, leaves)
+            }
+        };
+        out.push(node);
+    }
+    Ok(out)
+}
+
+fn leaf_node(id: u32, guid: u64, ashift: u8, asize: u64, path: &str) -> VdevNode {
+    VdevNode {
+        kind: VdevKind::File,
+        id,
+        guid,
+        ashift,
+        nparity: 0,
+        asize,
+        metaslab_shift: AllocConfig::for_vdev(asize, ashift).metaslab_shift,
+        path: path.to_string(),
+        children: vec![],
+    }
+}
+
+fn interior(kind: VdevKind, id: u32, guid: u64, ashift: u8, nparity: u8, asize: u64, children: Vec<VdevNode>) -> VdevNode {
+    VdevNode { kind, id, guid, ashift, nparity, asize, metaslab_shift: AllocConfig::for_vdev(asize, ashift).metaslab_shift, path: String::new(), children }
+}
+
+/// The name `status` gives an interior vdev (`mirror-0`, `raidz2-1`).
+pub fn display_name(n: &VdevNode) -> String {
+    match n.kind {
+        VdevKind::Mirror => format!("mirror-{}", n.id),
+        VdevKind::Raidz => format!("raidz{}-{}", n.nparity, n.id),
+        _ => n.path.clone(),
+    }
+}
+
+/// The layout and width of a config's top-level vdev (for `pool add`'s
+/// redundancy check).
+pub fn layout_of(n: &VdevNode) -> (Layout, usize) {
+    match n.kind {
+        VdevKind::Mirror => (Layout::Mirror, n.children.len()),
+        VdevKind::Raidz => (Layout::Raidz(n.nparity), n.children.len()),
+        _ => (Layout::Plain, 1),
+    }
+}
+
+/// Bytes of the device (past the front labels) that a leaf under `top`
+/// must hold.
+pub fn required_span(top: &VdevNode) -> u64 {
+    match top.kind {
+        VdevKind::Raidz => top.asize / top.children.len().max(1) as u64,
+        _ => top.asize,
+    }
+}
+
+/// The leaves of a config's tree with the top-level vdev each is under.
+pub fn leaves_with_top(tree: &VdevNode) -> Vec<(&VdevNode, &VdevNode)> {
+    let mut out = Vec::new();
+    for top in &tree.children {
+        for l in top.leaves() {
+            out.push((top, l));
+        }
+    }
+    out
+}
+
+/// Checks that every top-level vdev of `config` can serve its blocks with
+/// the devices found (`present`: leaf guids); the error names each
+/// missing device of a vdev that cannot. Returns the missing leaves.
+pub fn check_present(config: &LabelConfig, present: &HashSet<u64>) -> Result<Vec<String>> {
+    let mut missing = Vec::new();
+    for top in &config.tree.children {
+        let gone: Vec<&VdevNode> = top.leaves().into_iter().filter(|l| !present.contains(&l.guid)).collect();
+        let redundancy = match top.kind {
+            VdevKind::Mirror => top.children.len().saturating_sub(1),
+            VdevKind::Raidz => top.nparity as usize,
+            _ => 0,
+        };
+        let names = |v: &[&VdevNode]| v.iter().map(|l| format!("'{}' (guid {:016x})", l.path, l.guid)).collect::<Vec<_>>().join(", ");
+        if gone.len() > redundancy {
+            return Err(Error::not_found(format!(
+                "pool '{}': {} cannot be opened: {} missing, {} can be lost",
+                config.pool_name,
+                if top.kind.is_leaf() { format!("device {}", top.id) } else { display_name(top) },
+                names(&gone),
+                redundancy
+            )));
+        }
+        missing.extend(gone.iter().map(|l| l.path.clone()));
+    }
+    Ok(missing)
+}
+
+/// A placeholder for a leaf import did not find.
+pub fn missing_device(top: &VdevNode, leaf: &VdevNode) -> Arc<dyn BlockDevice> {
+    let size = label::LABELS_FRONT + required_span(top) + label::LABELS_BACK;
+    Arc::new(MissingDevice { path: leaf.path.clone(), size })
+}
+
+/// Builds one top-level vdev from its config node; `open` makes each
+/// leaf's scheduler, taking the leaves' devices in tree order.
+pub fn build(node: &VdevNode, open: &mut dyn FnMut(&VdevNode) -> Result<(Kind, u64)>) -> Result<Vdev> {
+    if node.kind.is_leaf() {
+        let (kind, dev_size) = open(node)?;
+        return Ok(Vdev::new(node.id, node.guid, node.ashift, node.path.clone(), (dev_size, node.asize), kind, vec![]));
+    }
+    let children = node.children.iter().map(|c| build(c, open)).collect::<Result<Vec<_>>>()?;
+    let kind = match node.kind {
+        VdevKind::Mirror => Kind::Mirror,
+        VdevKind::Raidz => {
+            let g = RaidzGeometry::new(node.children.len(), node.nparity as usize, node.ashift as u32)
+                .map_err(|e| Error::corrupt(format!("{}: {}", display_name(node), e)))?;
+            Kind::Raidz(g)
+        }
+        k => return Err(Error::corrupt(format!("vdev {} of kind {} cannot be a top-level vdev", node.id, k.name()))),
+    };
+    // A mirror's offsets are its children's (labels included); a RAID-Z
+    // group's address space starts at 0 (`vdev/raidz`).
+    let end = match kind {
+        Kind::Raidz(_) => node.asize,
+        _ => label::LABELS_FRONT + node.asize,
+    };
+    Ok(Vdev::new(node.id, node.guid, node.ashift, display_name(node), (end, node.asize), kind, children))
+}
+
+/// Where a top-level vdev's allocatable space starts in its address space.
+pub fn alloc_start(node: &VdevNode) -> u64 {
+    match node.kind {
+        VdevKind::Raidz => 0,
+        _ => label::LABELS_FRONT,
+    }
+}
+
+impl PoolCore {
+    /// Every leaf of the pool, with its top-level vdev.
+    pub fn leaves(&self) -> impl Iterator<Item = (&Vdev, &Vdev)> {
+        self.vdevs.iter().flat_map(|t| t.leaves().into_iter().map(move |l| (t, l)))
+    }
+
+    /// The leaf named `name` (its path as `status` shows it, or its guid
+    /// in hex or decimal).
+    pub fn leaf_named(&self, name: &str) -> Option<(&Vdev, &Vdev)> {
+        let guid = u64::from_str_radix(name.trim_start_matches("0x"), 16).ok().into_iter().chain(name.parse::<u64>().ok()).collect::<Vec<_>>();
+        self.leaves().find(|(_, l)| l.path == name || guid.contains(&l.guid))
+    }
+
+    /// What happens when a leaf faults: the txg being synced is added to
+    /// its DTL (its write may be lost); the pool suspends when its
+    /// top-level vdev can no longer take writes, else goes on degraded.
+    pub fn leaf_faulted(&self, top: u32, leaf: &str, h: &Health) {
+        let Some(t) = self.vdevs.get(top as usize) else { return };
+        if t.leaf().is_some() {
+            // Without redundancy a faulted device takes the pool with it:
+            // suspended at once, so no writer or fsync is told that a
+            // change the pool can no longer keep was taken.
+            self.txg.suspend(fault_message(leaf, h));
+            return;
+        }
+        let txg = self.txg.synced_txg() + 1;
+        if let Some(l) = t.leaves().into_iter().find(|l| l.path == leaf) {
+            l.dtl.lock().add(txg);
+        }
+        if t.writable() {
+            eprintln!("tarn: pool '{}': {}; {} is {} and the pool goes on", self.name, fault_message(leaf, h), t.path, t.state().name());
+        } else {
+            self.txg.suspend(format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
+        }
+    }
+}
+
+/// Why a pool is suspended when device `name` faulted with `h`.
+pub(crate) fn fault_message(name: &str, h: &Health) -> String {
+    format!("device '{}' is {}: {}", name, h.state(), h.reason().unwrap_or("faulted"))
+}

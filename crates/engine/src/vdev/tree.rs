@@ -1,0 +1,438 @@
+//! The vdev tree's nodes: what each vdev is, its health, and how a block's
+//! bytes are read from it and written to it (see `vdev/mod.rs` for the
+//! picture and the rules).
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::raidz::RaidzGeometry;
+use crate::error::{Error, ErrorKind, Result};
+use crate::io::pipeline::ReadDone;
+use crate::io::{IoClass, Leaf, WriteGroup};
+use crate::sys::buf::AlignedBuf;
+use crate::sys::device::{BlockDevice, Health};
+
+/// What a vdev is.
+pub enum Kind {
+    /// A device: a file or a block device, with its scheduler.
+    Leaf(Leaf),
+    /// Every child holds every block, at the same offset.
+    Mirror,
+    /// Each block spread over the children with parity (`vdev/raidz`).
+    Raidz(RaidzGeometry),
+}
+
+/// One node of the tree. A top-level vdev is the root of its own subtree
+/// (for a pool of plain devices, a leaf).
+pub struct Vdev {
+    /// Position among its siblings; a top-level vdev's is its DVA vdev number.
+    pub id: u32,
+    pub guid: u64,
+    pub ashift: u8,
+    /// A leaf: the path it was opened at. Otherwise its name in `status`
+    /// (`mirror-0`, `raidz2-1`).
+    pub path: String,
+    /// The end of the vdev's address space: no block's extent may pass it.
+    /// A leaf's is its usable device size (labels included, as offsets on
+    /// a leaf are device offsets).
+    pub dev_size: u64,
+    /// Allocatable bytes, as the label records them.
+    pub asize: u64,
+    pub kind: Kind,
+    pub children: Vec<Vdev>,
+    /// Taken offline by the administrator: not read, not written, no fault.
+    pub offline: AtomicBool,
+    /// Txgs with writes this vdev missed (its dirty time log), as ranges
+    /// `[first, last]`: a leaf that was faulted, missing or offline while
+    /// its siblings took writes. Reads skip it for blocks born then.
+    pub dtl: Mutex<Dtl>,
+    /// Bytes rewritten onto this leaf from a good copy (self-healing).
+    pub repaired_bytes: AtomicU64,
+}
+
+/// A dirty time log: the txg ranges a leaf missed, merged and ordered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dtl {
+    pub ranges: Vec<(u64, u64)>,
+}
+
+impl Dtl {
+    /// Adds txg `txg` (extending the last range when adjacent).
+    pub fn add(&mut self, txg: u64) {
+        self.add_range(txg, txg);
+    }
+
+    pub fn add_range(&mut self, first: u64, last: u64) {
+        assert!(first <= last, "dtl range [{first}, {last}]");
+        self.ranges.push((first, last));
+        self.ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.ranges.len());
+        for &(a, b) in &self.ranges {
+            match merged.last_mut() {
+                Some(m) if a <= m.1.saturating_add(1) => m.1 = m.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        self.ranges = merged;
+    }
+
+    pub fn contains(&self, txg: u64) -> bool {
+        self.ranges.iter().any(|&(a, b)| (a..=b).contains(&txg))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The oldest and newest txg missed, if any.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        Some((self.ranges.first()?.0, self.ranges.last()?.1))
+    }
+}
+
+/// A vdev's state as `status` shows it (as zpool's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Online,
+    Degraded,
+    Faulted,
+    Offline,
+    Removed,
+    Unavail,
+}
+
+impl State {
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Online => "ONLINE",
+            State::Degraded => "DEGRADED",
+            State::Faulted => "FAULTED",
+            State::Offline => "OFFLINE",
+            State::Removed => "REMOVED",
+            State::Unavail => "UNAVAIL",
+        }
+    }
+
+    /// Whether the vdev can serve reads and take writes.
+    pub fn usable(self) -> bool {
+        matches!(self, State::Online | State::Degraded)
+    }
+}
+
+/// A read's buffers per leaf found bad on the way, to be rewritten.
+struct Bad<'a> {
+    leaf: &'a Vdev,
+    why: ErrorKind,
+}
+
+impl Vdev {
+    /// A node; `sizes` is (`dev_size`, `asize`).
+    pub fn new(id: u32, guid: u64, ashift: u8, path: String, sizes: (u64, u64), kind: Kind, children: Vec<Vdev>) -> Vdev {
+        let (dev_size, asize) = sizes;
+        Vdev {
+            id,
+            guid,
+            ashift,
+            path,
+            dev_size,
+            asize,
+            kind,
+            children,
+            offline: AtomicBool::new(false),
+            dtl: Mutex::new(Dtl::default()),
+            repaired_bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// The leaf's scheduler, if this is a leaf.
+    pub fn leaf(&self) -> Option<&Leaf> {
+        match &self.kind {
+            Kind::Leaf(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Every leaf under this vdev (itself if it is one), in tree order.
+    pub fn leaves(&self) -> Vec<&Vdev> {
+        let mut out = Vec::new();
+        self.collect_leaves(&mut out);
+        out
+    }
+
+    fn collect_leaves<'a>(&'a self, out: &mut Vec<&'a Vdev>) {
+        match &self.kind {
+            Kind::Leaf(_) => out.push(self),
+            _ => self.children.iter().for_each(|c| c.collect_leaves(out)),
+        }
+    }
+
+    /// Leaf schedulers under this vdev.
+    pub fn leaf_ios(&self) -> impl Iterator<Item = &Leaf> {
+        self.leaves().into_iter().filter_map(|v| v.leaf())
+    }
+
+    /// The vdev's kind as `status` and the label name it.
+    pub fn type_name(&self) -> String {
+        match &self.kind {
+            Kind::Leaf(_) => "leaf".into(),
+            Kind::Mirror => "mirror".into(),
+            Kind::Raidz(g) => format!("raidz{}", g.nparity()),
+        }
+    }
+
+    /// How many children may be lost without losing data.
+    pub fn redundancy(&self) -> usize {
+        match &self.kind {
+            Kind::Leaf(_) => 0,
+            Kind::Mirror => self.children.len().saturating_sub(1),
+            Kind::Raidz(g) => g.nparity(),
+        }
+    }
+
+    /// The vdev's state now. A leaf asks its device (so a file deleted or
+    /// truncated while idle is found); an interior vdev follows from its
+    /// children: degraded while it can still serve every block, else
+    /// unavailable (zpool's "insufficient replicas").
+    pub fn state(&self) -> State {
+        if self.offline.load(Ordering::Relaxed) {
+            return State::Offline;
+        }
+        match &self.kind {
+            Kind::Leaf(l) => match l.check() {
+                Health::Online => State::Online,
+                Health::Faulted(_) => State::Faulted,
+                Health::Removed(_) => State::Removed,
+                Health::Unavail(_) => State::Unavail,
+            },
+            _ => {
+                let down = self.children.iter().filter(|c| !c.state().usable()).count();
+                let degraded = self.children.iter().any(|c| c.state() == State::Degraded);
+                if down > self.redundancy() {
+                    State::Unavail
+                } else if down > 0 || degraded {
+                    State::Degraded
+                } else {
+                    State::Online
+                }
+            }
+        }
+    }
+
+    /// Why the vdev is not usable, when it is not.
+    pub fn reason(&self) -> Option<String> {
+        if self.offline.load(Ordering::Relaxed) {
+            return Some("taken offline by the administrator".into());
+        }
+        match &self.kind {
+            Kind::Leaf(l) => l.health().reason().map(String::from),
+            _ if !self.state().usable() => Some("insufficient replicas".into()),
+            _ => None,
+        }
+    }
+
+    /// A leaf that reads and writes (not offline, not faulted).
+    fn leaf_up(&self) -> bool {
+        !self.offline.load(Ordering::Relaxed) && self.leaf().is_some_and(|l| l.health() == Health::Online)
+    }
+
+    /// Reads the `len` bytes of a block at `offset` of this vdev's address
+    /// space, born in txg `birth`, and returns them once `check` accepts
+    /// them (the block's checksum). A mirror tries its children in turn
+    /// (skipping those whose DTL holds `birth`), a RAID-Z vdev reconstructs
+    /// from parity. Every child found wrong on the way is rewritten with the
+    /// good bytes when `repair` (not on a read-only pool), and counted:
+    /// a read error against the leaf's read errors, bytes `check` refused
+    /// against its checksum errors. The error, when no child gives bytes
+    /// that pass: corrupt if some were read, else the last I/O error.
+    pub fn read_checked(&self, class: IoClass, offset: u64, len: u64, birth: u64, check: &dyn Fn(&[u8]) -> bool, repair: bool) -> Result<AlignedBuf> {
+        match &self.kind {
+            Kind::Leaf(l) => {
+                let raw = l.read(class, offset, len).map_err(|e| Error::io(format!("read of {} bytes at {:#x} on {}", len, offset, self.path), e))?;
+                if check(&raw) {
+                    return Ok(raw);
+                }
+                l.note_checksum_error();
+                Err(Error::corrupt(format!("checksum mismatch at {:#x} on {}", offset, self.path)))
+            }
+            Kind::Mirror => self.mirror_read(class, offset, len, birth, check, repair),
+            Kind::Raidz(_) => Err(Error::invalid(format!("{}: raidz reads are not implemented", self.path))),
+        }
+    }
+
+    fn mirror_read(&self, class: IoClass, offset: u64, len: u64, birth: u64, check: &dyn Fn(&[u8]) -> bool, repair: bool) -> Result<AlignedBuf> {
+        let mut bad: Vec<Bad> = Vec::new();
+        let mut last: Option<Error> = None;
+        for c in self.read_order(offset, birth) {
+            match c.read_checked(class, offset, len, birth, check, repair) {
+                Ok(raw) => {
+                    if repair {
+                        self.repair(&bad, &raw, offset);
+                    }
+                    return Ok(raw);
+                }
+                Err(e) => {
+                    if c.leaf().is_some() {
+                        bad.push(Bad { leaf: c, why: e.kind });
+                    }
+                    let corrupt = last.as_ref().is_some_and(|l| l.kind == ErrorKind::Corrupt);
+                    if !corrupt || e.kind == ErrorKind::Corrupt {
+                        last = Some(e);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::io(format!("{}: no child can be read", self.path), io::Error::from_raw_os_error(libc::ENXIO))))
+    }
+
+    /// The children to read a block from, best first: those that are up and
+    /// did not miss the block's txg, the nearest to its last read first
+    /// (OpenZFS's vdev_mirror balances by queue depth and locality; tarn
+    /// turns by offset so that a stream's reads stay on one child per
+    /// region and the children share the load).
+    fn read_order(&self, offset: u64, birth: u64) -> Vec<&Vdev> {
+        let n = self.children.len();
+        let start = ((offset >> 20) as usize) % n.max(1);
+        let mut order: Vec<&Vdev> = (0..n).map(|i| &self.children[(start + i) % n]).collect();
+        order.retain(|c| c.state().usable() && !c.dtl.lock().contains(birth));
+        order
+    }
+
+    /// Rewrites a good block over the copies found bad on leaves.
+    fn repair(&self, bad: &[Bad], raw: &AlignedBuf, offset: u64) {
+        for b in bad {
+            let Some(l) = b.leaf.leaf() else { continue };
+            if !b.leaf.leaf_up() {
+                continue;
+            }
+            if l.write_now(raw, offset).and_then(|_| l.flush()).is_ok() {
+                b.leaf.repaired_bytes.fetch_add(raw.len() as u64, Ordering::Relaxed);
+                eprintln!(
+                    "tarn: repaired {} bytes at {:#x} on '{}' ({}) from another copy",
+                    raw.len(),
+                    offset,
+                    b.leaf.path,
+                    if b.why == ErrorKind::Corrupt { "checksum error" } else { "read error" }
+                );
+            }
+        }
+    }
+
+    /// Queues the write of a block's bytes at `offset` in txg `txg`: to the
+    /// leaf, or to every child of a mirror that is up. A child that is not
+    /// (faulted, missing, offline) misses the txg: its DTL records it for
+    /// resilver. `retire` dirty bytes retire with the first write queued.
+    pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
+        match &self.kind {
+            Kind::Leaf(l) => l.write(class, offset, buf, group, retire),
+            Kind::Mirror => {
+                let mut retire = retire;
+                for c in &self.children {
+                    if c.leaf_up() {
+                        c.write(class, offset, buf.clone(), group, retire, txg);
+                        retire = 0;
+                    } else {
+                        c.dtl.lock().add(txg);
+                    }
+                }
+                if retire > 0 {
+                    // No child took it: the sync's device check suspends the
+                    // pool; the dirty bytes must still retire.
+                    group.retire_unwritten(retire);
+                }
+            }
+            Kind::Raidz(_) => group.fail(format!("{}: raidz writes are not implemented", self.path)),
+        }
+    }
+
+    /// Starts reading a block ahead without verifying it (the callback
+    /// does): from the leaf, or a mirror's first child in read order.
+    /// False when this vdev cannot read ahead (the caller reads on demand).
+    pub fn read_async(&self, class: IoClass, offset: u64, len: u64, birth: u64, done: ReadDone) -> bool {
+        match &self.kind {
+            Kind::Leaf(l) => {
+                l.read_async(class, offset, len, done);
+                true
+            }
+            Kind::Mirror => match self.read_order(offset, birth).first() {
+                Some(c) => c.read_async(class, offset, len, birth, done),
+                None => false,
+            },
+            Kind::Raidz(_) => false,
+        }
+    }
+
+    /// The leaves a scan reads this top-level vdev's copies from, by index
+    /// (`scan_leaf`): the leaf itself, or each child of a mirror that is up.
+    pub fn scan_leaves(&self) -> Vec<usize> {
+        match &self.kind {
+            Kind::Leaf(_) => vec![0],
+            Kind::Mirror => (0..self.children.len()).filter(|&i| self.children[i].leaf_up()).collect(),
+            Kind::Raidz(_) => vec![],
+        }
+    }
+
+    /// Leaf `i` of `scan_leaves`.
+    pub fn scan_leaf(&self, i: usize) -> Option<&Vdev> {
+        match &self.kind {
+            Kind::Leaf(_) => (i == 0).then_some(self),
+            _ => self.children.get(i).filter(|c| c.leaf().is_some()),
+        }
+    }
+
+    /// Whether the vdev can still take the pool's writes: a leaf that is
+    /// up, a mirror with a child up, a RAID-Z vdev with no more children
+    /// down than parity. Asks the devices (`Leaf::check`).
+    pub fn writable(&self) -> bool {
+        self.state().usable()
+    }
+}
+
+/// A device the config names that was not found at import: every I/O
+/// fails, its health says why (UNAVAIL).
+#[derive(Debug)]
+pub struct MissingDevice {
+    pub path: String,
+    pub size: u64,
+}
+
+impl BlockDevice for MissingDevice {
+    fn size_bytes(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENXIO))
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENXIO))
+    }
+    fn flush(&self) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENXIO))
+    }
+    fn name(&self) -> String {
+        self.path.clone()
+    }
+    fn health(&self) -> Health {
+        Health::Unavail("cannot open: not found at import".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtl_merges_adjacent_and_overlapping_ranges() {
+        let mut d = Dtl::default();
+        d.add(5);
+        d.add(6);
+        d.add(9);
+        assert_eq!(d.ranges, vec![(5, 6), (9, 9)]);
+        d.add_range(7, 8);
+        assert_eq!(d.ranges, vec![(5, 9)]);
+        assert!(d.contains(7) && !d.contains(4) && !d.contains(10));
+        assert_eq!(d.span(), Some((5, 9)));
+    }
+}

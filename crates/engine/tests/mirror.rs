@@ -1,0 +1,226 @@
+//! Mirror vdevs (issue 12, `vdev`): every block on every child, reads that
+//! heal, a pool that survives losing a child.
+//!
+//! Invariants checked:
+//! - damage to one child's copy never reaches the reader: the read is
+//!   served by the other child, counted as a checksum error against the
+//!   damaged one, and the damaged copy is rewritten (the device's bytes
+//!   equal its sibling's again);
+//! - a scrub of a mirror checks each child's copy, repairs exactly the
+//!   damaged ones, and the next scrub finds none;
+//! - a child missing at import leaves the pool DEGRADED, readable and
+//!   writable; losing every child of one mirror refuses the import with
+//!   the missing devices named;
+//! - a child whose writes fail faults and the pool goes on (no
+//!   suspension), its DTL records the txgs it missed; the data reads back;
+//! - layouts zpool refuses are refused, and change nothing.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{as_dyn, mem_devs, pattern, put, small_tunables, verified};
+use tarn_engine::pool::vdevs::{Layout, NewTop};
+use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice};
+use tarn_engine::{CreateOptions, OpenOptions, Pool};
+use tarn_ondisk::bp::BlockPtr;
+
+/// A pool "tank" of `groups` 2-way mirrors on in-memory devices (device
+/// 2i and 2i+1 form mirror i), with `copies` copies of data.
+fn mirror_pool(groups: usize, copies: &str) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(2 * groups, 128 << 20, 7);
+    let named = as_dyn(&devs);
+    let tops = named.chunks(2).map(|c| NewTop { layout: Layout::Mirror, devices: c.to_vec() }).collect();
+    let opts = CreateOptions { tunables: small_tunables(), root_props: vec![("copies".into(), copies.into())], ..Default::default() };
+    let pool = Pool::create_tops("tank", tops, vec![], &opts).expect("create a mirror pool");
+    (devs, pool)
+}
+
+fn open(devs: &[Arc<FaultDevice>]) -> tarn_engine::Result<Pool> {
+    Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
+}
+
+/// Every data and metadata block pointer of the objects (and the dnode array).
+fn blocks(pool: &Pool, objs: &[u64]) -> Vec<BlockPtr> {
+    objs.iter()
+        .copied()
+        .chain([0])
+        .flat_map(|o| pool.root().tree(o, 1 << 20).expect("tree"))
+        .map(|(_, _, bp)| bp)
+        .filter(|bp| !bp.is_hole() && !bp.is_embedded())
+        .collect()
+}
+
+/// Overwrites the first sector of every copy of `bps` on child `child` of
+/// each mirror (device 2·vdev + child).
+fn damage_child(devs: &[Arc<FaultDevice>], bps: &[BlockPtr], child: usize) -> usize {
+    let mut n = 0;
+    for bp in bps {
+        for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
+            let d = &devs[2 * dva.vdev as usize + child];
+            d.write_at(&[0xA5u8; 512], dva.offset).expect("damage");
+            n += 1;
+        }
+    }
+    n
+}
+
+fn leaf_counts(pool: &Pool) -> Vec<(String, String, u64, u64)> {
+    let st = pool.status();
+    st.vdevs.iter().flat_map(|t| t.children.iter()).map(|l| (l.path.clone(), l.state.clone(), l.checksum_errors, l.repaired_bytes)).collect()
+}
+
+fn bytes_at(d: &FaultDevice, off: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    d.read_at(&mut b, off).expect("read device");
+    b
+}
+
+#[test]
+fn a_damaged_child_is_read_around_and_healed() {
+    let (devs, pool) = mirror_pool(1, "1");
+    let files: Vec<(u64, Vec<u8>)> = (0..4u64).map(|i| {
+        let d = pattern(300_000, i);
+        (put(&pool, &d), d)
+    }).collect();
+    pool.sync().expect("sync");
+    let objs: Vec<u64> = files.iter().map(|f| f.0).collect();
+    let data_bps: Vec<BlockPtr> = blocks(&pool, &objs).into_iter().filter(|bp| bp.level == 0 && !bp.otype.is_metadata()).collect();
+    assert!(data_bps.len() >= 4);
+    // Reopened, so the reads go to the devices.
+    pool.export().expect("export");
+    drop(pool);
+    let damaged = damage_child(&devs, &data_bps, 0);
+    let pool = open(&devs).expect("open");
+    for (obj, data) in &files {
+        assert!(pool.root().read(*obj, 0, data.len()).expect("read around the damage") == *data, "object {obj} reads back exactly");
+    }
+    // Reads alternate between the children by region (`read_order`): the
+    // ones sent to the damaged child found the damage and healed it; the
+    // scrub finds the rest.
+    let counts = leaf_counts(&pool);
+    let by_reads = counts[0].2;
+    assert!(by_reads > 0 && by_reads <= damaged as u64, "damaged copies read were counted against the damaged child: {counts:?}");
+    assert_eq!(counts[1].2, 0, "nothing against the good child: {counts:?}");
+    assert!(counts[0].3 >= by_reads * 4096 && counts[1].3 == 0, "the damaged child was repaired: {counts:?}");
+    let rep = pool.scrub().expect("scrub");
+    assert_eq!(rep.bad_copies, damaged as u64 - by_reads, "the scrub finds the damage no read met: {rep:?}");
+    assert_eq!(rep.repaired_copies, rep.bad_copies, "{rep:?}");
+    for bp in &data_bps {
+        let dva = bp.dva[0];
+        let len = (bp.psize as usize).div_ceil(4096) * 4096;
+        assert!(bytes_at(&devs[0], dva.offset, len) == bytes_at(&devs[1], dva.offset, len), "copy at {:#x} healed", dva.offset);
+    }
+    let again = pool.scrub().expect("scrub");
+    assert_eq!(again.bad_copies, 0, "{again:?}");
+    verified(&pool, "after healing reads");
+}
+
+#[test]
+fn a_scrub_checks_every_child_and_repairs_the_damaged_one() {
+    let (devs, pool) = mirror_pool(2, "1");
+    let objs: Vec<u64> = (0..6u64).map(|i| put(&pool, &pattern(200_000, i))).collect();
+    pool.sync().expect("sync");
+    let bps: Vec<BlockPtr> = blocks(&pool, &objs).into_iter().filter(|bp| bp.level == 0).collect();
+    let damaged = damage_child(&devs, &bps, 1) as u64;
+    let rep = pool.scrub().expect("scrub");
+    assert_eq!(rep.bad_copies, damaged, "every damaged child copy found: {rep:?}");
+    assert_eq!(rep.repaired_copies, damaged, "and repaired from its sibling: {rep:?}");
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert!(rep.copies >= 2 * rep.blocks, "each copy read on both children: {rep:?}");
+    let again = pool.scrub().expect("scrub");
+    assert_eq!((again.bad_copies, again.repaired_copies), (0, 0), "{again:?}");
+}
+
+#[test]
+fn a_missing_child_leaves_the_pool_degraded_and_working() {
+    let (devs, pool) = mirror_pool(2, "1");
+    let files: Vec<(u64, Vec<u8>)> = (0..4u64).map(|i| {
+        let d = pattern(250_000, i);
+        (put(&pool, &d), d)
+    }).collect();
+    pool.export().expect("export");
+    drop(pool);
+    // Mirror 0 without its first child.
+    let present: Vec<Arc<FaultDevice>> = devs[1..].to_vec();
+    let named: Vec<(String, Arc<dyn BlockDevice>)> = as_dyn(&devs).into_iter().skip(1).collect();
+    let pool = Pool::open_on(named, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() }).expect("a mirror imports without one child");
+    let st = pool.status();
+    assert_eq!(st.state, "DEGRADED", "{st:?}");
+    assert_eq!(st.vdevs[0].state, "DEGRADED");
+    assert_eq!(st.vdevs[0].children[0].state, "UNAVAIL");
+    assert_eq!(st.vdevs[1].state, "ONLINE");
+    for (obj, data) in &files {
+        assert!(pool.root().read(*obj, 0, data.len()).expect("read") == *data);
+    }
+    let more = put(&pool, &pattern(500_000, 99));
+    pool.sync().expect("a degraded pool still syncs");
+    assert!(pool.core().vdevs[0].children[0].dtl.lock().span().is_some(), "the missing child's DTL records what it missed");
+    verified(&pool, "degraded");
+    assert_eq!(pool.root().read(more, 0, 500_000).expect("read"), pattern(500_000, 99));
+    pool.export().expect("export degraded");
+    drop(present);
+}
+
+#[test]
+fn losing_every_child_of_a_mirror_refuses_the_import_naming_them() {
+    let (devs, pool) = mirror_pool(2, "1");
+    put(&pool, &pattern(10_000, 1));
+    pool.export().expect("export");
+    drop(pool);
+    let named: Vec<(String, Arc<dyn BlockDevice>)> = as_dyn(&devs).into_iter().skip(2).collect();
+    let e = Pool::open_on(named, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() }).err().expect("refused");
+    assert!(e.msg.contains("mirror-0") && e.msg.contains("mem0") && e.msg.contains("mem1"), "{}", e.msg);
+}
+
+#[test]
+fn a_child_whose_writes_fail_faults_and_the_pool_goes_on() {
+    let (devs, pool) = mirror_pool(1, "1");
+    let a = put(&pool, &pattern(400_000, 1));
+    pool.sync().expect("sync");
+    devs[1].set_config(FaultConfig { refuse_writes: Some(libc::EIO), ..Default::default() });
+    let b = put(&pool, &pattern(400_000, 2));
+    pool.sync().expect("the pool syncs on its good child");
+    assert!(pool.core().txg.failure().is_none(), "not suspended");
+    let st = pool.status();
+    assert_eq!(st.state, "DEGRADED", "{st:?}");
+    assert_eq!(st.vdevs[0].children[1].state, "FAULTED", "{st:?}");
+    assert!(!pool.core().vdevs[0].children[1].dtl.lock().is_empty(), "the faulted child's DTL records the txgs it missed");
+    verified(&pool, "one child faulted");
+    // The device comes back: reads of what it missed fail their checksum
+    // there and are served by its sibling.
+    pool.export().expect("export degraded");
+    drop(pool);
+    devs[1].set_config(FaultConfig::default());
+    let pool = open(&devs).expect("reopen");
+    assert_eq!(pool.root().read(a, 0, 400_000).expect("read a"), pattern(400_000, 1));
+    assert_eq!(pool.root().read(b, 0, 400_000).expect("read b"), pattern(400_000, 2));
+}
+
+#[test]
+fn layouts_zpool_refuses_are_refused() {
+    let devs = mem_devs(4, 128 << 20, 3);
+    let small = Arc::new(FaultDevice::new(96 << 20, 9).with_name("small"));
+    let named = as_dyn(&devs);
+    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let try_create = |tops: Vec<NewTop>| Pool::create_tops("tank", tops, vec![], &opts).err().expect("refused").msg;
+    let m = |d: &[(String, Arc<dyn BlockDevice>)]| NewTop { layout: Layout::Mirror, devices: d.to_vec() };
+    let e = try_create(vec![m(&named[..1])]);
+    assert!(e.contains("mirror needs at least 2 devices, 1 given"), "{e}");
+    let e = try_create(vec![m(&named[..2]), NewTop { layout: Layout::Plain, devices: named[2..3].to_vec() }]);
+    assert!(e.contains("mismatched replication level") && e.contains("2-way mirror") && e.contains("plain device"), "{e}");
+    let e = try_create(vec![m(&named[..2]), m(&named[1..3])]);
+    assert!(e.contains("given twice"), "{e}");
+    let e = try_create(vec![m(&[named[0].clone(), ("small".into(), small.clone() as Arc<dyn BlockDevice>)])]);
+    assert!(e.contains("mismatched device sizes") && e.contains("'small'"), "{e}");
+    let e = try_create(vec![m(&named[..2]), m(&named[2..4].iter().cloned().chain([("small".to_string(), small.clone() as Arc<dyn BlockDevice>)]).collect::<Vec<_>>())]);
+    assert!(e.contains("2-way mirror") && e.contains("3-way mirror"), "{e}");
+    // Nothing was written: no device carries a label.
+    for d in &devs {
+        assert!(tarn_engine::pool::label::read_labels(d.as_ref()).config.is_none(), "a refused create writes nothing");
+    }
+    // Forced, mismatched sizes are taken (the smallest decides).
+    let forced = CreateOptions { force: true, ..opts.clone() };
+    let pool = Pool::create_tops("tank", vec![m(&[named[0].clone(), ("small".into(), small as Arc<dyn BlockDevice>)])], vec![], &forced).expect("forced");
+    assert!(pool.status().size < 96 << 20);
+}
