@@ -69,13 +69,37 @@ pub enum PoolCmd {
     },
     /// Wait until an activity of the pool has ended, as zpool wait
     Wait {
-        /// The activity: scrub (the only one tarn has yet)
-        #[arg(short = 't', default_value = "scrub", value_parser = ["scrub"])]
+        /// The activity: scrub or resilver
+        #[arg(short = 't', default_value = "scrub", value_parser = ["scrub", "resilver"])]
         activity: String,
         name: String,
     },
-    /// Forget a pool's device error counts and its error log, as zpool clear
-    Clear { name: String },
+    /// Forget a pool's device error counts and its error log, and take
+    /// faulted devices that are whole again back into service (resilvering
+    /// what they missed), as zpool clear
+    Clear {
+        name: String,
+        /// Only this device (path or guid)
+        device: Option<String>,
+    },
+    /// Stop using a device of a mirror or RAID-Z vdev, as zpool offline
+    Offline {
+        /// Until the next import only
+        #[arg(short = 't')]
+        temporary: bool,
+        name: String,
+        /// Devices (paths as `pool status` shows them, or guids)
+        #[arg(required = true)]
+        devices: Vec<String>,
+    },
+    /// Take devices back into service and resilver what they missed, as
+    /// zpool online
+    Online {
+        name: String,
+        /// Devices (paths as `pool status` shows them, or guids)
+        #[arg(required = true)]
+        devices: Vec<String>,
+    },
     /// Read every copy of every block and rewrite damaged copies from good
     /// ones (runs in the background; `pool status` shows it), as zpool scrub
     Scrub {
@@ -218,7 +242,10 @@ impl PoolCmd {
             PoolCmd::Import { dirs, .. } => dirs.iter_mut().for_each(|d| *d = cwd.join(&*d)),
             // A device to remove is a path or a guid: a name that exists
             // here is the caller's path.
-            PoolCmd::Remove { devices, .. } => devices.iter_mut().filter(|d| std::path::Path::new(d.as_str()).exists()).for_each(|d| *d = cwd.join(std::path::Path::new(d.as_str())).display().to_string()),
+            PoolCmd::Remove { devices, .. } | PoolCmd::Offline { devices, .. } | PoolCmd::Online { devices, .. } => {
+                devices.iter_mut().filter(|d| std::path::Path::new(d.as_str()).exists()).for_each(|d| *d = cwd.join(std::path::Path::new(d.as_str())).display().to_string())
+            }
+            PoolCmd::Clear { device: Some(d), .. } if std::path::Path::new(d.as_str()).exists() => *d = cwd.join(std::path::Path::new(d.as_str())).display().to_string(),
             _ => {}
         }
     }

@@ -375,8 +375,9 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
     e.ok(&["pool", "clear", "tank"]);
     e.ok(&["pool", "scrub", "tank"]);
     e.ok(&["pool", "wait", "-t", "scrub", "tank"]);
-    let usage = e.run(&["pool", "wait", "-t", "resilver", "tank"]);
-    assert!(usage.status.code() == Some(2) && String::from_utf8_lossy(&usage.stderr).contains("invalid value 'resilver'"), "a usage error (exit 2) names the activity");
+    let usage = e.run(&["pool", "wait", "-t", "trim", "tank"]);
+    assert!(usage.status.code() == Some(2) && String::from_utf8_lossy(&usage.stderr).contains("invalid value 'trim'"), "a usage error (exit 2) names the activity");
+    e.ok(&["pool", "wait", "-t", "resilver", "tank"]);
     assert!(e.fails(&["pool", "wait", "nosuch"]).contains("'nosuch'"));
     let status = e.ok(&["pool", "status", "tank"]);
     assert!(status.contains("scan: scrub repaired 0 in ") && status.contains(" with 1 errors on "), "{status}");

@@ -224,3 +224,79 @@ fn layouts_zpool_refuses_are_refused() {
     let pool = Pool::create_tops("tank", vec![m(&[named[0].clone(), ("small".into(), small as Arc<dyn BlockDevice>)])], vec![], &forced).expect("forced");
     assert!(pool.status().size < 96 << 20);
 }
+
+/// The bytes each scan copied onto leaves (resilver) once it ends.
+fn resilvered(pool: &Pool) -> tarn_engine::pool::scan::ScanReport {
+    let st = pool.scan_wait();
+    assert_eq!(st.func, tarn_engine::pool::scan::ScanFunc::Resilver, "{st:?}");
+    st.report
+}
+
+#[test]
+fn an_offline_child_resilvers_only_what_it_missed() {
+    let (devs, pool) = mirror_pool(1, "1");
+    let old: Vec<u64> = (0..8u64).map(|i| put(&pool, &pattern(1 << 20, i))).collect();
+    pool.sync().expect("sync");
+    pool.offline("mem1", false).expect("offline");
+    assert_eq!(pool.status().vdevs[0].children[1].state, "OFFLINE");
+    let new: Vec<u64> = (0..2u64).map(|i| put(&pool, &pattern(1 << 20, 100 + i))).collect();
+    pool.sync().expect("sync while offline");
+    // The mark and the DTL outlive an export.
+    pool.export().expect("export");
+    drop(pool);
+    let pool = open(&devs).expect("import");
+    assert_eq!(pool.status().vdevs[0].children[1].state, "OFFLINE", "offline is kept across imports");
+    assert!(!pool.core().vdevs[0].children[1].dtl.lock().is_empty(), "so is the DTL");
+    pool.online("mem1").expect("online");
+    let rep = resilvered(&pool);
+    eprintln!("{rep:?}");
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    // About the 2 MiB written while it was out (and their metadata), not
+    // the 10 MiB the pool holds.
+    assert!(rep.repaired_bytes >= 2 << 20 && rep.repaired_bytes < 4 << 20, "resilvered {} bytes for 2 MiB missed: {rep:?}", rep.repaired_bytes);
+    assert!(pool.core().vdevs[0].children[1].dtl.lock().is_empty(), "done: nothing missed any more");
+    // The resilvered child alone serves everything.
+    pool.export().expect("export");
+    drop(pool);
+    let pool = Pool::open_on(as_dyn(&devs).into_iter().skip(1).collect(), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() }).expect("the resilvered child alone");
+    for (i, obj) in old.iter().enumerate() {
+        assert!(pool.root().read(*obj, 0, 1 << 20).expect("read old") == pattern(1 << 20, i as u64));
+    }
+    for (i, obj) in new.iter().enumerate() {
+        assert!(pool.root().read(*obj, 0, 1 << 20).expect("read new") == pattern(1 << 20, 100 + i as u64));
+    }
+    verified(&pool, "resilvered child alone");
+}
+
+#[test]
+fn a_child_missing_at_import_resilvers_when_it_comes_back() {
+    let (devs, pool) = mirror_pool(1, "1");
+    put(&pool, &pattern(1 << 20, 1));
+    pool.export().expect("export");
+    drop(pool);
+    // Imported and written without mem0.
+    let pool = Pool::open_on(as_dyn(&devs).into_iter().skip(1).collect(), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() }).expect("degraded");
+    let b = put(&pool, &pattern(3 << 20, 2));
+    pool.export().expect("export");
+    drop(pool);
+    // Both again: mem0's uberblocks are older; import resilvers it.
+    let pool = open(&devs).expect("import both");
+    let rep = resilvered(&pool);
+    assert!(rep.repaired_bytes >= 3 << 20 && rep.repaired_bytes < 5 << 20, "{rep:?}");
+    pool.export().expect("export");
+    drop(pool);
+    let pool = Pool::open_on(as_dyn(&devs[..1]), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() }).expect("mem0 alone");
+    assert!(pool.root().read(b, 0, 3 << 20).expect("read") == pattern(3 << 20, 2));
+}
+
+#[test]
+fn offline_refuses_to_leave_a_vdev_without_replicas() {
+    let (_devs, pool) = mirror_pool(1, "1");
+    pool.offline("mem0", true).expect("one of two");
+    let e = pool.offline("mem1", false).expect_err("refused");
+    assert!(e.msg.contains("no valid replicas") && e.msg.contains("mem1"), "{}", e.msg);
+    let e = pool.offline("nosuch", false).expect_err("refused");
+    assert!(e.msg.contains("'nosuch'") && e.msg.contains("no such device"), "{}", e.msg);
+    assert_eq!(pool.status().vdevs[0].children[1].state, "ONLINE", "nothing changed");
+    pool.export().expect("export");
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::dataset::props;
 use tarn_engine::error::printable;
-use tarn_engine::pool::scan::{ScanState, ScanStatus};
+use tarn_engine::pool::scan::{ScanFunc, ScanState, ScanStatus};
 use tarn_engine::pool::{discover, vet::open_for_import, DiscoveredPool, PoolStatus, Suspension, VdevStatus};
 use tarn_engine::posix::errors::{named_errors, NamedError};
 use tarn_engine::sys::{BlockDevice, ThrottledDevice};
@@ -41,11 +41,19 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let shown: Vec<Shown> = all.iter().map(|s| shown(st, s, verbose || json)).collect();
             status(&all, &shown, verbose, json, out)
         }
-        PoolCmd::Clear { name } => {
+        PoolCmd::Clear { name, device } => {
             let pool = &st.live(&name, out)?.pool;
-            let n = pool.clear_errors();
+            let n = pool.clear(device.as_deref())?;
             out.line(format!("pool '{}': error counts reset, {} error log entries cleared", name, n));
             pool.sync().map_err(|e| e.context(format!("pool '{}': writing the cleared error log", name)))
+        }
+        PoolCmd::Offline { temporary, name, devices } => {
+            let pool = &st.live(&name, out)?.pool;
+            devices.iter().try_for_each(|d| pool.offline(d, temporary))
+        }
+        PoolCmd::Online { name, devices } => {
+            let pool = &st.live(&name, out)?.pool;
+            devices.iter().try_for_each(|d| pool.online(d))
         }
         // Checked here, waited for without the state lock (`Daemon::handle`).
         PoolCmd::Wait { name, .. } => st.live(&name, out).map(|_| ()),
@@ -508,33 +516,30 @@ fn health_lines(s: &PoolStatus) -> Vec<String> {
 /// The "scan:" lines of `status`, as zpool prints them.
 fn scan_lines(scan: &ScanStatus) -> Vec<String> {
     let r = &scan.report;
+    let f = scan.func.name();
     match scan.state {
         ScanState::None => vec![],
         ScanState::Scanning if scan.paused_since != 0 => vec![
-            format!("  scan: scrub paused since {}", super::utc(scan.paused_since)),
-            format!("        scrub started on {}", super::utc(scan.start_time)),
+            format!("  scan: {} paused since {}", f, super::utc(scan.paused_since)),
+            format!("        {} started on {}", f, super::utc(scan.start_time)),
             format!("        {} scanned of {}", fmt::size(scan.examined), fmt::size(scan.to_examine)),
         ],
         ScanState::Scanning => {
             let pct = if scan.to_examine == 0 { 0.0 } else { 100.0 * scan.examined as f64 / scan.to_examine as f64 };
             vec![
-                format!("  scan: scrub in progress since {}", super::utc(scan.start_time)),
+                format!("  scan: {} in progress since {}", f, super::utc(scan.start_time)),
                 format!("        {} scanned of {} ({:.2}% done)", fmt::size(scan.examined), if scan.to_examine == 0 { "?".to_string() } else { fmt::size(scan.to_examine) }, pct),
             ]
         }
         ScanState::Finished => {
             let secs = r.seconds.round() as u64;
-            vec![format!(
-                "  scan: scrub repaired {} in {:02}:{:02}:{:02} with {} errors on {}",
-                fmt::size(r.repaired_bytes),
-                secs / 3600,
-                secs / 60 % 60,
-                secs % 60,
-                r.errors.len(),
-                super::utc(scan.end_time)
-            )]
+            let done = match scan.func {
+                ScanFunc::Scrub => format!("scrub repaired {}", fmt::size(r.repaired_bytes)),
+                ScanFunc::Resilver => format!("resilvered {}", fmt::size(r.repaired_bytes)),
+            };
+            vec![format!("  scan: {} in {:02}:{:02}:{:02} with {} errors on {}", done, secs / 3600, secs / 60 % 60, secs % 60, r.errors.len(), super::utc(scan.end_time))]
         }
-        ScanState::Canceled => vec![format!("  scan: scrub canceled on {}", super::utc(scan.end_time))],
+        ScanState::Canceled => vec![format!("  scan: {} canceled on {}", f, super::utc(scan.end_time))],
     }
 }
 

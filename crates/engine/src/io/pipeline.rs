@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use super::queue::{IoClass, IoKind, Issue, QueueLimits, QueueStats, QueuedIo, VdevQueue};
 use super::stats::LeafIo;
@@ -172,7 +172,8 @@ pub type FaultHook = Box<dyn Fn(&str, &Health) + Send + Sync>;
 
 struct Shared {
     name: String,
-    dev: Arc<dyn BlockDevice>,
+    /// Swapped only by `reopen` (`pool online` of a device that came back).
+    dev: RwLock<Arc<dyn BlockDevice>>,
     q: Mutex<VdevQueue<Timed>>,
     cv: Condvar,
     stop: AtomicBool,
@@ -190,6 +191,10 @@ struct Shared {
 }
 
 impl Shared {
+    fn dev(&self) -> Arc<dyn BlockDevice> {
+        self.dev.read().clone()
+    }
+
     /// Marks the leaf faulted with `h` unless it already is; the first
     /// fault runs the hook.
     fn fault(&self, h: Health) {
@@ -211,7 +216,7 @@ impl Shared {
         if let Some(h) = self.fault.lock().clone() {
             return h;
         }
-        let h = self.dev.health();
+        let h = self.dev().health();
         if h != Health::Online {
             self.fault(h.clone());
         }
@@ -221,7 +226,7 @@ impl Shared {
     /// After a failed write or flush: faulted, with the device's verdict
     /// if it has one, else the error.
     fn fault_after(&self, what: &str, e: &io::Error) {
-        let h = match self.dev.health() {
+        let h = match self.dev().health() {
             Health::Online => Health::Faulted(format!("{} error: {}", what, e)),
             h => h,
         };
@@ -239,7 +244,7 @@ impl Leaf {
     pub fn new(name: String, dev: Arc<dyn BlockDevice>, limits: QueueLimits, nthreads: u32, gauge: DirtyGauge) -> Self {
         let sh = Arc::new(Shared {
             name,
-            dev,
+            dev: RwLock::new(dev),
             q: Mutex::new(VdevQueue::new(limits)),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -267,8 +272,22 @@ impl Leaf {
         &self.sh.name
     }
 
-    pub fn device(&self) -> &Arc<dyn BlockDevice> {
-        &self.sh.dev
+    pub fn device(&self) -> Arc<dyn BlockDevice> {
+        self.sh.dev()
+    }
+
+    /// Takes the leaf back into service on `dev` (the device reopened, or
+    /// the same one found whole again): the fault is forgotten; the fault
+    /// hook runs again on the next fault. Refused (with the device's
+    /// verdict) when `dev` is not healthy.
+    pub fn reopen(&self, dev: Arc<dyn BlockDevice>) -> Result<(), Health> {
+        let h = dev.health();
+        if h != Health::Online {
+            return Err(h);
+        }
+        *self.sh.dev.write() = dev;
+        *self.sh.fault.lock() = None;
+        Ok(())
     }
 
     pub fn stats(&self) -> &LeafStats {
@@ -322,7 +341,7 @@ impl Leaf {
     /// A failure faults the leaf.
     pub fn flush(&self) -> io::Result<()> {
         self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.sh.dev.flush().inspect_err(|e| self.sh.fault_after("cache flush", e))
+        self.sh.dev().flush().inspect_err(|e| self.sh.fault_after("cache flush", e))
     }
 
     /// Writes directly, outside the scheduler (labels and uberblocks, which the
@@ -331,7 +350,7 @@ impl Leaf {
     pub fn write_now(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         self.sh.stats.write_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.sh.dev.write_at(buf, offset).inspect_err(|e| {
+        self.sh.dev().write_at(buf, offset).inspect_err(|e| {
             self.sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             self.sh.fault_after("write", e);
         })
@@ -469,7 +488,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
                 Req::Read { .. } | Req::ReadThen { .. } => &[][..],
             })
             .collect();
-        guarded(|| sh.dev.writev_at(&bufs, issue.offset))
+        guarded(|| sh.dev().writev_at(&bufs, issue.offset))
     };
     record(sh, &issue, started);
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
@@ -513,7 +532,7 @@ fn perform_read(sh: &Shared, issue: Issue<Timed>) {
     let started = Instant::now();
     let res = {
         let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        guarded(|| sh.dev.readv_at(&mut slices, issue.offset))
+        guarded(|| sh.dev().readv_at(&mut slices, issue.offset))
     };
     record(sh, &issue, started);
     sh.stats.read_ops.fetch_add(1, Ordering::Relaxed);

@@ -56,8 +56,10 @@ pub mod label;
 pub mod metrics;
 #[allow(clippy::module_inception)]
 mod pool;
+pub mod resilver;
 pub mod scan;
 pub mod spacemap;
+pub mod vdev_admin;
 pub mod vdevs;
 pub mod verify;
 pub mod vet;

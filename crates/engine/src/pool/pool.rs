@@ -18,6 +18,7 @@ use super::alloc::metaslab::Allocator;
 use super::core::PoolCore;
 use super::import::{plan_rewind, Found, Rewind};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
+use super::scan::ScanFunc;
 use super::spacemap;
 use super::vdevs::{self, Layout, NewTop, TopSpec};
 use super::vet::{Role, Vetted};
@@ -594,6 +595,7 @@ impl Pool {
     pub(super) fn try_open(config: &LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions, ub: Uberblock) -> Result<Pool> {
         let mut cfg = config.clone();
         cfg.state = PoolState::Active;
+        let newest: Vec<Option<u64>> = devs.iter().map(|(_, d)| super::vdev_admin::newest_uberblock(d.as_ref(), config.pool_guid)).collect();
         let sh = ShellShared::assemble(cfg.clone(), devs, locks, &opts.tunables, opts.arc.clone(), opts.readonly, ub.clone())?;
         let (cp, logs) = spacemap::load(&sh.core, &ub.space_cp, &ub.space_log, ub.txg)?;
         {
@@ -615,14 +617,31 @@ impl Pool {
                 sh.open_warnings.lock().push(format!("pool '{}': {}; starting a new error log", sh.core.name, e));
             }
         }
+        if let Some(state) = super::vdev_admin::stored_state(&props) {
+            if let Err(e) = super::vdev_admin::load_state(&sh.core, state) {
+                sh.open_warnings.lock().push(format!("{}; every leaf is taken as online with nothing missed, until the next scrub", e));
+            }
+        }
+        super::vdev_admin::derive_dtls(&sh.core, &newest, ub.txg);
         *sh.pool_props.lock() = props;
+        for (_, l) in sh.core.leaves().filter(|(top, l)| top.leaf().is_none() && !l.up()) {
+            sh.open_warnings.lock().push(format!("pool '{}': '{}' is {}{}; the pool is DEGRADED", sh.core.name, l.path, l.state().name(), l.reason().map(|r| format!(" ({})", r)).unwrap_or_default()));
+        }
         if !opts.readonly {
             cfg.config_txg = ub.txg + 1;
             sh.write_configs(&cfg)?;
             let missing = super::cache_dev::open_recorded(&sh.core, &sh.pool_props.lock(), &opts.cache_devices);
             sh.open_warnings.lock().extend(missing);
         }
-        Ok(Pool::start(sh))
+        let pool = Pool::start(sh);
+        if !opts.readonly {
+            // Leaves that missed txgs (back after an absence, or a resilver
+            // cut short by an export or a crash) resilver at once.
+            if let Err(e) = pool.resilver_start() {
+                pool.sh.open_warnings.lock().push(format!("pool '{}': cannot start the resilver: {}", pool.sh.core.name, e));
+            }
+        }
+        Ok(pool)
     }
 
     fn start(sh: Arc<Shared>) -> Pool {
@@ -924,9 +943,30 @@ impl Pool {
         if self.scan.resume() {
             return Ok(());
         }
-        self.scan.begin(&self.sh.core.name)?;
+        self.scan.begin(&self.sh.core.name, ScanFunc::Scrub)?;
+        self.spawn_scan(ScanFunc::Scrub)
+    }
+
+    /// Starts resilvering every leaf that is up and missed txgs (see
+    /// `pool::resilver`), cancelling a running scrub first (as zpool: a
+    /// resilver goes first). Nothing to resilver: Ok, nothing started.
+    pub fn resilver_start(&self) -> Result<()> {
+        self.scan_allowed()?;
+        if super::resilver::targets(&self.sh.core).is_empty() {
+            return Ok(());
+        }
+        let st = self.scan.status();
+        if st.state == super::scan::ScanState::Scanning && st.func == ScanFunc::Scrub {
+            self.scan.cancel();
+        }
+        self.scan.begin(&self.sh.core.name, ScanFunc::Resilver)?;
+        self.spawn_scan(ScanFunc::Resilver)
+    }
+
+    /// Runs the scan `begin` recorded on a thread of its own.
+    fn spawn_scan(&self, func: ScanFunc) -> Result<()> {
         let (sh, scan) = (self.sh.clone(), self.scan.clone());
-        let spawned = std::thread::Builder::new().name(format!("scan {}", self.sh.core.name)).spawn(move || run_scrub(&sh, &scan, &mut || {}));
+        let spawned = std::thread::Builder::new().name(format!("scan {}", self.sh.core.name)).spawn(move || run_scan(&sh, &scan, func, &mut || {}));
         match spawned {
             Ok(t) => {
                 self.scan.set_thread(t);
@@ -949,8 +989,8 @@ impl Pool {
     #[doc(hidden)]
     pub fn scrub_pausing(&self, paused: &mut dyn FnMut()) -> Result<super::scan::ScanReport> {
         self.scan_allowed()?;
-        self.scan.begin(&self.sh.core.name)?;
-        run_scrub(&self.sh, &self.scan, paused);
+        self.scan.begin(&self.sh.core.name, ScanFunc::Scrub)?;
+        run_scan(&self.sh, &self.scan, ScanFunc::Scrub, paused);
         Ok(self.scan.wait().report)
     }
 
@@ -1007,9 +1047,9 @@ impl Pool {
     }
 }
 
-/// One scrub, start to end, with the allocator's hold on frees (see
+/// One scan, start to end, with the allocator's hold on frees (see
 /// `pool::scan`); its end is recorded in `scan` however it ends.
-fn run_scrub(sh: &Shared, scan: &super::scan::Scanner, paused: &mut dyn FnMut()) {
+fn run_scan(sh: &Shared, scan: &super::scan::Scanner, func: ScanFunc, paused: &mut dyn FnMut()) {
     /// Ends the allocator's hold however the scan ends.
     struct Hold<'a>(&'a PoolCore);
     impl Drop for Hold<'_> {
@@ -1023,7 +1063,13 @@ fn run_scrub(sh: &Shared, scan: &super::scan::Scanner, paused: &mut dyn FnMut())
         s.synced_tree()
     };
     let hold = Hold(&sh.core);
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| super::scan::scrub(&sh.core, scan, &mos, txg, &blocks, paused)));
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match func {
+        ScanFunc::Scrub => super::scan::scrub(&sh.core, scan, &mos, txg, &blocks, paused),
+        ScanFunc::Resilver => {
+            let targets = super::resilver::targets(&sh.core);
+            super::resilver::resilver(&sh.core, scan, &mos, txg, &blocks, &targets)
+        }
+    }));
     drop(hold);
     match ran {
         Ok((report, canceled)) => scan.end(report, canceled),
@@ -1386,6 +1432,15 @@ impl Shared {
     fn sync_pool_dir(&self, txg: u64, created: impl Iterator<Item = (&'static str, u64)>) -> Result<()> {
         let mut d = self.pool_props.lock();
         let mut changed = self.dir_dirty.swap(false, Ordering::AcqRel);
+        let state = super::vdev_admin::encode_state(&self.core);
+        if super::vdev_admin::stored_state(&d).unwrap_or_default() != state.as_slice() {
+            if state.is_empty() {
+                d.remove(super::vdev_admin::KEY_VDEV_STATE);
+            } else {
+                d.insert(super::vdev_admin::KEY_VDEV_STATE.to_string(), state);
+            }
+            changed = true;
+        }
         for (key, obj) in created {
             kv::put_u64(&mut d, key, obj);
             changed = true;

@@ -39,9 +39,13 @@
 //! paused scan keeps its hold on frees), export and close cancel it first, and `status` shows
 //! its progress and, once done, what it found (as zpool's "scan:" line).
 //!
+//! A mirror's copies are checked on each child (a `Copy` per child, sorted
+//! per device) and a bad one is rewritten from a good copy on any child.
+//! The same thread runs a resilver (`pool::resilver`), which shares the
+//! free hold, pause and cancel.
+//!
 //! Not yet (issue 12): a position persisted across export and
-//! restarts, the last scan's result kept on disk; mirror and RAID-Z
-//! children; resilver.
+//! restarts, the last scan's result kept on disk; RAID-Z children.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -94,10 +98,31 @@ pub enum ScanState {
     Canceled,
 }
 
+/// What a scan does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScanFunc {
+    /// Check every copy, repair the damaged ones (`pool::scan`).
+    #[default]
+    Scrub,
+    /// Copy onto leaves what they missed (`pool::resilver`).
+    Resilver,
+}
+
+impl ScanFunc {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanFunc::Scrub => "scrub",
+            ScanFunc::Resilver => "resilver",
+        }
+    }
+}
+
 /// A pool's scan as `status` shows it: its state, times (seconds since the
 /// epoch), bytes to read and read so far, and what it found.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScanStatus {
+    #[serde(default)]
+    pub func: ScanFunc,
     pub state: ScanState,
     /// When the running scan was paused (0: it is not).
     #[serde(default)]
@@ -129,10 +154,14 @@ fn now() -> u64 {
 
 impl Scanner {
     /// Marks a scan started, or says why one cannot start.
-    pub(crate) fn begin(&self, pool: &str) -> crate::error::Result<()> {
+    pub(crate) fn begin(&self, pool: &str, func: ScanFunc) -> crate::error::Result<()> {
         let mut st = self.status.lock();
         if st.state == ScanState::Scanning {
-            return Err(crate::error::Error::new(crate::error::ErrorKind::Busy, format!("cannot scrub '{}': currently scrubbing; use 'tarn pool scrub -s {}' to cancel", pool, pool)));
+            let how = match st.func {
+                ScanFunc::Scrub => format!("currently scrubbing; use 'tarn pool scrub -s {}' to cancel", pool),
+                ScanFunc::Resilver => "currently resilvering".to_string(),
+            };
+            return Err(crate::error::Error::new(crate::error::ErrorKind::Busy, format!("cannot {} '{}': {}", func.name(), pool, how)));
         }
         // The thread of the previous scan has ended (it set Finished or
         // Canceled last); reap it.
@@ -143,7 +172,7 @@ impl Scanner {
         *self.paused.lock() = false;
         self.to_examine.store(0, Ordering::Release);
         self.examined.store(0, Ordering::Release);
-        *st = ScanStatus { state: ScanState::Scanning, start_time: now(), ..Default::default() };
+        *st = ScanStatus { func, state: ScanState::Scanning, start_time: now(), ..Default::default() };
         Ok(())
     }
 
@@ -203,8 +232,16 @@ impl Scanner {
         self.resumed.notify_all();
     }
 
+    pub(crate) fn set_to_examine(&self, bytes: u64) {
+        self.to_examine.store(bytes, Ordering::Release);
+    }
+
+    pub(crate) fn set_examined(&self, bytes: u64) {
+        self.examined.store(bytes, Ordering::Release);
+    }
+
     /// Blocks while the scan is paused (and not canceled).
-    fn while_paused(&self) {
+    pub(crate) fn while_paused(&self) {
         let mut p = self.paused.lock();
         while *p && !self.canceled() {
             self.resumed.wait(&mut p);
@@ -233,7 +270,7 @@ impl Scanner {
         st
     }
 
-    fn canceled(&self) -> bool {
+    pub(crate) fn canceled(&self) -> bool {
         self.cancel.load(Ordering::Acquire)
     }
 }

@@ -45,6 +45,8 @@ pub struct Vdev {
     pub children: Vec<Vdev>,
     /// Taken offline by the administrator: not read, not written, no fault.
     pub offline: AtomicBool,
+    /// The offline mark is kept across imports (`pool offline` without -t).
+    pub offline_persist: AtomicBool,
     /// Txgs with writes this vdev missed (its dirty time log), as ranges
     /// `[first, last]`: a leaf that was faulted, missing or offline while
     /// its siblings took writes. Reads skip it for blocks born then.
@@ -77,6 +79,17 @@ impl Dtl {
             }
         }
         self.ranges = merged;
+    }
+
+    /// Forgets the txgs up to `txg` (they were resilvered).
+    pub fn remove_through(&mut self, txg: u64) {
+        self.ranges.retain_mut(|r| {
+            if r.1 <= txg {
+                return false;
+            }
+            r.0 = r.0.max(txg + 1);
+            true
+        });
     }
 
     pub fn contains(&self, txg: u64) -> bool {
@@ -142,6 +155,7 @@ impl Vdev {
             kind,
             children,
             offline: AtomicBool::new(false),
+            offline_persist: AtomicBool::new(false),
             dtl: Mutex::new(Dtl::default()),
             repaired_bytes: AtomicU64::new(0),
         }
@@ -233,6 +247,15 @@ impl Vdev {
         }
     }
 
+    /// Whether the vdev serves I/O, from what is known without asking the
+    /// devices (the hot path's check; `state` asks them).
+    pub fn up(&self) -> bool {
+        match &self.kind {
+            Kind::Leaf(_) => self.leaf_up(),
+            _ => !self.offline.load(Ordering::Relaxed) && self.children.iter().filter(|c| !c.up()).count() <= self.redundancy(),
+        }
+    }
+
     /// A leaf that reads and writes (not offline, not faulted).
     fn leaf_up(&self) -> bool {
         !self.offline.load(Ordering::Relaxed) && self.leaf().is_some_and(|l| l.health() == Health::Online)
@@ -296,7 +319,7 @@ impl Vdev {
         let n = self.children.len();
         let start = ((offset >> 20) as usize) % n.max(1);
         let mut order: Vec<&Vdev> = (0..n).map(|i| &self.children[(start + i) % n]).collect();
-        order.retain(|c| c.state().usable() && !c.dtl.lock().contains(birth));
+        order.retain(|c| c.up() && !c.dtl.lock().contains(birth));
         order
     }
 
@@ -434,5 +457,10 @@ mod tests {
         assert_eq!(d.ranges, vec![(5, 9)]);
         assert!(d.contains(7) && !d.contains(4) && !d.contains(10));
         assert_eq!(d.span(), Some((5, 9)));
+        d.add(20);
+        d.remove_through(7);
+        assert_eq!(d.ranges, vec![(8, 9), (20, 20)]);
+        d.remove_through(20);
+        assert!(d.is_empty());
     }
 }

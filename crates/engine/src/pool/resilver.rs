@@ -1,0 +1,190 @@
+//! Resilver: copy onto a leaf what it missed, and nothing else (OpenZFS's
+//! dsl_scan in its resilver role, pruned by dirty time logs).
+//!
+//! A leaf misses writes while it is down (faulted, missing, offline): its
+//! DTL (`vdev::Dtl`) holds those txgs. Once it is back, every block born in
+//! one of them that has a copy on the leaf's top-level vdev is copied there:
+//!
+//! ```text
+//!  1. targets     every leaf that is up and has a DTL (taken at the start)
+//!  2. gather      the synced tree of txg N (scrub's walker); keep the
+//!                 copies on a target's top-level vdev born in its DTL
+//!  3. sort        by (vdev, offset): the target is written in order
+//!  4. copy        SCAN_WORKERS at a time: the block read through its vdev
+//!                 (`read_checked` skips children whose DTL holds its birth,
+//!                 so it comes from a good child and passes its checksum),
+//!                 written to the target at the same offset
+//!  5. flush       each target, then its DTL loses the txgs ≤ N
+//! ```
+//!
+//! Why copying the tree of N is enough: a target is up while it resilvers,
+//! so every block written after N reaches it directly; and blocks born in
+//! the DTL but freed before N need no copy. A DTL range newer than N (the
+//! leaf went down again meanwhile) stays for the next resilver. The
+//! allocator holds frees for the resilver's length, as for a scrub
+//! (`pool::scan`): a copy is written only where its block still is.
+//!
+//! Reads of blocks born in a target's DTL never go to the target until it
+//! is done (`Vdev::read_order`), so a half-resilvered leaf serves nothing
+//! stale. A resilver is the pool's one scan: it shows in `status` as
+//! "resilver in progress"; a scrub asked for meanwhile is refused.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use tarn_ondisk::bp::BlockPtr;
+
+use super::core::PoolCore;
+use super::scan::{ScanReport, Scanner, SCAN_WORKERS};
+use crate::io::{block, IoClass};
+use crate::vdev::{Dtl, Vdev};
+
+/// A leaf to resilver: its top-level vdev and the txgs it missed.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub top: u32,
+    pub guid: u64,
+    pub dtl: Dtl,
+}
+
+/// The leaves of the pool that are up and missed txgs.
+pub fn targets(core: &PoolCore) -> Vec<Target> {
+    core.leaves()
+        .filter(|(top, l)| top.leaf().is_none() && l.writable())
+        .filter_map(|(top, l)| {
+            let dtl = l.dtl.lock().clone();
+            (!dtl.is_empty()).then_some(Target { top: top.id, guid: l.guid, dtl })
+        })
+        .collect()
+}
+
+/// One block copy to write onto a target.
+#[derive(Clone, Copy)]
+struct Job {
+    vdev: u32,
+    offset: u64,
+    len: u64,
+    block: usize,
+    target: usize,
+}
+
+/// Resilvers `targets` from the tree of synced txg `txg`; returns the
+/// report and whether it was canceled. On success each target's DTL loses
+/// the txgs up to `txg`.
+pub(crate) fn resilver(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr], targets: &[Target]) -> (ScanReport, bool) {
+    let start = Instant::now();
+    let (gathered, walk_errors) = super::verify::gather(core, mos, txg, space_blocks);
+    let blocks: Vec<BlockPtr> = gathered.into_iter().map(|(bp, _)| bp).collect();
+    let mut rep = ScanReport { txg, blocks: blocks.len() as u64, errors: walk_errors, ..Default::default() };
+    let jobs = jobs(core, &blocks, targets, &mut rep);
+    scanner.set_to_examine(jobs.iter().map(|j| j.len).sum());
+    let next = AtomicU64::new(0);
+    let examined = AtomicU64::new(0);
+    let failed: Vec<AtomicU64> = targets.iter().map(|_| AtomicU64::new(0)).collect();
+    let results: Vec<ScanReport> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..SCAN_WORKERS)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut r = ScanReport::default();
+                    loop {
+                        scanner.while_paused();
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        if i >= jobs.len() || scanner.canceled() {
+                            return r;
+                        }
+                        if !copy(core, &blocks[jobs[i].block], &jobs[i], &targets[jobs[i].target], &mut r) {
+                            failed[jobs[i].target].fetch_add(1, Ordering::Relaxed);
+                        }
+                        scanner.set_examined(examined.fetch_add(jobs[i].len, Ordering::Relaxed) + jobs[i].len);
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("a resilver worker panicked")).collect()
+    });
+    for r in results {
+        rep.copies += r.copies;
+        rep.bytes += r.bytes;
+        rep.reads += r.reads;
+        rep.repaired_copies += r.repaired_copies;
+        rep.repaired_bytes += r.repaired_bytes;
+        rep.errors.extend(r.errors);
+    }
+    rep.seconds = start.elapsed().as_secs_f64();
+    if scanner.canceled() {
+        return (rep, true);
+    }
+    let failed: Vec<u64> = failed.iter().map(|f| f.load(Ordering::Relaxed)).collect();
+    finish(core, targets, &failed, txg, &mut rep);
+    (rep, false)
+}
+
+/// The copies to write, by (vdev, offset).
+fn jobs(core: &PoolCore, blocks: &[BlockPtr], targets: &[Target], rep: &mut ScanReport) -> Vec<Job> {
+    let mut out = Vec::new();
+    for (i, bp) in blocks.iter().enumerate() {
+        for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
+            for (t, target) in targets.iter().enumerate().filter(|(_, t)| t.top == dva.vdev && t.dtl.contains(bp.birth)) {
+                match core.copy_extent(bp, dva) {
+                    Ok((_, len)) => out.push(Job { vdev: dva.vdev, offset: dva.offset, len, block: i, target: t }),
+                    Err(e) => rep.errors.push(format!("{} block (birth {}) for {:016x}: {}", bp.otype.name(), bp.birth, target.guid, e)),
+                }
+            }
+        }
+    }
+    out.sort_by_key(|j| (j.vdev, j.offset));
+    out
+}
+
+fn target_leaf(top: &Vdev, guid: u64) -> Option<&Vdev> {
+    top.leaves().into_iter().find(|l| l.guid == guid)
+}
+
+/// Reads one block through its vdev (from a child that did not miss it)
+/// and writes it onto the target; false when it could not.
+fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut ScanReport) -> bool {
+    let top = &core.vdevs[job.vdev as usize];
+    let Some(leaf) = target_leaf(top, target.guid) else { return false };
+    let Some(io) = leaf.leaf() else { return false };
+    let check = |raw: &[u8]| block::verify(bp, raw).is_ok();
+    r.reads += 1;
+    let data = match top.read_checked(IoClass::Scrub, job.offset, job.len, bp.birth, &check, false) {
+        Ok(d) => d,
+        Err(e) => {
+            r.errors.push(format!("{} block (level {}, birth {}): no good copy to resilver {} from: {}", bp.otype.name(), bp.level, bp.birth, leaf.path, e));
+            return false;
+        }
+    };
+    match io.write_now(&data, job.offset) {
+        Ok(()) => {
+            r.copies += 1;
+            r.bytes += job.len;
+            r.repaired_copies += 1;
+            r.repaired_bytes += job.len;
+            leaf.repaired_bytes.fetch_add(job.len, Ordering::Relaxed);
+            true
+        }
+        Err(e) => {
+            r.errors.push(format!("resilver write of {:#x} on {}: {}", job.offset, leaf.path, e));
+            false
+        }
+    }
+}
+
+/// Flushes each target; a target that took every copy loses the txgs up to
+/// `txg` from its DTL.
+fn finish(core: &PoolCore, targets: &[Target], failed: &[u64], txg: u64, rep: &mut ScanReport) {
+    for (t, &failed) in targets.iter().zip(failed) {
+        let Some(leaf) = core.vdevs.get(t.top as usize).and_then(|top| target_leaf(top, t.guid)) else { continue };
+        let ok = leaf.leaf().is_some_and(|io| io.flush().is_ok()) && leaf.writable();
+        if !ok {
+            rep.errors.push(format!("{} went down during the resilver; it resilvers again when back", leaf.path));
+            continue;
+        }
+        if failed > 0 {
+            rep.errors.push(format!("{}: {} blocks could not be resilvered; its DTL stays", leaf.path, failed));
+            continue;
+        }
+        leaf.dtl.lock().remove_through(txg);
+    }
+}
