@@ -4,6 +4,7 @@
 pub mod block;
 pub mod checksum;
 pub mod compress;
+pub mod inject;
 pub mod pipeline;
 pub mod queue;
 pub mod stats;

@@ -52,6 +52,7 @@ pub mod cache_dev;
 pub mod core;
 pub mod errlog;
 pub mod import;
+pub mod inject;
 pub mod label;
 pub mod metrics;
 #[allow(clippy::module_inception)]

@@ -825,6 +825,7 @@ impl Pool {
     }
 
     fn close_with(&self, state: PoolState) -> Result<()> {
+        self.refuse_while_injecting(if state == PoolState::Destroyed { "destroy" } else { "export" })?;
         self.close()?;
         let mut cfg = self.sh.config.lock().clone();
         cfg.state = state;
@@ -834,6 +835,9 @@ impl Pool {
 
     /// Syncs what is dirty and stops the pool's threads. Called by drop too.
     pub fn close(&self) -> Result<()> {
+        // Injected faults end with the pool: the final sync is not
+        // failed (or delayed) by a rehearsal (`pool::inject`).
+        self.clear_injections();
         // A scan stops first: it reads (and repairs) through the devices
         // about to be shut.
         self.scan.cancel();
@@ -1278,7 +1282,7 @@ fn write_configs(core: &PoolCore, cfg: &LabelConfig) -> Result<()> {
         let mut c = cfg.clone();
         c.device_guid = v.guid;
         c.top_guid = v.guid;
-        write_config_all(v.leaf.device().as_ref(), &c).map_err(|e| Error::io(format!("writing labels of {}", v.path), e))?;
+        write_config_all(&v.leaf, &c).map_err(|e| Error::io(format!("writing labels of {}", v.path), e))?;
     }
     Ok(())
 }
