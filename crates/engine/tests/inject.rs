@@ -96,6 +96,8 @@ fn checksum_damage_is_counted_and_scrubbed_and_never_reaches_the_device() {
     let cksum = pool.status().vdevs[1].checksum_errors;
     assert!(cksum > 0, "damaged copies are counted as checksum errors");
     assert_eq!(pool.status().vdevs[1].read_errors, 0, "damage is not a read error");
+    assert_eq!(devs[1].stats().writes, writes, "reads wrote nothing");
+    assert!(image(&devs[1]) == before, "the damaged reads left the device as it was");
 
     let rep = pool.scrub().expect("scrub");
     assert!(rep.bad_copies > 0 && rep.errors.is_empty(), "every block has a good copy on mem0: {rep:?}");

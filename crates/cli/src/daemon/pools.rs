@@ -133,6 +133,8 @@ fn close(st: &mut State, name: &str, force: bool, how: Closing, out: &mut Out) -
     if let Some(s) = st.pools.get(name).and_then(|l| l.pool.suspension()) {
         return discard(st, name, force, how, s, out);
     }
+    // Before anything is unmounted: a rehearsal is not ended by an export.
+    st.live(name, out)?.pool.refuse_while_injecting(how.verb())?;
     st.unmount_pool(name, force)?;
     let live = st.pools.get(name).expect("made live above");
     let res = match how {

@@ -205,13 +205,24 @@ impl InjectSpec {
 }
 
 fn check_delay(ms: u32, lanes: Option<u32>) -> Result<()> {
-    if ms == 0 || ms > DELAY_MAX_MS {
-        return Err(Error::invalid(format!("invalid delay of {} ms: from 1 to {} ms ({} s)", ms, DELAY_MAX_MS, DELAY_MAX_MS / 1000)));
+    match delay_problem(ms, lanes) {
+        Some(why) => Err(Error::invalid(format!("invalid delay: {}", why))),
+        None => Ok(()),
     }
-    if let Some(n) = lanes.filter(|n| *n == 0 || *n > LANES_MAX) {
-        return Err(Error::invalid(format!("invalid number of lanes {}: from 1 to {}", n, LANES_MAX)));
+}
+
+/// What is wrong with a delay of `ms` over `lanes`, if anything.
+fn delay_problem(ms: u32, lanes: Option<u32>) -> Option<String> {
+    if ms == 0 {
+        return Some(format!("0 ms adds nothing; from 1 to {} ms", DELAY_MAX_MS));
     }
-    Ok(())
+    if ms > DELAY_MAX_MS {
+        return Some(format!("{} ms is above the cap of {} ms ({} s)", ms, DELAY_MAX_MS, DELAY_MAX_MS / 1000));
+    }
+    match lanes {
+        Some(n) if n == 0 || n > LANES_MAX => Some(format!("{} lanes: from 1 to {}", n, LANES_MAX)),
+        _ => None,
+    }
 }
 
 /// `-f PCT`: a percentage above 0 and at most 100 (a trailing `%` is
@@ -253,8 +264,10 @@ pub fn parse_delay(s: &str) -> Result<Fault> {
     let whole = |v: &str, what: &str| v.parse::<u32>().map_err(|_| bad(format!("{} must be a whole number (MS or MS:LANES, e.g. 10 or 10:2)", what)));
     let ms = whole(ms, "the milliseconds")?;
     let lanes = lanes.map(|l| whole(l, "the lanes")).transpose()?;
-    check_delay(ms, lanes).map_err(|e| bad(e.msg))?;
-    Ok(Fault::Delay { ms, lanes })
+    match delay_problem(ms, lanes) {
+        Some(why) => Err(bad(why)),
+        None => Ok(Fault::Delay { ms, lanes }),
+    }
 }
 
 /// One handler on one leaf.
@@ -476,7 +489,7 @@ mod tests {
         assert_eq!(parse_delay("25:2").unwrap(), Fault::Delay { ms: 25, lanes: Some(2) });
         assert_eq!(parse_delay("10000").unwrap(), Fault::Delay { ms: DELAY_MAX_MS, lanes: None });
         let e = parse_delay("10001").unwrap_err();
-        assert!(e.msg.contains("10000 ms (10 s)"), "{e}");
+        assert!(e.msg.contains("above the cap of 10000 ms (10 s)"), "{e}");
         for bad in ["0", "-5", "x", "10:0", "10:x", "1.5", "10:99999"] {
             let e = parse_delay(bad).expect_err(bad);
             assert!(e.msg.starts_with(&format!("invalid delay '{}'", bad)), "{e}");
