@@ -1,5 +1,6 @@
 //! The I/O layer (OpenZFS's zio and vdev_queue): checksums, compression, the
-//! per-device scheduler and the threads that issue to devices.
+//! per-device scheduler and the threads that issue to devices, and the
+//! fault injection handlers each device's I/O passes (`inject`, zinject's).
 
 pub mod block;
 pub mod checksum;
