@@ -35,12 +35,15 @@ fn spec(fault: Fault, io: IoTypes) -> InjectSpec {
     InjectSpec::new(fault, io, FREQ_ALWAYS).expect("a valid spec")
 }
 
+/// An object and what it holds.
+type Object = (u64, Vec<u8>);
+
 /// A pool on `n` devices of 128 MiB with root properties `props`, holding
 /// `count` objects of 300 000 bytes, synced, exported and imported again
 /// (so no block of theirs is cached): (devices, pool, objects with data).
-fn cold_pool(n: usize, props: &[(&str, &str)], count: u64) -> (Vec<Arc<FaultDevice>>, Pool, Vec<(u64, Vec<u8>)>) {
+fn cold_pool(n: usize, props: &[(&str, &str)], count: u64) -> (Vec<Arc<FaultDevice>>, Pool, Vec<Object>) {
     let (devs, pool) = pool_with(n, 128 << 20, 7, props);
-    let objs: Vec<(u64, Vec<u8>)> = (0..count)
+    let objs: Vec<Object> = (0..count)
         .map(|i| {
             let d = pattern(300_000, 100 + i);
             (put(&pool, &d), d)
@@ -53,7 +56,7 @@ fn cold_pool(n: usize, props: &[(&str, &str)], count: u64) -> (Vec<Arc<FaultDevi
 }
 
 /// Every object reads back exactly.
-fn reads_back(pool: &Pool, objs: &[(u64, Vec<u8>)], ctx: &str) {
+fn reads_back(pool: &Pool, objs: &[Object], ctx: &str) {
     for (obj, data) in objs {
         let got = pool.root().read(*obj, 0, data.len()).unwrap_or_else(|e| panic!("{ctx}: object {obj}: {e}"));
         assert!(got == *data, "{ctx}: object {obj} reads back exactly");
