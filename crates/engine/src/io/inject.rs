@@ -341,6 +341,8 @@ impl LeafInjections {
     /// Adds a handler; its id. `leaf` names the device for the error when
     /// it has as many handlers as it may.
     pub fn add(&self, spec: InjectSpec, leaf: &str) -> Result<u64> {
+        // Its fields are public: one built without `new` is checked here.
+        let spec = InjectSpec::new(spec.fault, spec.io, spec.freq)?;
         let mut hs = self.handlers.lock();
         if hs.len() >= HANDLERS_PER_LEAF_MAX {
             return Err(Error::invalid(format!("device '{}' already has {} injection handlers, the most it may", leaf, HANDLERS_PER_LEAF_MAX)));
@@ -352,6 +354,7 @@ impl LeafInjections {
         };
         hs.push(Arc::new(Handler { id, spec, injected: AtomicU64::new(0), lanes: Mutex::new(lanes) }));
         self.armed.store(true, Ordering::Release);
+        assert!(hs.len() <= HANDLERS_PER_LEAF_MAX, "device '{}': {} handlers", leaf, hs.len());
         Ok(id)
     }
 
@@ -503,6 +506,8 @@ mod tests {
         assert!(InjectSpec::new(Fault::Nxio, IoTypes::All, 5).is_err());
         assert!(InjectSpec::new(Fault::Io, IoTypes::All, 0).is_err());
         assert!(InjectSpec::new(Fault::Delay { ms: 0, lanes: None }, IoTypes::All, FREQ_ALWAYS).is_err());
+        let built = InjectSpec { fault: Fault::Delay { ms: DELAY_MAX_MS + 1, lanes: None }, io: IoTypes::All, freq: FREQ_ALWAYS };
+        assert!(LeafInjections::default().add(built, "d").is_err(), "a spec built field by field is checked too");
     }
 
     #[test]
