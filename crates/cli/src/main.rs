@@ -74,6 +74,10 @@ pub enum Cmd {
     Tunable(daemon::observe::TunableCmd),
     /// ARC statistics of every pool, once or every INTERVAL seconds
     Arcstat(observe_cmd::ArcstatArgs),
+    /// Inject faults into a live pool's devices, as zinject: I/O errors,
+    /// checksum damage, a vanishing device, delays (no arguments: list
+    /// the handlers; -c ID|all: clear)
+    Inject(daemon::inject::InjectArgs),
 }
 
 /// The defaults with this command's --tunable settings (a tunable not
@@ -127,6 +131,10 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Unmount(mut a) => {
             a.absolutize();
             through_daemon(Command::Unmount(a), &cli.tunables)
+        }
+        Cmd::Inject(mut a) => {
+            a.absolutize();
+            through_daemon(Command::Inject(a), &cli.tunables)
         }
         Cmd::Daemon(a) => daemon::run(a, &cli.tunables),
         Cmd::Bench(a) => bench::run(*a, &t),

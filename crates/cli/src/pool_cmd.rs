@@ -240,14 +240,23 @@ impl PoolCmd {
             // Vdev keywords stay words; `./mirror` is a file.
             PoolCmd::Create { devices, .. } | PoolCmd::Add { devices, .. } => devices.iter_mut().filter(|d| vdev_keyword(d).is_none()).for_each(|d| *d = cwd.join(&*d)),
             PoolCmd::Import { dirs, .. } => dirs.iter_mut().for_each(|d| *d = cwd.join(&*d)),
-            // A device to remove is a path or a guid: a name that exists
-            // here is the caller's path.
-            PoolCmd::Remove { devices, .. } | PoolCmd::Offline { devices, .. } | PoolCmd::Online { devices, .. } => {
-                devices.iter_mut().filter(|d| std::path::Path::new(d.as_str()).exists()).for_each(|d| *d = cwd.join(std::path::Path::new(d.as_str())).display().to_string())
-            }
-            PoolCmd::Clear { device: Some(d), .. } if std::path::Path::new(d.as_str()).exists() => *d = cwd.join(std::path::Path::new(d.as_str())).display().to_string(),
+            // A device is a path or a guid: a name that exists here is the
+            // caller's path.
+            PoolCmd::Remove { devices, .. } | PoolCmd::Offline { devices, .. } | PoolCmd::Online { devices, .. } => devices.iter_mut().for_each(absolutize_device_name),
+            PoolCmd::Clear { device: Some(d), .. } => absolutize_device_name(d),
             _ => {}
         }
+    }
+}
+
+/// A device named by path or guid (`pool remove`, `inject -d`): a name
+/// that exists here is the caller's path, made absolute (the daemon does
+/// not share the caller's working directory); anything else is left as
+/// it is (a guid, or a path the daemon will report unknown).
+pub fn absolutize_device_name(d: &mut String) {
+    if std::path::Path::new(d.as_str()).exists() {
+        let cwd = Absolute(std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")));
+        *d = cwd.join(std::path::Path::new(d.as_str())).display().to_string();
     }
 }
 

@@ -49,7 +49,8 @@
 //! `Served::filesystem`, the one place that chooses the file system served
 //! for a dataset), `datasets` and
 //! `dslist` (create/snapshot/clone/rollback/rename/destroy/set/inherit and
-//! list/get, the `Dataset` variant).
+//! list/get, the `Dataset` variant), `inject` (fault injection handlers,
+//! the `Inject` variant).
 //!
 //! The daemon never calls `sync(2)` or `syncfs(2)` on the host: a loop
 //! device whose image lives on a tarn mount would make that call wait on
@@ -57,6 +58,7 @@
 
 pub mod datasets;
 mod dslist;
+pub mod inject;
 mod mountdir;
 pub mod mounts;
 pub mod observe;

@@ -142,6 +142,8 @@ fn close(st: &mut State, name: &str, force: bool, how: Closing, out: &mut Out) -
     if let Some(s) = st.pools.get(name).and_then(|l| l.pool.suspension()) {
         return discard(st, name, force, how, s, out);
     }
+    // Before anything is unmounted: a rehearsal is not ended by an export.
+    st.live(name, out)?.pool.refuse_while_injecting(how.verb())?;
     st.unmount_pool(name, force)?;
     let live = st.pools.get(name).expect("made live above");
     let res = match how {
@@ -460,9 +462,9 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
 fn vdev_rows(v: &VdevStatus, depth: usize, rows: &mut Vec<Vec<String>>, faults: &mut Vec<String>) {
     let leaf = v.children.is_empty();
     let count = |n: u64| if leaf { n.to_string() } else { "0".to_string() };
-    let mut name = format!("{}{}", "  ".repeat(depth), v.path);
+    let name = format!("{}{}", "  ".repeat(depth), v.path);
     if v.repaired_bytes > 0 {
-        name = format!("{}  ({} repaired)", name, fmt::size(v.repaired_bytes));
+        faults.push(format!("  {}: {} rewritten from good copies since import", v.path, fmt::size(v.repaired_bytes)));
     }
     rows.push(vec![name, v.state.clone(), if depth == 1 { fmt::size(v.size) } else { "-".into() }, if depth == 1 { fmt::size(v.allocated) } else { "-".into() }, count(v.read_errors), count(v.write_errors), count(v.checksum_errors)]);
     if let Some(f) = &v.fault {

@@ -39,6 +39,8 @@ pub enum Command {
     Tunable(super::observe::TunableCmd),
     /// create, list, get, set, inherit, snapshot, rollback, clone, destroy, rename
     Dataset(super::datasets::DatasetCmd),
+    /// Add, list or clear fault injection handlers.
+    Inject(super::inject::InjectArgs),
 }
 
 /// What the command printed, warnings for stderr, or the error that ended it.

@@ -21,7 +21,7 @@ use tarn_fuse::MountHandle;
 
 use super::proto::{Command, Request, Response};
 use super::served::Served;
-use super::{datasets, log, mounts, observe, pools};
+use super::{datasets, inject, log, mounts, observe, pools};
 use crate::pool_cmd::PoolCmd;
 use crate::cache::{Cache, CachedPool};
 
@@ -281,6 +281,7 @@ impl Daemon {
                 Command::Metrics { pools } => observe::metrics(&mut st, &pools, &mut out),
                 Command::Tunable(c) => observe::tunable(&mut st, c, &mut out),
                 Command::Dataset(c) => datasets::handle(&mut st, c, &mut out),
+                Command::Inject(a) => inject::handle(&mut st, a, &mut out),
             }
         })();
         let res = res.and_then(|()| self.wait_scrubs(&wait_scrub, &mut out));

@@ -1,9 +1,11 @@
 //! The I/O layer (OpenZFS's zio and vdev_queue): checksums, compression, the
-//! per-device scheduler and the threads that issue to devices.
+//! per-device scheduler and the threads that issue to devices, and the
+//! fault injection handlers each device's I/O passes (`inject`, zinject's).
 
 pub mod block;
 pub mod checksum;
 pub mod compress;
+pub mod inject;
 pub mod pipeline;
 pub mod queue;
 pub mod stats;

@@ -34,6 +34,15 @@
 //!   healthy device is a bad sector: counted, not a fault;
 //! - `check()` finding it unhealthy (the sync thread asks before every
 //!   uberblock).
+//!
+//! # Injected faults
+//!
+//! Every device call — queued reads and writes, direct writes, flushes —
+//! and every health check passes the leaf's injection handlers first
+//! (`inject`, `tarn inject`): they may fail the call without reaching the
+//! device, damage what a read returns, delay it, or answer the health
+//! check as a removed device. What follows is the path above, unchanged:
+//! an injected write error faults the leaf as a real one does.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::inject::{LeafInjections, Op};
 use super::queue::{IoClass, IoKind, Issue, QueueLimits, QueueStats, QueuedIo, VdevQueue};
 use super::stats::LeafIo;
 use crate::sys::buf::AlignedBuf;
@@ -188,6 +198,9 @@ struct Shared {
     /// the leaf's DTL and the sync's device check take it from there).
     redundant: AtomicBool,
     on_fault: Mutex<Option<FaultHook>>,
+    /// Faults injected on purpose (`tarn inject`); empty but for tests
+    /// and rehearsals.
+    inject: LeafInjections,
 }
 
 impl Shared {
@@ -216,21 +229,40 @@ impl Shared {
         if let Some(h) = self.fault.lock().clone() {
             return h;
         }
-        let h = self.dev().health();
+        let h = self.device_health();
         if h != Health::Online {
             self.fault(h.clone());
         }
         h
     }
 
+    /// What the device says of itself, unless an injected fault makes it
+    /// look removed.
+    fn device_health(&self) -> Health {
+        self.inject.health().unwrap_or_else(|| self.dev().health())
+    }
+
     /// After a failed write or flush: faulted, with the device's verdict
     /// if it has one, else the error.
     fn fault_after(&self, what: &str, e: &io::Error) {
-        let h = match self.dev().health() {
+        let h = match self.device_health() {
             Health::Online => Health::Faulted(format!("{} error: {}", what, e)),
             h => h,
         };
         self.fault(h);
+    }
+
+    /// Runs device call `f` of kind `op` under the injection handlers:
+    /// failed without calling the device, or called; then delayed. Also
+    /// whether a read's data is to be damaged (`LeafInjections::damage`).
+    fn call(&self, op: Op, f: impl FnOnce() -> io::Result<()>) -> (io::Result<()>, bool) {
+        let mut v = self.inject.judge(op);
+        let res = match v.fail.take() {
+            Some(e) => Err(e),
+            None => f(),
+        };
+        v.wait();
+        (res, v.damage)
     }
 }
 
@@ -255,6 +287,7 @@ impl Leaf {
             fault: Mutex::new(None),
             on_fault: Mutex::new(None),
             redundant: AtomicBool::new(false),
+            inject: LeafInjections::default(),
         });
         let threads = (0..nthreads)
             .map(|i| {
@@ -341,7 +374,7 @@ impl Leaf {
     /// A failure faults the leaf.
     pub fn flush(&self) -> io::Result<()> {
         self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.sh.dev().flush().inspect_err(|e| self.sh.fault_after("cache flush", e))
+        self.sh.call(Op::Flush, || self.sh.dev().flush()).0.inspect_err(|e| self.sh.fault_after("cache flush", e))
     }
 
     /// Writes directly, outside the scheduler (labels and uberblocks, which the
@@ -350,7 +383,7 @@ impl Leaf {
     pub fn write_now(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
         self.sh.stats.write_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.sh.dev().write_at(buf, offset).inspect_err(|e| {
+        self.sh.call(Op::Write, || self.sh.dev().write_at(buf, offset)).0.inspect_err(|e| {
             self.sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
             self.sh.fault_after("write", e);
         })
@@ -385,6 +418,11 @@ impl Leaf {
         self.sh.redundant.store(on, Ordering::Relaxed);
     }
 
+    /// The leaf's fault injection handlers (`tarn inject`).
+    pub fn injections(&self) -> &LeafInjections {
+        &self.sh.inject
+    }
+
     /// Sets what runs when the leaf becomes faulted (once).
     pub fn set_fault_hook(&self, hook: FaultHook) {
         *self.sh.on_fault.lock() = Some(hook);
@@ -397,6 +435,51 @@ impl Leaf {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+impl std::fmt::Debug for Leaf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leaf").field("name", &self.sh.name).finish()
+    }
+}
+
+/// The leaf as a plain device for the pool's own direct I/O (its labels):
+/// through the injection handlers, counted, and faulting the leaf as
+/// `write_now` and `flush` do, so that no write bypasses either.
+impl BlockDevice for Leaf {
+    fn size_bytes(&self) -> u64 {
+        self.sh.dev().size_bytes()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.sh.stats.read_ops.fetch_add(1, Ordering::Relaxed);
+        let (res, damage) = self.sh.call(Op::Read, || self.sh.dev().read_at(buf, offset));
+        match &res {
+            Ok(()) if damage => self.sh.inject.damage(buf),
+            Ok(()) => {}
+            Err(_) => {
+                self.sh.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+                self.sh.check();
+            }
+        }
+        res
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write_now(buf, offset)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        Leaf::flush(self)
+    }
+
+    fn name(&self) -> String {
+        self.sh.name.clone()
+    }
+
+    fn health(&self) -> Health {
+        self.check()
     }
 }
 
@@ -488,7 +571,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
                 Req::Read { .. } | Req::ReadThen { .. } => &[][..],
             })
             .collect();
-        guarded(|| sh.dev().writev_at(&bufs, issue.offset))
+        sh.call(Op::Write, || guarded(|| sh.dev().writev_at(&bufs, issue.offset))).0
     };
     record(sh, &issue, started);
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
@@ -530,10 +613,14 @@ fn perform_read(sh: &Shared, issue: Issue<Timed>) {
         pos = off + len;
     }
     let started = Instant::now();
-    let res = {
+    let (res, damage) = {
         let mut slices: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
-        guarded(|| sh.dev().readv_at(&mut slices, issue.offset))
+        sh.call(Op::Read, || guarded(|| sh.dev().readv_at(&mut slices, issue.offset)))
     };
+    if res.is_ok() && damage {
+        // The returned copy only: the device keeps its bytes.
+        bufs.iter_mut().for_each(|b| sh.inject.damage(b));
+    }
     record(sh, &issue, started);
     sh.stats.read_ops.fetch_add(1, Ordering::Relaxed);
     if res.is_ok() {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use tarn_ondisk::kv::{self, KvMap};
 
-use super::core::PoolCore;
+use super::core::{names_device, PoolCore};
 use super::vet::{self, Role, Vetted};
 use super::Pool;
 use crate::arc::l2::{read_cache_label, CacheDevStatus};
@@ -26,7 +26,6 @@ use crate::arc::L2Params;
 use crate::error::{Error, ErrorKind, Result};
 use crate::sys::device::BlockDevice;
 use crate::sys::file::FileDevice;
-use crate::sys::inuse::DeviceId;
 use crate::tunables::Tunables;
 
 const KEY_PREFIX: &str = "cache:";
@@ -168,7 +167,7 @@ impl Pool {
         let devices = core.l2.devices();
         let mut chosen: Vec<u64> = Vec::new();
         for w in which {
-            let Some(d) = devices.iter().find(|d| names_cache_device(w, &d.path, d.guid)) else {
+            let Some(d) = devices.iter().find(|d| names_device(w, &d.path, d.guid)) else {
                 return Err(self.not_a_cache_device(w));
             };
             if chosen.contains(&d.guid) {
@@ -187,7 +186,7 @@ impl Pool {
     }
 
     fn not_a_cache_device(&self, which: &str) -> Error {
-        let data = self.core().vdevs.iter().any(|v| names_cache_device(which, &v.path, v.guid));
+        let data = self.core().leaf_named(which).is_some();
         let why = if data { "a data device, and only cache devices can be removed" } else { "not a cache device of the pool" };
         Error::not_found(format!("'{}' is not a cache device of pool '{}': it is {}", which, self.name(), why))
     }
@@ -195,14 +194,4 @@ impl Pool {
     pub fn cache_devices(&self) -> Vec<CacheDevStatus> {
         self.core().l2.devices()
     }
-}
-
-/// Whether `which` (a path, another name of the same file, or a guid)
-/// names the device recorded as `path` with `guid`.
-fn names_cache_device(which: &str, path: &str, guid: u64) -> bool {
-    if which == path || which == guid.to_string() {
-        return true;
-    }
-    let id = |p: &str| std::fs::metadata(p).ok().and_then(|m| DeviceId::of(&m));
-    matches!((id(which), id(path)), (Some(a), Some(b)) if a == b)
 }

@@ -59,6 +59,27 @@ pub const POOL_METADATA_COPIES: u8 = 3;
 /// A top-level vdev: blocks are striped over them (see `vdev`).
 pub type TopVdev = crate::vdev::Vdev;
 
+/// A leaf device of the pool as the administrator names it: its path (as
+/// `pool status` shows it) and guid, with its I/O object.
+#[derive(Clone, Copy)]
+pub struct LeafRef<'a> {
+    pub guid: u64,
+    pub path: &'a str,
+    pub leaf: &'a crate::io::Leaf,
+}
+
+/// Whether `which` — a path, another name of the same file or block
+/// device, or a guid in decimal or `0x` hex — names the device recorded as
+/// `path` with `guid` (zinject's and zpool's ways of naming a vdev).
+pub(crate) fn names_device(which: &str, path: &str, guid: u64) -> bool {
+    let hex = which.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok());
+    if which == path || which == guid.to_string() || hex == Some(guid) {
+        return true;
+    }
+    let id = |p: &str| std::fs::metadata(p).ok().and_then(|m| crate::sys::inuse::DeviceId::of(&m));
+    matches!((id(which), id(path)), (Some(a), Some(b)) if a == b)
+}
+
 /// A block being read ahead; demand readers of it wait here instead of
 /// issuing a second read.
 pub struct Inflight {
@@ -132,6 +153,11 @@ pub struct PrefetchStats {
 }
 
 impl PoolCore {
+    /// Every leaf's scheduler with its path and guid (`tarn inject`).
+    pub fn leaf_refs(&self) -> impl Iterator<Item = LeafRef<'_>> {
+        self.leaves().filter_map(|(_, v)| v.leaf().map(|leaf| LeafRef { guid: v.guid, path: &v.path, leaf }))
+    }
+
     /// Reads and verifies the block `bp` names; `what` names it for errors.
     /// For blocks that are not in an object set's tree (space maps, labels'
     /// targets, tools' walks): a read that finds no good copy is reported

@@ -45,6 +45,10 @@
 //! A read that finds no good copy of a block enters the pool's error log
 //! (`errlog`), kept in the MOS; every damaged copy a read meets is reported
 //! once to the daemon log.
+//!
+//! Faults can be injected into a live pool's leaf devices (`inject`,
+//! `tarn inject`); export and destroy are refused while any handler is in
+//! place, and a close ends them.
 
 pub mod alloc;
 pub mod brt;
@@ -52,6 +56,7 @@ pub mod cache_dev;
 pub mod core;
 pub mod errlog;
 pub mod import;
+pub mod inject;
 pub mod label;
 pub mod metrics;
 #[allow(clippy::module_inception)]

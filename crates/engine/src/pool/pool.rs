@@ -887,6 +887,7 @@ impl Pool {
     }
 
     fn close_with(&self, state: PoolState) -> Result<()> {
+        self.refuse_while_injecting(if state == PoolState::Destroyed { "destroy" } else { "export" })?;
         self.close()?;
         let mut cfg = self.sh.config.lock().clone();
         cfg.state = state;
@@ -896,6 +897,9 @@ impl Pool {
 
     /// Syncs what is dirty and stops the pool's threads. Called by drop too.
     pub fn close(&self) -> Result<()> {
+        // Injected faults end with the pool: the final sync is not
+        // failed (or delayed) by a rehearsal (`pool::inject`).
+        self.clear_injections();
         // A scan stops first: it reads (and repairs) through the devices
         // about to be shut.
         self.scan.cancel();
@@ -1383,7 +1387,7 @@ fn write_configs(core: &PoolCore, cfg: &LabelConfig) -> Result<()> {
         let mut c = cfg.clone();
         c.device_guid = v.guid;
         c.top_guid = top.guid;
-        if let Err(e) = write_config_all(l.device().as_ref(), &c) {
+        if let Err(e) = write_config_all(l, &c) {
             l.fault(Health::Faulted(format!("writing labels: {}", e)));
             if top.leaf().is_some() || !top.writable() {
                 return Err(Error::io(format!("writing labels of {}", v.path), e));

@@ -315,11 +315,11 @@ impl PoolCore {
         self.vdevs.iter().flat_map(|t| t.leaves().into_iter().map(move |l| (t, l)))
     }
 
-    /// The leaf named `name` (its path as `status` shows it, or its guid
-    /// in hex or decimal).
+    /// The leaf named `name` (see `core::names_device`: its path or
+    /// another name of the same device, or its guid in decimal or `0x`
+    /// hex).
     pub fn leaf_named(&self, name: &str) -> Option<(&Vdev, &Vdev)> {
-        let guid = u64::from_str_radix(name.trim_start_matches("0x"), 16).ok().into_iter().chain(name.parse::<u64>().ok()).collect::<Vec<_>>();
-        self.leaves().find(|(_, l)| l.path == name || guid.contains(&l.guid))
+        self.leaves().find(|(_, l)| super::core::names_device(name, &l.path, l.guid))
     }
 
     /// What happens when a leaf faults: the txg being synced is added to

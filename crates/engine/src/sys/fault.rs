@@ -111,12 +111,13 @@ pub struct FaultStats {
     pub refused_writes: u64,
 }
 
-/// splitmix64: tiny, fast, and good enough for fault decisions.
+/// splitmix64: tiny, fast, and good enough for fault decisions (here and
+/// in `io::inject`, the live pool's injection handlers).
 #[derive(Clone, Debug)]
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -130,7 +131,7 @@ impl Rng {
     }
 
     /// Uniform in [0, n); n > 0. The multiply-shift bias is below 2^-64 * n.
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
 
