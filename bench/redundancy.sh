@@ -55,7 +55,7 @@ fio_mib() {
   fio --name=a --filename="$DIR/a.img" --size="$SIZE" --bs=1M --rw=read --direct=1 --ioengine=psync \
       --name=b --filename="$DIR/b.img" --size="$SIZE" --bs=1M --rw=read --direct=1 --ioengine=psync \
       --group_reporting --output-format=json 2>/dev/null |
-    python3 -c "import json,sys; j=json.load(sys.stdin)['jobs'][0]; print(j['read']['bw']/1024)"
+    python3 -c "import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index('{'):])['jobs'][0]; print(j['read']['bw']/1024)"
 }
 
 resilver_ms() {
@@ -70,7 +70,7 @@ cp_ms() {
   drop; local t0; t0=$(ms)
   cp "$DIR/src.bin" "$DIR/dst.bin"; sync
   echo $(( $(ms) - t0 ))
-  rm -f "$DIR/dst.bin"
+  rm -f "$DIR/dst.bin" "$DIR/src.bin"
 }
 
 zfs_scrub_ms() {
@@ -87,21 +87,24 @@ zfs_scrub_ms() {
   zpool scrub zrb
   while zpool status zrb | grep -q "scrub in progress"; do sleep 0.2; done
   echo $(( $(ms) - t0 ))
-  zpool destroy zrb; rm -f "$DIR"/za.img "$DIR"/zb.img
+  zpool destroy -f zrb || { sleep 2; zpool destroy -f zrb; }; rm -f "$DIR"/za.img "$DIR"/zb.img
 }
 
 sc=(); fi=(); rs=(); cpv=(); zs=()
 for i in $(seq "$REPS"); do
+  # One data set on the disk at a time (the images are sparse).
   fill
   sc+=("$(scrub_ms)")
   "$T" daemon stop >/dev/null
   fi+=("$(fio_mib)")
+  cleanup
   zs+=("$(zfs_scrub_ms)")
   fill offline
   rs+=("$(resilver_ms)")
+  cleanup
   cpv+=("$(cp_ms)")
 done
-cleanup; rm -f "$DIR/src.bin"
+cleanup
 
 scrub_mib=$(python3 -c "print(2*$bytes/1048576/($(med "${sc[@]}")/1000))")
 echo "## Redundancy: scrub and resilver of a 2-way mirror holding $SIZE ($(date -u +%FT%TZ), $REPS runs, load $(cut -d' ' -f1 /proc/loadavg))"
