@@ -20,6 +20,11 @@ pub fn size(v: u64) -> String {
     }
 }
 
+/// Seconds as `HH:MM:SS` (hours past 99 as they are).
+pub fn hms(secs: u64) -> String {
+    format!("{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
 /// Rows as aligned columns (or tab-separated without a header for -H),
 /// one line each, ready to print.
 pub fn table(header: &[&str], rows: &[Vec<String>], scripted: bool) -> String {

@@ -162,8 +162,7 @@ fn iostat_json(m: &PoolMetrics, prev: Option<&PoolMetrics>) -> serde_json::Value
 
 /// `HH:MM:SS` (UTC) for arcstat's time column.
 fn clock() -> String {
-    let s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) % 86_400;
-    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    crate::fmt::hms(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) % 86_400)
 }
 
 pub fn arcstat(a: ArcstatArgs, tunables: &[String]) -> Result<()> {

@@ -381,8 +381,95 @@ fn scrub_repairs_a_damaged_copy_and_status_says_so() {
     e.ok(&["pool", "wait", "-t", "resilver", "tank"]);
     assert!(e.fails(&["pool", "wait", "nosuch"]).contains("'nosuch'"));
     let status = e.ok(&["pool", "status", "tank"]);
-    assert!(status.contains("scan: scrub repaired 0 in ") && status.contains(" with 1 errors on "), "{status}");
+    assert!(status.contains("scan: scrub repaired 0B in ") && status.contains(" with 1 errors on "), "{status}");
     let json: serde_json::Value = serde_json::from_str(&e.ok(&["pool", "status", "--json", "tank"])).unwrap();
     assert_eq!(json[0]["scan"]["state"], "Finished", "{json}");
     assert_eq!(json[0]["scan"]["report"]["bad_copies"], 1, "only the lost block's copy: {json}");
+}
+
+/// The scan of `pool status --json`.
+fn scan_json(e: &Env, pool: &str) -> serde_json::Value {
+    let json: serde_json::Value = serde_json::from_str(&e.ok(&["pool", "status", "--json", pool])).unwrap();
+    json[0]["scan"].clone()
+}
+
+/// A pool "tank" holding 48 files of 1 MiB (incompressible), synced, its
+/// scrubs read at 4 MiB/s (`tarn_scan_limit_bytes_per_sec`, kept across
+/// daemon restarts); a scrub started and waited for until it has checked
+/// something. Its scan then.
+fn slow_scrub_under_way(e: &Env) -> serde_json::Value {
+    let mnt = e.create("tank");
+    for i in 0..48u64 {
+        std::fs::write(format!("{mnt}/f{i}"), content(1 << 20, 100 + i)).unwrap();
+    }
+    e.ok(&["pool", "sync", "tank"]);
+    assert!(e.fails(&["tunable", "set", "tarn_scan_limit_bytes_per_sec=1000"]).contains("0 (no limit) or at least 64K"), "a rate too low to be meant is refused");
+    e.ok(&["tunable", "set", "tarn_scan_limit_bytes_per_sec=4M"]);
+    e.ok(&["pool", "scrub", "tank"]);
+    common::wait_for("the scrub to check something", || scan_json(e, "tank")["examined"].as_u64().unwrap_or(0) > 0);
+    let scan = scan_json(e, "tank");
+    assert!(scan["state"] == "Scanning" && scan["examined"].as_u64() < scan["to_examine"].as_u64(), "part way: {scan}");
+    scan
+}
+
+/// Issue 12, "What must be shown" item 6 (scrub): a scrub survives
+/// `kill -9` of the daemon. The next command starts a daemon that imports
+/// the pool from its cache file; the scrub continues from the figures the
+/// pool last synced (not from zero, same start time) and `pool wait`
+/// returns when it has finished, with nothing to repair.
+#[test]
+fn a_scrub_continues_after_the_daemon_is_killed() {
+    let Some(e) = Env::real("scrubkill") else { return };
+    let first = slow_scrub_under_way(&e);
+    let status = e.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("scan: scrub in progress since ") && status.contains(" issued"), "{status}");
+    e.ok(&["pool", "sync", "tank"]);
+    let pid = e.pid().expect("pid");
+    // SAFETY: killing our test's own daemon.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    e.wait_killed(pid);
+
+    let scan = scan_json(&e, "tank");
+    assert!(scan["state"] == "Scanning" && scan["start_time"] == first["start_time"] && scan["resumes"] == 1, "the same scrub continues: {scan}");
+    assert!(scan["examined"].as_u64() >= first["examined"].as_u64(), "from the synced figures: {scan} {first}");
+    // Rate and time left are this daemon's pass's: at 4 MiB/s, whatever
+    // the figures it inherited.
+    common::wait_for("a rate and a time left", || e.ok(&["pool", "status", "tank"]).contains(" to go"));
+    let scan = scan_json(&e, "tank");
+    assert!(scan["rate_bytes_per_sec"].as_u64() < Some(8 << 20) && scan["eta_secs"].as_u64().is_some(), "{scan}");
+    e.ok(&["tunable", "set", "tarn_scan_limit_bytes_per_sec=0"]);
+    let mut wait = e.cmd();
+    wait.args(["pool", "wait", "-t", "scrub", "tank"]);
+    assert!(common::within(wait, 120).status.success(), "pool wait returns");
+    let status = e.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("scan: scrub repaired 0B in ") && status.contains(" with 0 errors on "), "{status}");
+    let scan = scan_json(&e, "tank");
+    assert!(scan["state"] == "Finished" && scan["examined"] == scan["to_examine"] && scan["report"]["bad_copies"] == 0, "{scan}");
+}
+
+/// A paused scrub stays paused across export and import (its figures as
+/// they were, nothing read) until `pool scrub` resumes it; the finished
+/// scrub is then what `status` shows, after another export and import too.
+#[test]
+fn a_paused_scrub_stays_paused_across_export_and_import() {
+    let Some(e) = Env::real("scrubpause") else { return };
+    slow_scrub_under_way(&e);
+    e.ok(&["pool", "scrub", "-p", "tank"]);
+    e.ok(&["pool", "export", "tank"]);
+    e.ok(&["pool", "import", "-d", &e.dir.display().to_string(), "tank"]);
+    let paused = scan_json(&e, "tank");
+    assert!(paused["state"] == "Scanning" && paused["paused_since"].as_u64() > Some(0), "{paused}");
+    assert!(e.ok(&["pool", "status", "tank"]).contains("scan: scrub paused since "));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(scan_json(&e, "tank")["examined"], paused["examined"], "nothing is read while paused");
+
+    e.ok(&["tunable", "set", "tarn_scan_limit_bytes_per_sec=0"]);
+    e.ok(&["pool", "scrub", "-w", "tank"]);
+    let done = scan_json(&e, "tank");
+    assert!(done["state"] == "Finished" && done["resumes"] == 1 && done["report"]["error_count"] == 0, "{done}");
+    e.ok(&["pool", "export", "tank"]);
+    e.ok(&["pool", "import", "-d", &e.dir.display().to_string(), "tank"]);
+    let status = e.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("scan: scrub repaired 0B in ") && status.contains(" with 0 errors on "), "the last scrub's result is kept: {status}");
+    assert_eq!(scan_json(&e, "tank")["end_time"], done["end_time"]);
 }

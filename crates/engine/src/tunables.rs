@@ -216,7 +216,18 @@ tunables! {
     /// Space-log blocks between two space checkpoints.
     tarn_space_checkpoint_interval: u64 = 64;
     range 0, 10_000;
+    /// Most bytes a second a scrub reads, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
+    tarn_scan_limit_bytes_per_sec: u64 = 0;
+    range 0, 1 << 40;
 }
+
+/// Tunables whose nonzero values start above 1, and why: (name, least
+/// nonzero value).
+const NONZERO_FLOOR: &[(&str, u64)] = &[
+    // Below 64 KiB a second one 1 MiB extent of a scrub takes more than 16
+    // s; 0 is the way to say "no limit".
+    ("tarn_scan_limit_bytes_per_sec", 64 << 10),
+];
 
 /// Most operations in flight a queue class (or a device) may be given.
 /// OpenZFS has no cap; tarn's I/O threads (at most 256 per device) bound
@@ -365,6 +376,9 @@ impl Tunables {
         if v < min || v > max {
             return Err(bad(format!("out of its range {}{}", range, zero_reason(name, v))));
         }
+        if let Some(why) = below_floor(name, v) {
+            return Err(bad(why));
+        }
         Ok(v)
     }
 
@@ -383,6 +397,9 @@ impl Tunables {
                 let range = self.describe_range(min, max);
                 return Err(Error::invalid(format!("tunable '{}' is {}, out of its range {}{}", name, show_value(v), range, zero_reason(name, v))));
             }
+            if let Some(why) = below_floor(name, v) {
+                return Err(Error::invalid(format!("tunable '{}' is {}: {}", name, show_value(v), why)));
+            }
         }
         for &(lo, hi) in ORDERED {
             let (l, h) = (self.value(lo)?, self.value(hi)?);
@@ -392,6 +409,13 @@ impl Tunables {
         }
         Ok(())
     }
+}
+
+/// Why nonzero `v` is refused by a tunable whose nonzero values start
+/// higher (`NONZERO_FLOOR`).
+fn below_floor(name: &str, v: u64) -> Option<String> {
+    let &(_, floor) = NONZERO_FLOOR.iter().find(|(n, _)| *n == name)?;
+    (v != 0 && v < floor).then(|| format!("0 (no limit) or at least {}", show_value(floor)))
 }
 
 /// Why `v` is out of the tunable's range, where that is not just size:
@@ -415,6 +439,20 @@ mod tests {
     use super::*;
     use crate::io::queue::{QueuedIo, VdevQueue};
     use crate::io::{IoClass, IoKind};
+
+    #[test]
+    fn a_scan_rate_limit_is_zero_or_a_rate_meant() {
+        let mut t = Tunables::default();
+        assert_eq!(t.tarn_scan_limit_bytes_per_sec, 0, "no limit by default");
+        let err = t.set("tarn_scan_limit_bytes_per_sec", "1000").expect_err("1000 B/s");
+        assert!(err.msg.contains("'tarn_scan_limit_bytes_per_sec'") && err.msg.contains("0 (no limit) or at least 64K"), "{err}");
+        assert_eq!(t.tarn_scan_limit_bytes_per_sec, 0, "nothing changed");
+        t.set("tarn_scan_limit_bytes_per_sec", "64K").expect("64K");
+        t.set("tarn_scan_limit_bytes_per_sec", "0").expect("0");
+        assert!(t.set("tarn_scan_limit_bytes_per_sec", "2T").is_err(), "above its range");
+        let bad = Tunables { tarn_scan_limit_bytes_per_sec: 5, ..Tunables::default() };
+        assert!(bad.validate().expect_err("5 B/s").msg.contains("at least 64K"));
+    }
 
     #[test]
     fn defaults_are_sane_and_settable() {

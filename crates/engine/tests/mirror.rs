@@ -19,22 +19,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, mem_devs, pattern, put, small_tunables, verified};
+use common::{as_dyn, mem_devs, mirror_pool, pattern, put, small_tunables, verified};
 use tarn_engine::pool::vdevs::{Layout, NewTop};
 use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice};
 use tarn_engine::{CreateOptions, OpenOptions, Pool};
 use tarn_ondisk::bp::BlockPtr;
-
-/// A pool "tank" of `groups` 2-way mirrors on in-memory devices (device
-/// 2i and 2i+1 form mirror i), with `copies` copies of data.
-fn mirror_pool(groups: usize, copies: &str) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(2 * groups, 128 << 20, 7);
-    let named = as_dyn(&devs);
-    let tops = named.chunks(2).map(|c| NewTop { layout: Layout::Mirror, devices: c.to_vec() }).collect();
-    let opts = CreateOptions { tunables: small_tunables(), root_props: vec![("copies".into(), copies.into())], ..Default::default() };
-    let pool = Pool::create_tops("tank", tops, vec![], &opts).expect("create a mirror pool");
-    (devs, pool)
-}
 
 fn open(devs: &[Arc<FaultDevice>]) -> tarn_engine::Result<Pool> {
     Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })

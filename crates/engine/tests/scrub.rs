@@ -12,16 +12,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{corrupt, new_pool, pattern, put, verified};
+use common::{blocks, corrupt, new_pool, pattern, put, verified};
 use tarn_engine::sys::FaultDevice;
 use tarn_engine::Pool;
-use tarn_ondisk::bp::BlockPtr;
-
-/// Every block pointer of object `obj` of the root data set (0: its dnode
-/// array).
-fn blocks(pool: &Pool, obj: u64) -> Vec<BlockPtr> {
-    pool.root().tree(obj, 1 << 20).expect("tree").into_iter().map(|(_, _, bp)| bp).filter(|bp| !bp.is_hole() && !bp.is_embedded()).collect()
-}
 
 /// Damages copy `k` of every block of each object (and of the dnode
 /// array); returns how many copies were damaged.
@@ -165,8 +158,10 @@ fn a_background_scrub_is_one_at_a_time_cancelable_and_stopped_by_export() {
     pool.scrub_cancel().expect("cancel");
     assert_eq!(pool.scan_status().state, ScanState::Canceled);
     pool.scrub_start().expect("start again");
-    pool.export().expect("export cancels the scan first");
-    assert!(matches!(pool.scan_status().state, ScanState::Canceled | ScanState::Finished));
+    pool.export().expect("export stops the scan first");
+    let st = pool.scan_status();
+    assert!(matches!(st.state, ScanState::Scanning | ScanState::Finished), "an export stops a scan without ending it: {st:?}");
+    assert!(pool.scrub_start().is_err(), "no scan starts on an exported pool");
 }
 
 /// `scrub -p` pauses a scan before its next extent (it reads nothing

@@ -515,33 +515,54 @@ fn health_lines(s: &PoolStatus) -> Vec<String> {
     vec![format!("status: {}", status), format!("action: {}", action)]
 }
 
-/// The "scan:" lines of `status`, as zpool prints them.
+/// The "scan:" lines of `status`, as zpool prints them. The rate and the
+/// time left are the engine's, measured over the running pass only (a
+/// scrub continued after an import inherits its figures, not its time).
 fn scan_lines(scan: &ScanStatus) -> Vec<String> {
     let r = &scan.report;
     let f = scan.func.name();
+    let pct = if scan.to_examine == 0 { 0.0 } else { 100.0 * scan.examined as f64 / scan.to_examine as f64 };
+    let checked = format!("{} / {}", bytes(scan.examined), if scan.to_examine == 0 { "?".to_string() } else { bytes(scan.to_examine) });
+    let done = match scan.func {
+        ScanFunc::Scrub => "repaired",
+        ScanFunc::Resilver => "resilvered",
+    };
     match scan.state {
         ScanState::None => vec![],
         ScanState::Scanning if scan.paused_since != 0 => vec![
             format!("  scan: {} paused since {}", f, super::utc(scan.paused_since)),
             format!("        {} started on {}", f, super::utc(scan.start_time)),
-            format!("        {} scanned of {}", fmt::size(scan.examined), fmt::size(scan.to_examine)),
+            format!("        {} issued", checked),
+            format!("        {} {}, {:.2}% done", bytes(r.repaired_bytes), done, pct),
         ],
         ScanState::Scanning => {
-            let pct = if scan.to_examine == 0 { 0.0 } else { 100.0 * scan.examined as f64 / scan.to_examine as f64 };
+            let (rate, left) = match scan.eta_secs {
+                Some(eta) if scan.rate_bytes_per_sec > 0 => (format!(" at {}/s", bytes(scan.rate_bytes_per_sec)), format!("{} to go", fmt::hms(eta))),
+                _ => (String::new(), "no estimated completion time".to_string()),
+            };
             vec![
                 format!("  scan: {} in progress since {}", f, super::utc(scan.start_time)),
-                format!("        {} scanned of {} ({:.2}% done)", fmt::size(scan.examined), if scan.to_examine == 0 { "?".to_string() } else { fmt::size(scan.to_examine) }, pct),
+                format!("        {} issued{}", checked, rate),
+                format!("        {} {}, {:.2}% done, {}", bytes(r.repaired_bytes), done, pct, left),
             ]
         }
         ScanState::Finished => {
-            let secs = r.seconds.round() as u64;
-            let done = match scan.func {
-                ScanFunc::Scrub => format!("scrub repaired {}", fmt::size(r.repaired_bytes)),
-                ScanFunc::Resilver => format!("resilvered {}", fmt::size(r.repaired_bytes)),
+            let what = match scan.func {
+                ScanFunc::Scrub => format!("scrub repaired {}", bytes(r.repaired_bytes)),
+                ScanFunc::Resilver => format!("resilvered {}", bytes(r.repaired_bytes)),
             };
-            vec![format!("  scan: {} in {:02}:{:02}:{:02} with {} errors on {}", done, secs / 3600, secs / 60 % 60, secs % 60, r.errors.len(), super::utc(scan.end_time))]
+            vec![format!("  scan: {} in {} with {} errors on {}", what, fmt::hms(r.seconds.round() as u64), r.error_count, super::utc(scan.end_time))]
         }
         ScanState::Canceled => vec![format!("  scan: {} canceled on {}", f, super::utc(scan.end_time))],
+    }
+}
+
+/// A byte count as zpool's scan line prints it: `0B`, `512B`, `1.50M`.
+fn bytes(v: u64) -> String {
+    if v < 1024 {
+        format!("{}B", v)
+    } else {
+        fmt::size(v)
     }
 }
 

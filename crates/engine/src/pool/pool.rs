@@ -18,7 +18,7 @@ use super::alloc::metaslab::Allocator;
 use super::core::PoolCore;
 use super::import::{plan_rewind, Found, Rewind};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
-use super::scan::ScanFunc;
+use super::scan::{PassEnd, ScanFunc, ScanReport, ScanState, ScanStatus, Scanner, Start};
 use super::spacemap;
 use super::vdevs::{self, Layout, NewTop, TopSpec};
 use super::vet::{Role, Vetted};
@@ -40,6 +40,8 @@ const KEY_ROOT: &str = "root_dataset";
 const KEY_BRT: &str = "brt";
 /// Pool directory key naming the error log's MOS object (`errlog`).
 const KEY_ERRLOG: &str = "errlog";
+/// Pool directory key naming the scan record's MOS object (`scan`).
+const KEY_SCAN: &str = "scan";
 const KEY_BP: &str = "bp";
 
 #[derive(Clone, Debug)]
@@ -169,7 +171,7 @@ pub struct PoolStatus {
     /// written (see `Suspension`).
     #[serde(default)]
     pub suspension: Option<Suspension>,
-    /// The running or last scan since import (`None`: none).
+    /// The running or last scan, as recorded in the pool (`None`: none).
     #[serde(default)]
     pub scan: Option<super::scan::ScanStatus>,
 }
@@ -234,6 +236,8 @@ pub(crate) struct Shared {
     pub mos: Arc<Objset>,
     pub root: Arc<Objset>,
     pub dsl: Arc<Datasets>,
+    /// The pool's scan (scrub) and its record.
+    scan: Arc<Scanner>,
     sync: Mutex<SyncState>,
     config: Mutex<LabelConfig>,
     /// The pool directory (properties, cache devices, the table): written
@@ -253,8 +257,6 @@ pub struct Pool {
     sh: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
-    /// The pool's scan (scrub), if one ran since import.
-    scan: Arc<super::scan::Scanner>,
 }
 
 /// Validates a pool name the way zpool does.
@@ -623,6 +625,13 @@ impl Pool {
             }
         }
         super::vdev_admin::derive_dtls(&sh.core, &newest, ub.txg);
+        // So is a damaged scan record: the scan's result, or a scan
+        // that was running (start it again).
+        if let Some(obj) = kv::get_u64(&props, KEY_SCAN) {
+            if let Err(e) = sh.scan.restore(&sh.mos, obj) {
+                sh.open_warnings.lock().push(format!("pool '{}': {}; the last scan is forgotten", sh.core.name, e));
+            }
+        }
         *sh.pool_props.lock() = props;
         for (_, l) in sh.core.leaves().filter(|(top, l)| top.leaf().is_none() && !l.up()) {
             sh.open_warnings.lock().push(format!("pool '{}': '{}' is {}{}; the pool is DEGRADED", sh.core.name, l.path, l.state().name(), l.reason().map(|r| format!(" ({})", r)).unwrap_or_default()));
@@ -635,11 +644,7 @@ impl Pool {
         }
         let pool = Pool::start(sh);
         if !opts.readonly {
-            // Leaves that missed txgs (back after an absence, or a resilver
-            // cut short by an export or a crash) resilver at once.
-            if let Err(e) = pool.resilver_start() {
-                pool.sh.open_warnings.lock().push(format!("pool '{}': cannot start the resilver: {}", pool.sh.core.name, e));
-            }
+            pool.continue_scans();
         }
         Ok(pool)
     }
@@ -656,7 +661,7 @@ impl Pool {
                     .expect("spawning the sync thread"),
             )
         };
-        Pool { sh, thread: Mutex::new(thread), closed: Mutex::new(false), scan: Default::default() }
+        Pool { sh, thread: Mutex::new(thread), closed: Mutex::new(false) }
     }
 
     pub fn name(&self) -> &str {
@@ -761,7 +766,7 @@ impl Pool {
             error,
             data_errors: core.errlog.total(),
             suspension: self.suspension(),
-            scan: Some(self.scan.status()).filter(|s| s.state != super::scan::ScanState::None),
+            scan: Some(self.sh.scan.status()).filter(|s| s.state != ScanState::None),
         }
     }
 
@@ -901,8 +906,9 @@ impl Pool {
         // failed (or delayed) by a rehearsal (`pool::inject`).
         self.clear_injections();
         // A scan stops first: it reads (and repairs) through the devices
-        // about to be shut.
-        self.scan.cancel();
+        // about to be shut. Its record, written by the last sync below,
+        // keeps it running for the next import.
+        self.sh.scan.stop();
         let mut closed = self.closed.lock();
         if *closed {
             return Ok(());
@@ -937,98 +943,125 @@ impl Pool {
         super::verify::verify(&self.sh.core, &mos, txg, &blocks)
     }
 
-    /// Starts a scrub on a thread of its own, or resumes a paused one:
-    /// every copy of every block of
-    /// the last synced txg read and checked, damaged copies rewritten from
-    /// good ones (see `pool::scan`); `scan_status` follows it. One at a
-    /// time; frees made meanwhile become allocatable when it ends.
+    /// Starts a scrub on a thread of its own, or resumes a paused one, or
+    /// continues one from the pool's scan record: every copy of every
+    /// block of the last synced txg read and checked, damaged copies
+    /// rewritten from good ones (see `pool::scan`); `scan_status` follows
+    /// it. One at a time; frees made meanwhile become allocatable when it
+    /// ends.
     pub fn scrub_start(&self) -> Result<()> {
         self.scan_allowed()?;
-        if self.scan.resume() {
+        if self.sh.scan.start(ScanFunc::Scrub)? == Start::Resumed {
             return Ok(());
         }
-        self.scan.begin(&self.sh.core.name, ScanFunc::Scrub)?;
         self.spawn_scan(ScanFunc::Scrub)
     }
 
     /// Starts resilvering every leaf that is up and missed txgs (see
-    /// `pool::resilver`), cancelling a running scrub first (as zpool: a
-    /// resilver goes first). Nothing to resilver: Ok, nothing started.
+    /// `pool::resilver`), cancelling a scrub first (as zpool: a resilver
+    /// goes first). Nothing to resilver: Ok, nothing started.
     pub fn resilver_start(&self) -> Result<()> {
         self.scan_allowed()?;
         if super::resilver::targets(&self.sh.core).is_empty() {
             return Ok(());
         }
-        let st = self.scan.status();
-        if st.state == super::scan::ScanState::Scanning && st.func == ScanFunc::Scrub {
-            self.scan.cancel();
+        let st = self.sh.scan.status();
+        if st.state == ScanState::Scanning && st.func == ScanFunc::Scrub {
+            self.sh.scan.cancel();
         }
-        self.scan.begin(&self.sh.core.name, ScanFunc::Resilver)?;
+        self.sh.scan.start(ScanFunc::Resilver)?;
         self.spawn_scan(ScanFunc::Resilver)
     }
 
-    /// Runs the scan `begin` recorded on a thread of its own.
+    /// At import: leaves that missed txgs resilver at once (back after an
+    /// absence, or a resilver cut short by an export or a crash); else a
+    /// scrub the pool was running continues from its record (a paused one
+    /// waits for `scrub_start`). What cannot start is a warning of the
+    /// import, not its failure.
+    fn continue_scans(&self) {
+        let resilvers = !super::resilver::targets(&self.sh.core).is_empty();
+        let started = if resilvers {
+            self.resilver_start().map_err(|e| format!("cannot start the resilver: {}", e))
+        } else {
+            // A resilver recorded as under way has nothing left to do.
+            self.sh.scan.end_idle_resilver();
+            match self.sh.scan.continues_after_import() {
+                true => self.scrub_start().map_err(|e| format!("the scrub under way does not continue: {}", e)),
+                false => Ok(()),
+            }
+        };
+        if let Err(why) = started {
+            self.sh.open_warnings.lock().push(format!("pool '{}': {}", self.sh.core.name, why));
+        }
+    }
+
+    /// Runs the scan `Scanner::start` set up on a thread of its own.
     fn spawn_scan(&self, func: ScanFunc) -> Result<()> {
-        let (sh, scan) = (self.sh.clone(), self.scan.clone());
-        let spawned = std::thread::Builder::new().name(format!("scan {}", self.sh.core.name)).spawn(move || run_scan(&sh, &scan, func, &mut || {}));
+        let sh = self.sh.clone();
+        let spawned = std::thread::Builder::new().name(format!("scan {}", self.sh.core.name)).spawn(move || run_scan(&sh, func, &mut || {}));
         match spawned {
             Ok(t) => {
-                self.scan.set_thread(t);
+                self.sh.scan.set_thread(t);
                 Ok(())
             }
             Err(e) => {
-                self.scan.end(super::scan::ScanReport::default(), true);
-                Err(Error::io(format!("pool '{}': cannot start the scan thread", self.sh.core.name), e))
+                let err = Error::io(format!("pool '{}': cannot start the scan thread", self.sh.core.name), e);
+                self.sh.scan.end(PassEnd::Canceled, Some(err.to_string()));
+                Err(err)
             }
         }
     }
 
     /// Scrubs in the caller's thread, to the end (see `scrub_start`).
-    pub fn scrub(&self) -> Result<super::scan::ScanReport> {
+    pub fn scrub(&self) -> Result<ScanReport> {
         self.scrub_pausing(&mut || {})
     }
 
     /// As `scrub`, running `paused` after the scan gathered its blocks and
     /// before it reads them (for tests that change the pool under a scan).
     #[doc(hidden)]
-    pub fn scrub_pausing(&self, paused: &mut dyn FnMut()) -> Result<super::scan::ScanReport> {
+    pub fn scrub_pausing(&self, paused: &mut dyn FnMut()) -> Result<ScanReport> {
         self.scan_allowed()?;
-        self.scan.begin(&self.sh.core.name, ScanFunc::Scrub)?;
-        run_scan(&self.sh, &self.scan, ScanFunc::Scrub, paused);
-        Ok(self.scan.wait().report)
+        // A paused scrub continues on its own thread; wait for it.
+        if self.sh.scan.start(ScanFunc::Scrub)? == Start::Run {
+            run_scan(&self.sh, ScanFunc::Scrub, paused);
+        }
+        Ok(self.sh.scan.wait().report)
     }
 
     /// Pauses the running scan (`scrub_start` resumes it).
     pub fn scrub_pause(&self) -> Result<()> {
-        if self.scan.pause() {
+        self.sh.core.check_writable()?;
+        if self.sh.scan.pause() {
             Ok(())
         } else {
             Err(Error::invalid(format!("cannot pause scrubbing '{}': there is no active scrub", self.sh.core.name)))
         }
     }
 
-    /// Cancels the running scan and waits for it to stop.
+    /// Cancels the scan, running or paused, and waits for it to stop.
     pub fn scrub_cancel(&self) -> Result<()> {
-        if self.scan.cancel() {
+        self.sh.core.check_writable()?;
+        if self.sh.scan.cancel() {
             Ok(())
         } else {
             Err(Error::invalid(format!("cannot cancel scrubbing '{}': there is no active scrub", self.sh.core.name)))
         }
     }
 
-    /// The running or last scan since import.
-    pub fn scan_status(&self) -> super::scan::ScanStatus {
-        self.scan.status()
+    /// The running or last scan, as recorded in the pool.
+    pub fn scan_status(&self) -> ScanStatus {
+        self.sh.scan.status()
     }
 
     /// The pool's scanner, to wait for a scan without holding the pool.
-    pub fn scanner(&self) -> Arc<super::scan::Scanner> {
-        self.scan.clone()
+    pub fn scanner(&self) -> Arc<Scanner> {
+        self.sh.scan.clone()
     }
 
     /// Waits for the running scan (if any) to end; returns its status.
-    pub fn scan_wait(&self) -> super::scan::ScanStatus {
-        self.scan.wait()
+    pub fn scan_wait(&self) -> ScanStatus {
+        self.sh.scan.wait()
     }
 
     fn scan_allowed(&self) -> Result<()> {
@@ -1051,10 +1084,11 @@ impl Pool {
     }
 }
 
-/// One scan, start to end, with the allocator's hold on frees (see
-/// `pool::scan`); its end is recorded in `scan` however it ends.
-fn run_scan(sh: &Shared, scan: &super::scan::Scanner, func: ScanFunc, paused: &mut dyn FnMut()) {
-    /// Ends the allocator's hold however the scan ends.
+/// One pass of the pool's scan (a scrub, or a resilver), with the
+/// allocator's hold on frees (see `pool::scan`); its end is recorded in the
+/// scanner however it ends.
+fn run_scan(sh: &Shared, func: ScanFunc, paused: &mut dyn FnMut()) {
+    /// Ends the allocator's hold however the pass ends.
     struct Hold<'a>(&'a PoolCore);
     impl Drop for Hold<'_> {
         fn drop(&mut self) {
@@ -1068,19 +1102,21 @@ fn run_scan(sh: &Shared, scan: &super::scan::Scanner, func: ScanFunc, paused: &m
     };
     let hold = Hold(&sh.core);
     let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match func {
-        ScanFunc::Scrub => super::scan::scrub(&sh.core, scan, &mos, txg, &blocks, paused),
+        ScanFunc::Scrub => super::scan::pass(&sh.core, &sh.scan, &mos, txg, &blocks, paused),
         ScanFunc::Resilver => {
             let targets = super::resilver::targets(&sh.core);
-            super::resilver::resilver(&sh.core, scan, &mos, txg, &blocks, &targets)
+            let (report, canceled) = super::resilver::resilver(&sh.core, &sh.scan, &mos, txg, &blocks, &targets);
+            sh.scan.set_report(report);
+            match canceled {
+                true => sh.scan.halted().unwrap_or(PassEnd::Canceled),
+                false => PassEnd::Finished,
+            }
         }
     }));
     drop(hold);
     match ran {
-        Ok((report, canceled)) => scan.end(report, canceled),
-        Err(_) => {
-            let report = super::scan::ScanReport { txg, errors: vec![format!("pool '{}': the scan failed (a panic; see the log)", sh.core.name)], ..Default::default() };
-            scan.end(report, true);
-        }
+        Ok(end) => sh.scan.end(end, None),
+        Err(_) => sh.scan.end(PassEnd::Canceled, Some(format!("pool '{}': the scan failed (a panic; see the log)", sh.core.name))),
     }
 }
 
@@ -1336,6 +1372,7 @@ impl ShellShared {
         self.core.brt.attach(&mos);
         let dsl = Datasets::new(self.core.clone(), mos.clone(), root_rec.as_ref().map_or(ROOT_RECORD, |r| r.id), root.clone(), root_rec);
         Shared {
+            scan: Arc::new(Scanner::new(&self.core.name)),
             core: self.core,
             mos,
             root,
@@ -1427,7 +1464,7 @@ impl Shared {
     /// older txg to rewind to. Writers that need the deferred space make
     /// the pool sync (`Objset::begin_for`), and `statfs` counts it free.
     fn has_work(&self, txg: u64) -> bool {
-        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire) || self.core.errlog.is_dirty()
+        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire) || self.core.errlog.is_dirty() || self.scan.is_dirty()
     }
 
     /// Writes the pool directory into `txg` when it changed: by a property
@@ -1505,7 +1542,8 @@ impl Shared {
         core.brt.release_unlinked(&core, txg)?;
         let brt_created = core.brt.flush(&self.mos, txg)?;
         let errlog_created = core.errlog.flush(&self.mos, txg)?;
-        let created = brt_created.map(|o| (KEY_BRT, o)).into_iter().chain(errlog_created.map(|o| (KEY_ERRLOG, o)));
+        let scan_created = self.scan.flush(&self.mos, txg)?;
+        let created = brt_created.map(|o| (KEY_BRT, o)).into_iter().chain(errlog_created.map(|o| (KEY_ERRLOG, o))).chain(scan_created.map(|o| (KEY_SCAN, o)));
         self.sync_pool_dir(txg, created)?;
         let mos_bp = self.mos.sync(txg, &group)?;
         let t_issue = t0.elapsed();

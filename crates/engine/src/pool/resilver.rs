@@ -75,7 +75,8 @@ pub(crate) fn resilver(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: 
     let start = Instant::now();
     let (gathered, walk_errors) = super::verify::gather(core, mos, txg, space_blocks);
     let blocks: Vec<BlockPtr> = gathered.into_iter().map(|(bp, _)| bp).collect();
-    let mut rep = ScanReport { txg, blocks: blocks.len() as u64, errors: walk_errors, ..Default::default() };
+    let mut rep = ScanReport { txg, blocks: blocks.len() as u64, walk_error_count: walk_errors.len() as u64, ..Default::default() };
+    walk_errors.into_iter().for_each(|e| rep.error(e));
     let jobs = jobs(core, &blocks, targets, &mut rep);
     scanner.set_to_examine(jobs.iter().map(|j| j.len).sum());
     let next = AtomicU64::new(0);
@@ -102,14 +103,7 @@ pub(crate) fn resilver(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: 
             .collect();
         workers.into_iter().map(|w| w.join().expect("a resilver worker panicked")).collect()
     });
-    for r in results {
-        rep.copies += r.copies;
-        rep.bytes += r.bytes;
-        rep.reads += r.reads;
-        rep.repaired_copies += r.repaired_copies;
-        rep.repaired_bytes += r.repaired_bytes;
-        rep.errors.extend(r.errors);
-    }
+    results.into_iter().for_each(|r| rep.add(r));
     rep.seconds = start.elapsed().as_secs_f64();
     if scanner.canceled() {
         return (rep, true);
@@ -127,7 +121,7 @@ fn jobs(core: &PoolCore, blocks: &[BlockPtr], targets: &[Target], rep: &mut Scan
             for (t, target) in targets.iter().enumerate().filter(|(_, t)| t.top == dva.vdev && t.dtl.contains(bp.birth)) {
                 match core.copy_extent(bp, dva) {
                     Ok((_, len)) => out.push(Job { vdev: dva.vdev, offset: dva.offset, len, block: i, target: t }),
-                    Err(e) => rep.errors.push(format!("{} block (birth {}) for {:016x}: {}", bp.otype.name(), bp.birth, target.guid, e)),
+                    Err(e) => rep.error(format!("{} block (birth {}) for {:016x}: {}", bp.otype.name(), bp.birth, target.guid, e)),
                 }
             }
         }
@@ -151,7 +145,7 @@ fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut Scan
     let data = match top.read_checked(IoClass::Scrub, job.offset, job.len, bp.birth, &check, false) {
         Ok(d) => d,
         Err(e) => {
-            r.errors.push(format!("{} block (level {}, birth {}): no good copy to resilver {} from: {}", bp.otype.name(), bp.level, bp.birth, leaf.path, e));
+            r.error(format!("{} block (level {}, birth {}): no good copy to resilver {} from: {}", bp.otype.name(), bp.level, bp.birth, leaf.path, e));
             return false;
         }
     };
@@ -165,7 +159,7 @@ fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut Scan
             true
         }
         Err(e) => {
-            r.errors.push(format!("resilver write of {:#x} on {}: {}", job.offset, leaf.path, e));
+            r.error(format!("resilver write of {:#x} on {}: {}", job.offset, leaf.path, e));
             false
         }
     }
@@ -178,11 +172,11 @@ fn finish(core: &PoolCore, targets: &[Target], failed: &[u64], txg: u64, rep: &m
         let Some(leaf) = core.vdevs.get(t.top as usize).and_then(|top| target_leaf(top, t.guid)) else { continue };
         let ok = leaf.leaf().is_some_and(|io| io.flush().is_ok()) && leaf.writable();
         if !ok {
-            rep.errors.push(format!("{} went down during the resilver; it resilvers again when back", leaf.path));
+            rep.error(format!("{} went down during the resilver; it resilvers again when back", leaf.path));
             continue;
         }
         if failed > 0 {
-            rep.errors.push(format!("{}: {} blocks could not be resilvered; its DTL stays", leaf.path, failed));
+            rep.error(format!("{}: {} blocks could not be resilvered; its DTL stays", leaf.path, failed));
             continue;
         }
         leaf.dtl.lock().remove_through(txg);

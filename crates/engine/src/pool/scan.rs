@@ -1,75 +1,158 @@
 //! Scrub: read every copy of every block the pool references, check each
 //! against its block pointer's checksum, and rewrite a damaged copy from a
-//! good one (OpenZFS's `dsl_scan` with its sorted issue, for a pool of
-//! plain vdevs: what repairs is the ditto copies — `copies`, and the extra
-//! copies `redundant_metadata` gives metadata).
+//! good one (OpenZFS's `dsl_scan` with its sorted issue). What repairs is
+//! the other copies: a mirror's children, and ditto copies — `copies`, and
+//! the extra copies `redundant_metadata` gives metadata. A scan covers the
+//! tree of one synced txg N, keeps its figures and its position in the
+//! MOS, and continues after an export, a crash or a killed daemon.
 //!
 //! ```text
-//!  1. hold frees      allocator: frees after txg N stay deferred
-//!  2. gather          walk txg N's tree (verify's walker): metadata read
-//!                     on the way, every block pointer noted once
-//!  3. sort            one entry per copy, by (vdev, offset)
+//!  1. hold frees      allocator: frees after the walked txg stay deferred
+//!  2. gather          walk the last synced tree (verify's walker):
+//!                     metadata read on the way, every block noted once;
+//!                     keep the blocks born (physically) by txg N
+//!  3. sort            one entry per copy and leaf (a mirror holds each
+//!                     copy once per child), by (vdev, child, offset);
+//!                     drop the copies at or before the saved position
 //!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
-//!                     SCAN_WORKERS extents in flight, each copy checked
-//!                     on its own; IoClass::Scrub, so the scheduler gives
-//!                     foreground I/O priority
-//!  5. repair          a block with a bad copy and a good one: the good
-//!                     copy read again, checked, written over the bad
-//!                     one, flushed (the scan keeps no data in memory)
-//!  6. release frees
+//!                     SCAN_WORKERS extents in flight, each copy checked on
+//!                     its own; IoClass::Scrub, so the scheduler gives
+//!                     foreground I/O priority; paced by
+//!                     tarn_scan_limit_bytes_per_sec (each run charged
+//!                     after it is read)
+//!  5. repair          a bad copy at once: another copy of its block (on
+//!                     another child, or another DVA) read, checked and
+//!                     written over it, flushed (the scan keeps no data
+//!                     in memory)
+//!  6. commit          a run's figures join the scan's, and the position
+//!                     moves past it, once every earlier run is done too
+//!  7. release frees
 //! ```
 //!
-//! Why the hold makes repair safe: the scan reads the tree of the synced
-//! txg N while the pool goes on. A block of that tree freed later (txg >
-//! N) would, once its deferral ended, be allocated to new data; a repair
+//! Why the hold makes repair safe: a pass reads the tree of synced txg R
+//! while the pool goes on. A block of that tree freed later (txg > R)
+//! would, once its deferral ended, be allocated to new data; a repair
 //! written there afterwards would destroy it. While the hold lasts, such
 //! frees stay deferred (`Allocator::hold_frees_after`), so every copy the
-//! scan found is still the block it was, or free space: rewriting the
+//! pass found is still the block it was, or free space: rewriting the
 //! block's own bytes there is harmless either way. The cost: space freed
-//! during a scan becomes allocatable only when it ends.
+//! during a scan (the scan record's own MOS updates included, a few blocks
+//! a txg) becomes allocatable only when the pass ends.
 //!
 //! A block no copy of which verifies is an error of the report and enters
 //! the pool's error log under its bookmark (`status -v` names its file);
-//! every bad copy counts a checksum error against its device, as a read
-//! does.
+//! its first copy in sorted order reports it, so once per scan. Every bad
+//! copy counts a checksum error against its device, as a read does.
+//!
+//! ## The record, and resuming
+//! The scan's state lives in a MOS object (`record`, docs/format.md §11c):
+//! function (scrub, or resilver), state (scanning, finished, canceled),
+//! when paused, the txg N it covers, start and end time, bytes to examine
+//! and examined, copies, reads, bad and repaired copies, errors, time
+//! spent, and — for a scrub — the *position*: the greatest (vdev, child,
+//! offset) such that every copy at or before it has been checked and, if
+//! bad, repaired. The
+//! sync thread writes it in every txg in which it changed (a pass changes
+//! it with every run it commits), so an idle pool syncs every
+//! `zfs_txg_timeout` while a scan runs; never per I/O.
+//!
+//! Import loads the record. A finished or canceled scan is what `status`
+//! shows; a scrub under way continues at once (a paused one when `pool
+//! scrub` resumes it): a new pass walks the tree of the txg R now synced,
+//! keeps the blocks whose physical birth is ≤ N, drops the copies at or
+//! before the position, and adds its figures to the saved ones. Closing
+//! the pool (export, daemon stop) stops a pass without ending the scan;
+//! `-s` ends it as canceled. A resilver keeps no position: the leaves'
+//! DTLs (`pool::resilver`) say what is left, and import starts a new one
+//! from them — which goes first, ending a scrub under way as canceled.
+//!
+//! Why the position is a sound resume key although the tree changes
+//! between N and R (blocks freed, their space reallocated): a block never
+//! moves, and it is referenced from the txg that wrote it until the txg
+//! that frees it, never after (a clone copies a pointer that is live; a
+//! rollback returns to a snapshot that still references its blocks). Take
+//! a copy the new pass finds with physical birth b ≤ N: its block is
+//! referenced at R, so it was at N too, at the same DVA, and the first
+//! pass sorted this very copy under the same key. If that key is at or
+//! before the position, the first pass checked it; else the new pass
+//! does. So every copy of N's tree that still exists is checked once, and
+//! none twice. Space freed and reallocated after N holds blocks of
+//! physical birth > N, which the birth filter drops wherever they sit —
+//! before the position or after it (they are new, checksummed as they
+//! were written). A cloned block is new in its file but old on disk,
+//! hence the *physical* birth. The figures agree: they count the copies of
+//! committed runs only, so a run a crash interrupted is read again and
+//! counted once — though a repair it made before the crash then goes
+//! uncounted (the copy reads good). (Two blocks sharing a DVA — a damaged
+//! pool — would share a key; `verify` reports that.) A mirror child is
+//! keyed by its place among its vdev's children, which no command
+//! changes yet; attach and detach will have to keep it (or restart the
+//! scrub) — a child that was down in the first pass and is back is skipped
+//! where the position has passed it, its resilver's business.
 //!
 //! A pool runs at most one scan at a time, on a thread of its own
 //! (`Scanner`): `tarn pool scrub` starts it (or resumes a paused one), `-p`
 //! pauses it and `-s` cancels it (both take effect between extents; a
-//! paused scan keeps its hold on frees), export and close cancel it first, and `status` shows
-//! its progress and, once done, what it found (as zpool's "scan:" line).
+//! paused pass keeps its hold on frees), and `status` shows its progress
+//! with a rate and a time left — measured over this pass only, since the
+//! saved figures were made by another process — and, once done, what it
+//! found (as zpool's "scan:" line).
 //!
-//! A mirror's copies are checked on each child (a `Copy` per child, sorted
-//! per device) and a bad one is rewritten from a good copy on any child.
-//! The same thread runs a resilver (`pool::resilver`), which shares the
-//! free hold, pause and cancel.
+//! ## Bounds
+//! - memory of a pass: one entry per block and per copy of the synced tree
+//!   (as verify's walk), plus the figures of at most one entry per run
+//!   finished ahead of a slower worker;
+//! - at most `SCAN_WORKERS` runs of ≤ `SCAN_EXTENT` (or one larger block)
+//!   in flight; at most `SCAN_ERRORS_KEPT` error messages kept (all
+//!   counted);
+//! - pacing waits in slices of at most `PACE_SLICE`, so pause, cancel and
+//!   close are seen within one.
 //!
-//! Not yet (issue 12): a position persisted across export and
-//! restarts, the last scan's result kept on disk; RAID-Z children.
+//! ## Invariants
+//! - the position only moves forward within a pass, and every copy at or
+//!   before it is checked (`Progress` commits runs in order);
+//! - bad ≤ copies checked, for a scrub repaired ≤ bad, walk errors ≤
+//!   errors (`record::check`, before every write and after every read);
+//! - a pass never covers a txg newer than the tree it walks (`issue::pass`).
+//!
+//! Not yet (issue 12): RAID-Z children (a RAID-Z vdev has no copy a scan
+//! could read on its own: `Vdev::scan_leaves` is empty).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+mod issue;
+mod record;
+
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use tarn_ondisk::bp::BlockPtr;
 
 use super::core::PoolCore;
-use super::errlog::Bookmark;
-use crate::io::block;
-use crate::io::IoClass;
+use crate::error::{Error, ErrorKind, Result};
+use crate::object::Objset;
+use crate::sys::clock::now_secs;
+
+pub(crate) use issue::{pass, PassEnd};
 
 /// The longest run of adjacent copies read in one request.
 pub const SCAN_EXTENT: u64 = 1 << 20;
 /// Reads a scan keeps in flight (the scrub class's queue limits still
 /// apply below: foreground I/O goes first).
 pub const SCAN_WORKERS: usize = 4;
+/// Error messages a scan keeps (all are counted).
+pub const SCAN_ERRORS_KEPT: usize = 100;
+/// Longest sleep of a paced worker before it looks at pause, cancel and
+/// the limit again.
+const PACE_SLICE: Duration = Duration::from_millis(50);
 
-/// What a scrub found and did.
+/// What a scrub found and did: all of it, across resumes, except the
+/// error messages (this import's passes only).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScanReport {
-    /// The synced txg whose tree was scanned.
+    /// The txg whose tree the scan covers (N; blocks born later are not
+    /// checked).
     pub txg: u64,
+    /// Blocks of that tree, as its first pass found them.
     pub blocks: u64,
     /// Copies read and checked, and their allocated bytes.
     pub copies: u64,
@@ -81,16 +164,46 @@ pub struct ScanReport {
     /// Bad copies rewritten from a good copy, and their bytes.
     pub repaired_copies: u64,
     pub repaired_bytes: u64,
-    /// Blocks with no good copy, repairs that failed, and errors of the
-    /// walk (metadata that could not be read).
+    /// Errors: blocks with no good copy, repairs that failed, and errors
+    /// of the last walk (metadata that could not be read, copies outside
+    /// their device; counted anew by each pass).
+    #[serde(default)]
+    pub error_count: u64,
+    #[serde(default)]
+    pub walk_error_count: u64,
+    /// The first `SCAN_ERRORS_KEPT` errors of this import's passes.
     pub errors: Vec<String>,
+    /// Time spent scanning (paused time excluded), all passes.
     pub seconds: f64,
+}
+
+impl ScanReport {
+    /// Counts an error, keeping its message while there is room.
+    pub(crate) fn error(&mut self, why: String) {
+        self.error_count += 1;
+        if self.errors.len() < SCAN_ERRORS_KEPT {
+            self.errors.push(why);
+        }
+    }
+
+    /// Adds the counts of a run (or a worker's share) to these.
+    pub(crate) fn add(&mut self, run: ScanReport) {
+        self.copies += run.copies;
+        self.bytes += run.bytes;
+        self.reads += run.reads;
+        self.bad_copies += run.bad_copies;
+        self.repaired_copies += run.repaired_copies;
+        self.repaired_bytes += run.repaired_bytes;
+        self.error_count += run.error_count;
+        let room = SCAN_ERRORS_KEPT.saturating_sub(self.errors.len());
+        self.errors.extend(run.errors.into_iter().take(room));
+    }
 }
 
 /// Where a pool's scan is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ScanState {
-    /// No scan since the pool was imported.
+    /// No scan recorded.
     #[default]
     None,
     Scanning,
@@ -117,8 +230,18 @@ impl ScanFunc {
     }
 }
 
+/// A copy's place in the scan's order: (vdev, child, offset). `child` is
+/// the leaf's place in `Vdev::scan_leaves` (0 for a plain device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ScanPosition {
+    pub vdev: u32,
+    #[serde(default)]
+    pub child: u32,
+    pub offset: u64,
+}
+
 /// A pool's scan as `status` shows it: its state, times (seconds since the
-/// epoch), bytes to read and read so far, and what it found.
+/// epoch), bytes to read and read so far, where it is, and what it found.
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ScanStatus {
     #[serde(default)]
@@ -131,100 +254,319 @@ pub struct ScanStatus {
     pub end_time: u64,
     pub to_examine: u64,
     pub examined: u64,
+    /// Every copy at or before it has been checked (None: none yet).
+    #[serde(default)]
+    pub position: Option<ScanPosition>,
+    /// Passes that continued the scan (after an import).
+    #[serde(default)]
+    pub resumes: u64,
+    /// The rate of the running pass (bytes checked a second, paused time
+    /// excluded) and the seconds left at that rate, when known.
+    #[serde(default)]
+    pub rate_bytes_per_sec: u64,
+    #[serde(default)]
+    pub eta_secs: Option<u64>,
     pub report: ScanReport,
 }
 
-/// The one scan a pool may run (see the module docs).
+/// What starting a scan needs of its caller.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// A paused pass continues on its thread.
+    Resumed,
+    /// A pass must be run (a new scan, or one continuing from its record).
+    Run,
+}
+
+/// The running pass, for its rate and the scan's time.
+struct Pass {
+    start: Instant,
+    examined_at_start: u64,
+    seconds_before: f64,
+    paused: Duration,
+    paused_at: Option<Instant>,
+}
+
+impl Pass {
+    fn new(examined: u64, seconds_before: f64) -> Pass {
+        Pass { start: Instant::now(), examined_at_start: examined, seconds_before, paused: Duration::ZERO, paused_at: None }
+    }
+
+    /// Seconds the pass has scanned (not paused).
+    fn active_secs(&self) -> f64 {
+        let paused_now = self.paused_at.map_or(Duration::ZERO, |t| t.elapsed());
+        self.start.elapsed().saturating_sub(self.paused + paused_now).as_secs_f64()
+    }
+}
+
 #[derive(Default)]
+struct Inner {
+    status: ScanStatus,
+    /// A pass runs (on the pool's scan thread, or `scrub_pausing`'s caller).
+    running: bool,
+    /// The pool closed: no pass runs again in this import.
+    closed: bool,
+    /// The record changed since the sync thread last wrote it.
+    dirty: bool,
+    /// The MOS object holding the record (0: none yet).
+    object: u64,
+    pass: Option<Pass>,
+}
+
+/// Why the running pass stops: nothing, `-s`, or the pool closing.
+const HALT_NONE: u8 = 0;
+const HALT_CANCEL: u8 = 1;
+const HALT_STOP: u8 = 2;
+
+/// The one scan a pool may run (see the module docs).
 pub struct Scanner {
-    status: Mutex<ScanStatus>,
+    pool: String,
+    st: Mutex<Inner>,
     done: Condvar,
-    cancel: AtomicBool,
+    halt: AtomicU8,
     /// Set while paused (`pool scrub -p`); the workers wait on `resumed`.
     paused: Mutex<bool>,
     resumed: Condvar,
     thread: Mutex<Option<JoinHandle<()>>>,
-    to_examine: AtomicU64,
-    examined: AtomicU64,
-}
-
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    /// Pacing: when the credit was last refilled, and the bytes it allows.
+    pace: Mutex<(Instant, f64)>,
 }
 
 impl Scanner {
-    /// Marks a scan started, or says why one cannot start.
-    pub(crate) fn begin(&self, pool: &str, func: ScanFunc) -> crate::error::Result<()> {
-        let mut st = self.status.lock();
-        if st.state == ScanState::Scanning {
-            let how = match st.func {
-                ScanFunc::Scrub => format!("currently scrubbing; use 'tarn pool scrub -s {}' to cancel", pool),
+    pub(crate) fn new(pool: &str) -> Scanner {
+        Scanner {
+            pool: pool.to_string(),
+            st: Mutex::new(Inner::default()),
+            done: Condvar::new(),
+            halt: AtomicU8::new(HALT_NONE),
+            paused: Mutex::new(false),
+            resumed: Condvar::new(),
+            thread: Mutex::new(None),
+            pace: Mutex::new((Instant::now(), 0.0)),
+        }
+    }
+
+    /// Takes the record of MOS object `obj` (import); a scan that was
+    /// running stays `Scanning` (paused if it was) until a pass runs.
+    pub(crate) fn restore(&self, mos: &Objset, obj: u64) -> Result<()> {
+        let mut st = self.st.lock();
+        // Kept even when the record is unreadable: the next one overwrites it.
+        st.object = obj;
+        st.status = record::load(mos, obj)?;
+        *self.paused.lock() = st.status.paused_since != 0;
+        Ok(())
+    }
+
+    /// Whether import found a scrub to continue now (under way, not
+    /// paused).
+    pub(crate) fn continues_after_import(&self) -> bool {
+        let st = self.st.lock();
+        st.status.state == ScanState::Scanning && st.status.func == ScanFunc::Scrub && st.status.paused_since == 0 && !st.running
+    }
+
+    /// A resilver the record has under way, with no pass and nothing left
+    /// to resilver (its end was not synced): it finished.
+    pub(crate) fn end_idle_resilver(&self) {
+        let st = self.st.lock();
+        let idle = st.status.state == ScanState::Scanning && st.status.func == ScanFunc::Resilver && !st.running;
+        drop(st);
+        if idle {
+            self.end(PassEnd::Finished, None);
+        }
+    }
+
+    /// Starts a scan of `func`, continues a scrub from its record, or
+    /// resumes a paused pass; refuses while one runs. A resilver replaces
+    /// a scan restored from the record (the caller cancels a scrub first).
+    pub(crate) fn start(&self, func: ScanFunc) -> Result<Start> {
+        let mut st = self.st.lock();
+        if st.closed {
+            return Err(Error::invalid(format!("pool '{}' is closed", self.pool)));
+        }
+        let under_way = st.status.state == ScanState::Scanning;
+        if under_way && st.running {
+            if st.status.paused_since != 0 && func == ScanFunc::Scrub {
+                self.unpause(&mut st);
+                return Ok(Start::Resumed);
+            }
+            let how = match st.status.func {
+                ScanFunc::Scrub => format!("currently scrubbing; use 'tarn pool scrub -s {}' to cancel", self.pool),
                 ScanFunc::Resilver => "currently resilvering".to_string(),
             };
-            return Err(crate::error::Error::new(crate::error::ErrorKind::Busy, format!("cannot {} '{}': {}", func.name(), pool, how)));
+            return Err(Error::new(ErrorKind::Busy, format!("cannot {} '{}': {}", func.name(), self.pool, how)));
         }
-        // The thread of the previous scan has ended (it set Finished or
-        // Canceled last); reap it.
+        if under_way && func == ScanFunc::Scrub && st.status.func == ScanFunc::Scrub {
+            self.unpause(&mut st);
+            st.pass = Some(Pass::new(st.status.examined, st.status.report.seconds));
+        } else {
+            st.status = ScanStatus { func, state: ScanState::Scanning, start_time: now_secs(), ..Default::default() };
+            *self.paused.lock() = false;
+            st.pass = Some(Pass::new(0, 0.0));
+        }
+        // The thread of the previous pass has ended (it cleared `running`
+        // last); reap it.
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
-        self.cancel.store(false, Ordering::Release);
-        *self.paused.lock() = false;
-        self.to_examine.store(0, Ordering::Release);
-        self.examined.store(0, Ordering::Release);
-        *st = ScanStatus { func, state: ScanState::Scanning, start_time: now(), ..Default::default() };
-        Ok(())
+        self.halt.store(HALT_NONE, Ordering::Release);
+        st.running = true;
+        st.dirty = true;
+        Ok(Start::Run)
     }
 
     pub(crate) fn set_thread(&self, t: JoinHandle<()>) {
         *self.thread.lock() = Some(t);
     }
 
-    /// Records the scan's end (its thread's last step).
-    pub(crate) fn end(&self, report: ScanReport, canceled: bool) {
-        let mut st = self.status.lock();
-        st.state = if canceled { ScanState::Canceled } else { ScanState::Finished };
-        st.end_time = now();
-        st.report = report;
+    /// The pass about to walk the tree of `tree_txg`: the txg the scan
+    /// covers (set now for a new scan) and where it continues from.
+    fn plan(&self, tree_txg: u64) -> (u64, Option<ScanPosition>) {
+        let mut st = self.st.lock();
+        assert!(st.running, "scan of pool '{}' planned without a pass", self.pool);
+        if st.status.report.txg == 0 {
+            st.status.report.txg = tree_txg;
+        } else {
+            st.status.resumes += 1;
+        }
+        st.dirty = true;
+        (st.status.report.txg, st.status.position)
+    }
+
+    /// The pass gathered its blocks: this walk's errors replace the last
+    /// walk's, and the bytes still to check give the total.
+    fn pass_gathered(&self, walk_errors: Vec<String>, remaining: u64, blocks: u64) {
+        let mut st = self.st.lock();
+        let r = &mut st.status.report;
+        r.error_count -= r.walk_error_count;
+        r.walk_error_count = walk_errors.len() as u64;
+        walk_errors.into_iter().for_each(|e| r.error(e));
+        if r.blocks == 0 {
+            r.blocks = blocks;
+        }
+        st.status.to_examine = st.status.examined + remaining;
+        st.dirty = true;
+    }
+
+    /// A run, and every run before it, is done: its figures join the
+    /// scan's and the position moves past it.
+    fn commit(&self, f: issue::RunFigures) {
+        let mut st = self.st.lock();
+        let s = &mut st.status;
+        if let (Some(old), Some(new)) = (s.position, f.last) {
+            assert!(new > old, "scan position of pool '{}' moving back from {:?} to {:?}", self.pool, old, new);
+        }
+        s.position = f.last.or(s.position);
+        s.report.add(f.counts);
+        s.examined = s.report.bytes;
+        st.dirty = true;
+    }
+
+    /// A resilver's figures (it counts as it copies; no position).
+    pub(crate) fn set_to_examine(&self, bytes: u64) {
+        let mut st = self.st.lock();
+        st.status.to_examine = bytes;
+        st.dirty = true;
+    }
+
+    pub(crate) fn set_examined(&self, bytes: u64) {
+        let mut st = self.st.lock();
+        st.status.examined = bytes;
+        st.dirty = true;
+    }
+
+    /// A resilver's report, once it has ended.
+    pub(crate) fn set_report(&self, report: ScanReport) {
+        let mut st = self.st.lock();
+        st.status.examined = st.status.examined.max(report.bytes);
+        st.status.report = report;
+        st.dirty = true;
+    }
+
+    /// Records the end of a pass (its thread's last step): the scan is
+    /// over unless the pass was stopped by the pool closing.
+    pub(crate) fn end(&self, how: PassEnd, failure: Option<String>) {
+        let mut st = self.st.lock();
+        if let Some(pass) = st.pass.take() {
+            st.status.report.seconds = pass.seconds_before + pass.active_secs();
+        }
+        if let Some(why) = failure {
+            st.status.report.error(why);
+        }
+        if how != PassEnd::Stopped {
+            st.status.state = if how == PassEnd::Finished { ScanState::Finished } else { ScanState::Canceled };
+            st.status.end_time = now_secs();
+            st.status.paused_since = 0;
+            *self.paused.lock() = false;
+        }
+        st.running = false;
+        st.dirty = true;
         self.done.notify_all();
     }
 
-    /// Asks the running scan to stop and waits for it; false if none runs.
+    /// Cancels the scan (`scrub -s`), waiting for its pass to stop; false
+    /// if no scan is under way.
     pub fn cancel(&self) -> bool {
-        if self.status.lock().state != ScanState::Scanning {
+        let mut st = self.st.lock();
+        if st.status.state != ScanState::Scanning {
             return false;
         }
-        self.cancel.store(true, Ordering::Release);
+        if !st.running {
+            // A scan restored paused: no pass to stop.
+            drop(st);
+            self.end(PassEnd::Canceled, None);
+            return true;
+        }
+        self.halt.store(HALT_CANCEL, Ordering::Release);
         self.set_paused(false);
-        self.wait();
+        while st.running {
+            self.done.wait(&mut st);
+        }
         true
     }
 
-    /// Pauses the running scan (its reads stop after the extents in
-    /// flight; the allocator's hold stays); false if none runs.
+    /// Stops a running pass for good in this import (the pool closes); the
+    /// scan stays `Scanning`, paused or not, for the next import.
+    pub(crate) fn stop(&self) {
+        let mut st = self.st.lock();
+        st.closed = true;
+        if st.running {
+            self.halt.store(HALT_STOP, Ordering::Release);
+            // Wakes paused workers to stop; the status keeps `paused_since`.
+            self.set_paused(false);
+            while st.running {
+                self.done.wait(&mut st);
+            }
+        }
+        self.done.notify_all();
+    }
+
+    /// Pauses the scan (its reads stop after the extents in flight; the
+    /// allocator's hold stays); false if none is under way.
     pub fn pause(&self) -> bool {
-        let mut st = self.status.lock();
-        if st.state != ScanState::Scanning {
+        let mut st = self.st.lock();
+        if st.status.state != ScanState::Scanning {
             return false;
         }
-        if st.paused_since == 0 {
-            st.paused_since = now().max(1);
+        if st.status.paused_since == 0 {
+            st.status.paused_since = now_secs().max(1);
+            if let Some(p) = &mut st.pass {
+                p.paused_at = Some(Instant::now());
+            }
+            st.dirty = true;
         }
-        drop(st);
         self.set_paused(true);
         true
     }
 
-    /// Resumes a paused scan; false if none is paused.
-    pub fn resume(&self) -> bool {
-        let mut st = self.status.lock();
-        if st.state != ScanState::Scanning || st.paused_since == 0 {
-            return false;
+    fn unpause(&self, st: &mut Inner) {
+        st.status.paused_since = 0;
+        if let Some(p) = &mut st.pass {
+            if let Some(at) = p.paused_at.take() {
+                p.paused += at.elapsed();
+            }
         }
-        st.paused_since = 0;
-        drop(st);
+        st.dirty = true;
         self.set_paused(false);
-        true
     }
 
     fn set_paused(&self, on: bool) {
@@ -232,26 +574,63 @@ impl Scanner {
         self.resumed.notify_all();
     }
 
-    pub(crate) fn set_to_examine(&self, bytes: u64) {
-        self.to_examine.store(bytes, Ordering::Release);
-    }
-
-    pub(crate) fn set_examined(&self, bytes: u64) {
-        self.examined.store(bytes, Ordering::Release);
-    }
-
-    /// Blocks while the scan is paused (and not canceled).
+    /// Blocks while the scan is paused (and not halted).
     pub(crate) fn while_paused(&self) {
         let mut p = self.paused.lock();
-        while *p && !self.canceled() {
+        while *p && self.halted().is_none() {
             self.resumed.wait(&mut p);
         }
     }
 
-    /// Waits until no scan runs; returns the status then.
+    /// Whether the running pass must stop (canceled, or the pool closes).
+    pub(crate) fn canceled(&self) -> bool {
+        self.halted().is_some()
+    }
+
+    /// Why the running pass must stop, if it must.
+    pub(crate) fn halted(&self) -> Option<PassEnd> {
+        match self.halt.load(Ordering::Acquire) {
+            HALT_CANCEL => Some(PassEnd::Canceled),
+            HALT_STOP => Some(PassEnd::Stopped),
+            _ => None,
+        }
+    }
+
+    /// Charges `bytes` just read to `tarn_scan_limit_bytes_per_sec` (0: no
+    /// limit) and waits until the credit, refilled at the limit and at
+    /// most `SCAN_EXTENT` ahead, is no longer negative; pause and halt cut
+    /// the wait short (the debt stays). The limit is read anew every
+    /// slice, so a change applies at once.
+    fn pace(&self, core: &PoolCore, bytes: u64) {
+        let mut charge = bytes as f64;
+        loop {
+            let limit = core.tunables.read().tarn_scan_limit_bytes_per_sec as f64;
+            let wait = {
+                let mut p = self.pace.lock();
+                let now = Instant::now();
+                p.1 = (p.1 + now.duration_since(p.0).as_secs_f64() * limit).min(SCAN_EXTENT as f64) - charge;
+                p.0 = now;
+                charge = 0.0;
+                if limit == 0.0 {
+                    p.1 = 0.0;
+                }
+                if p.1 >= 0.0 {
+                    return;
+                }
+                Duration::from_secs_f64(-p.1 / limit)
+            };
+            if self.halted().is_some() || *self.paused.lock() {
+                return;
+            }
+            std::thread::sleep(wait.min(PACE_SLICE));
+        }
+    }
+
+    /// Waits until no scan is under way (or the pool closed); returns the
+    /// status then. A paused scan is waited for until resumed and ended.
     pub fn wait(&self) -> ScanStatus {
-        let mut st = self.status.lock();
-        while st.state == ScanState::Scanning {
+        let mut st = self.st.lock();
+        while st.status.state == ScanState::Scanning && !st.closed {
             self.done.wait(&mut st);
         }
         drop(st);
@@ -262,209 +641,81 @@ impl Scanner {
     }
 
     pub fn status(&self) -> ScanStatus {
-        let mut st = self.status.lock().clone();
-        if st.state == ScanState::Scanning {
-            st.to_examine = self.to_examine.load(Ordering::Acquire);
-            st.examined = self.examined.load(Ordering::Acquire);
-        }
-        st
-    }
-
-    pub(crate) fn canceled(&self) -> bool {
-        self.cancel.load(Ordering::Acquire)
-    }
-}
-
-/// One copy to check: where it is, its block, which of the block's copies.
-/// A mirror holds each of its copies once per child: each is checked (and
-/// repaired) on its own.
-#[derive(Clone, Copy)]
-struct Copy {
-    vdev: u32,
-    /// The leaf of the top-level vdev holding it (`Vdev::scan_leaf`).
-    child: usize,
-    offset: u64,
-    /// Bytes to read: psize rounded up to whole sectors.
-    len: u64,
-    block: usize,
-}
-
-/// Scrubs the tree of synced txg `txg` (its MOS root and space blocks).
-/// The caller holds frees after `txg` (see the module docs). `paused`
-/// runs between gathering the blocks and reading them (tests: the pool
-/// changes under the scan there).
-/// Returns the report and whether the scan was canceled (`scanner`'s
-/// flag, checked between extents; nothing is repaired then).
-pub(crate) fn scrub(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: u64, space_blocks: &[BlockPtr], paused: &mut dyn FnMut()) -> (ScanReport, bool) {
-    let start = Instant::now();
-    let (gathered, walk_errors) = super::verify::gather(core, mos, txg, space_blocks);
-    let (blocks, marks): (Vec<BlockPtr>, Vec<Option<Bookmark>>) = gathered.into_iter().unzip();
-    paused();
-    let mut rep = ScanReport { txg, blocks: blocks.len() as u64, errors: walk_errors, ..Default::default() };
-    let copies = sorted_copies(core, &blocks, &mut rep);
-    scanner.to_examine.store(copies.iter().map(|c| c.len).sum(), Ordering::Release);
-    let runs = runs(&copies);
-    let verdicts = issue(core, &blocks, &runs, scanner, &mut rep);
-    if scanner.canceled() {
-        rep.seconds = start.elapsed().as_secs_f64();
-        return (rep, true);
-    }
-    // Per block: its bad copies, and one good copy to repair them from.
-    let mut bad: Vec<Vec<Copy>> = vec![Vec::new(); blocks.len()];
-    let mut good: Vec<Option<Copy>> = vec![None; blocks.len()];
-    for (c, ok) in verdicts {
-        if ok {
-            good[c.block].get_or_insert(c);
-        } else {
-            bad[c.block].push(c);
-        }
-    }
-    for (i, bp) in blocks.iter().enumerate() {
-        let lost = !bad[i].is_empty() && !repair(core, bp, &bad[i], good[i], &mut rep);
-        if let (true, Some(at)) = (lost, marks[i]) {
-            core.errlog.record(at);
-        }
-    }
-    rep.seconds = start.elapsed().as_secs_f64();
-    (rep, false)
-}
-
-/// Every copy of every block, by (vdev, offset). A copy that lies outside
-/// its device is an error, not read.
-fn sorted_copies(core: &PoolCore, blocks: &[BlockPtr], rep: &mut ScanReport) -> Vec<Copy> {
-    let mut out = Vec::with_capacity(blocks.len() * 2);
-    for (i, bp) in blocks.iter().enumerate() {
-        for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
-            match core.copy_extent(bp, dva) {
-                Ok((v, len)) => {
-                    for child in v.scan_leaves() {
-                        out.push(Copy { vdev: dva.vdev, child, offset: dva.offset, len, block: i });
-                    }
-                }
-                Err(e) => rep.errors.push(format!("{} block (birth {}): {}", bp.otype.name(), bp.birth, e)),
+        let st = self.st.lock();
+        let mut s = st.status.clone();
+        if let Some(p) = &st.pass {
+            let secs = p.active_secs();
+            s.report.seconds = p.seconds_before + secs;
+            let done = s.examined.saturating_sub(p.examined_at_start);
+            if secs >= 1.0 && done > 0 {
+                s.rate_bytes_per_sec = (done as f64 / secs) as u64;
+                s.eta_secs = Some((s.to_examine.saturating_sub(s.examined) as f64 / s.rate_bytes_per_sec.max(1) as f64) as u64);
             }
         }
+        s
     }
-    out.sort_by_key(|c| (c.vdev, c.child, c.offset));
-    out
-}
 
-/// Splits sorted copies into runs read as one extent: same vdev, each
-/// starting where the previous one's read ended, at most `SCAN_EXTENT`.
-fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
-    let mut out = Vec::new();
-    let mut first = 0;
-    for i in 1..=copies.len() {
-        let split = i == copies.len() || {
-            let (a, b, head) = (&copies[i - 1], &copies[i], &copies[first]);
-            b.vdev != a.vdev || b.child != a.child || b.offset != a.offset + a.len || b.offset + b.len - head.offset > SCAN_EXTENT
+    /// Whether the record changed since it was last written.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.st.lock().dirty
+    }
+
+    /// Writes the record into `txg` when it changed (syncing context);
+    /// returns the object's number when this flush created it (the pool
+    /// directory must then name it). Taken under the lock, written without
+    /// it (passes commit meanwhile; they set `dirty` again).
+    pub(crate) fn flush(&self, mos: &Objset, txg: u64) -> Result<Option<u64>> {
+        let (obj, map) = {
+            let mut st = self.st.lock();
+            if !st.dirty || st.status.state == ScanState::None {
+                return Ok(None);
+            }
+            st.dirty = false;
+            let mut s = st.status.clone();
+            if let Some(p) = &st.pass {
+                s.report.seconds = p.seconds_before + p.active_secs();
+            }
+            (st.object, record::encode(&s))
         };
-        if split {
-            out.push(&copies[first..i]);
-            first = i;
+        let written = record::write(mos, txg, obj, &map)?;
+        if obj != 0 {
+            return Ok(None);
         }
-    }
-    out
-}
-
-/// Reads the runs with `SCAN_WORKERS` reads in flight (each worker takes
-/// the next run in order, so the device still sees ascending offsets),
-/// and returns each copy with whether it verified. Stops early when the
-/// scan is canceled.
-fn issue(core: &PoolCore, blocks: &[BlockPtr], runs: &[&[Copy]], scanner: &Scanner, rep: &mut ScanReport) -> Vec<(Copy, bool)> {
-    let next = AtomicU64::new(0);
-    let examined = AtomicU64::new(0);
-    let per_worker: Vec<(Vec<(Copy, bool)>, u64)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..SCAN_WORKERS)
-            .map(|_| {
-                s.spawn(|| {
-                    let (mut out, mut reads) = (Vec::new(), 0u64);
-                    loop {
-                        scanner.while_paused();
-                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                        if i >= runs.len() || scanner.canceled() {
-                            return (out, reads);
-                        }
-                        reads += check_run(core, blocks, runs[i], &mut out);
-                        let bytes: u64 = runs[i].iter().map(|c| c.len).sum();
-                        scanner.examined.store(examined.fetch_add(bytes, Ordering::Relaxed) + bytes, Ordering::Release);
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().expect("a scan worker panicked")).collect()
-    });
-    let mut out = Vec::new();
-    for (verdicts, reads) in per_worker {
-        rep.reads += reads;
-        for (c, ok) in &verdicts {
-            rep.copies += 1;
-            rep.bytes += c.len;
-            if !ok {
-                rep.bad_copies += 1;
-                if let Some(l) = core.vdevs[c.vdev as usize].scan_leaf(c.child).and_then(|v| v.leaf()) {
-                    l.note_checksum_error();
-                }
-            }
-        }
-        out.extend(verdicts);
-    }
-    out
-}
-
-/// Reads one run and checks each copy in it, appending (copy, verified);
-/// a failed read checks each copy alone, so one bad sector fails one
-/// copy. Returns the reads issued.
-fn check_run(core: &PoolCore, blocks: &[BlockPtr], run: &[Copy], out: &mut Vec<(Copy, bool)>) -> u64 {
-    let (head, last) = (run[0], run[run.len() - 1]);
-    let Some(leaf) = core.vdevs[head.vdev as usize].scan_leaf(head.child).and_then(|v| v.leaf()) else {
-        out.extend(run.iter().map(|c| (*c, false)));
-        return 0;
-    };
-    match leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset) {
-        Ok(data) => {
-            for c in run {
-                let at = (c.offset - head.offset) as usize;
-                out.push((*c, block::verify(&blocks[c.block], &data[at..at + c.len as usize]).is_ok()));
-            }
-            1
-        }
-        Err(_) if run.len() > 1 => 1 + run.iter().map(|c| check_run(core, blocks, std::slice::from_ref(c), out)).sum::<u64>(),
-        Err(_) => {
-            out.push((head, false));
-            1
-        }
+        self.st.lock().object = written;
+        Ok(Some(written))
     }
 }
 
-/// Rewrites the bad copies of `bp` from copy `good` (read again and
-/// checked: the scan keeps no data); false (the block reported lost) when
-/// it has no good copy.
-fn repair(core: &PoolCore, bp: &BlockPtr, bad: &[Copy], good: Option<Copy>, rep: &mut ScanReport) -> bool {
-    let lost = |rep: &mut ScanReport, why: &str| {
-        rep.errors.push(format!("{} block (level {}, birth {}): {}", bp.otype.name(), bp.level, bp.birth, why));
-        false
-    };
-    let Some(g) = good else {
-        return lost(rep, &format!("no copy of {} verifies", bad.len()));
-    };
-    let leaf_of = |c: &Copy| core.vdevs[c.vdev as usize].scan_leaf(c.child);
-    let Some(from) = leaf_of(&g).and_then(|v| v.leaf()) else { return lost(rep, "its good copy's device is gone") };
-    let data = match from.read(IoClass::Scrub, g.offset, g.len) {
-        Ok(d) if block::verify(bp, &d).is_ok() => d,
-        _ => return lost(rep, "its good copy failed when read again for the repair"),
-    };
-    for c in bad {
-        let Some(v) = leaf_of(c) else { continue };
-        let Some(l) = v.leaf() else { continue };
-        match l.write_now(&data, c.offset).and_then(|_| l.flush()) {
-            Ok(()) => {
-                rep.repaired_copies += 1;
-                rep.repaired_bytes += data.len() as u64;
-                v.repaired_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-            }
-            Err(e) => rep.errors.push(format!("repair of {}:{:#x} on {}: {}", c.vdev, c.offset, v.path, e)),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn restored(func: ScanFunc, paused_since: u64) -> Scanner {
+        let s = Scanner::new("t");
+        s.st.lock().status = ScanStatus { func, state: ScanState::Scanning, paused_since, start_time: 1, ..Default::default() };
+        s
     }
-    true
+
+    #[test]
+    fn import_continues_only_a_running_scrub_and_ends_an_idle_resilver() {
+        assert!(restored(ScanFunc::Scrub, 0).continues_after_import());
+        assert!(!restored(ScanFunc::Scrub, 5).continues_after_import(), "a paused scrub waits");
+        let r = restored(ScanFunc::Resilver, 0);
+        assert!(!r.continues_after_import(), "a resilver starts from the DTLs, not the record");
+        r.end_idle_resilver();
+        let st = r.status();
+        assert!(st.state == ScanState::Finished && st.end_time > 0, "{st:?}");
+        let s = restored(ScanFunc::Scrub, 0);
+        s.end_idle_resilver();
+        assert_eq!(s.status().state, ScanState::Scanning, "a scrub is not a resilver");
+    }
+
+    #[test]
+    fn a_scan_restored_paused_is_canceled_without_a_pass() {
+        let s = restored(ScanFunc::Scrub, 5);
+        assert!(s.cancel());
+        assert_eq!(s.status().state, ScanState::Canceled);
+        assert!(!s.cancel(), "nothing left to cancel");
+        assert!(s.is_dirty(), "the record says so at the next sync");
+    }
 }

@@ -137,6 +137,18 @@ pub fn pool_with(n: usize, size: u64, seed: u64, props: &[(&str, &str)]) -> (Vec
     (devs, pool)
 }
 
+/// A pool "tank" of `groups` 2-way mirrors on in-memory devices (device
+/// 2i and 2i+1 form mirror i), with `copies` copies of data.
+pub fn mirror_pool(groups: usize, copies: &str) -> (Vec<Arc<FaultDevice>>, Pool) {
+    use tarn_engine::pool::vdevs::{Layout, NewTop};
+    let devs = mem_devs(2 * groups, 128 << 20, 7);
+    let named = as_dyn(&devs);
+    let tops = named.chunks(2).map(|c| NewTop { layout: Layout::Mirror, devices: c.to_vec() }).collect();
+    let opts = tarn_engine::CreateOptions { tunables: small_tunables(), root_props: vec![("copies".into(), copies.into())], ..Default::default() };
+    let pool = Pool::create_tops("tank", tops, vec![], &opts).expect("create a mirror pool");
+    (devs, pool)
+}
+
 /// Creates an object holding `data` (one transaction, no sync); its id.
 pub fn put(pool: &Pool, data: &[u8]) -> u64 {
     let os = pool.root();
@@ -144,6 +156,12 @@ pub fn put(pool: &Pool, data: &[u8]) -> u64 {
     let obj = os.create(&tx, tarn_ondisk::ObjectType::PlainData).expect("create");
     os.write(&tx, obj, 0, data).expect("write");
     obj
+}
+
+/// Every block pointer of object `obj` of the root data set (0: its dnode
+/// array), holes and embedded blocks left out.
+pub fn blocks(pool: &Pool, obj: u64) -> Vec<tarn_ondisk::bp::BlockPtr> {
+    pool.root().tree(obj, 1 << 20).expect("tree").into_iter().map(|(_, _, bp)| bp).filter(|bp| !bp.is_hole() && !bp.is_embedded()).collect()
 }
 
 /// Damages a copy for certain: overwrites its first sector with a pattern

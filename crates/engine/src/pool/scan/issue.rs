@@ -1,0 +1,303 @@
+//! One pass of a scan: gather, filter, sort, skip what an earlier pass
+//! checked, and read in device order, repairing as it goes (the steps of
+//! `pool::scan`'s module docs).
+//!
+//! Workers take runs in order but finish them out of order; a run's
+//! figures reach the scanner (and so the record) only when every run
+//! before it has finished too (`Progress`), so the position the record
+//! saves always has every copy at or before it checked — and repaired,
+//! since a bad copy is repaired, write flushed, before its run counts as
+//! finished. A run is taken only when it is read at once (no pause or
+//! pacing between), so when a halted pass ends every run it checked is
+//! committed: the figures of an export count each repair. (A power cut can still fall between a
+//! repair and the sync that records its run; the run is then checked
+//! again, finds the copy good, and the repair goes uncounted.)
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use tarn_ondisk::bp::BlockPtr;
+
+use super::{ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
+use crate::io::block;
+use crate::io::{IoClass, Leaf};
+use crate::pool::core::PoolCore;
+use crate::pool::errlog::Bookmark;
+use crate::vdev::Vdev;
+
+/// How a pass ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PassEnd {
+    /// Every copy checked.
+    Finished,
+    /// `scrub -s`: the scan is over.
+    Canceled,
+    /// The pool closes: the scan continues at the next import.
+    Stopped,
+}
+
+/// One copy to check: where it is, and its block. A mirror holds each of
+/// its copies once per child: each is checked (and repaired) on its own.
+#[derive(Clone, Copy)]
+struct Copy {
+    vdev: u32,
+    /// The leaf of the top-level vdev holding it (`Vdev::scan_leaf`).
+    child: u32,
+    offset: u64,
+    /// Bytes to read: psize rounded up to whole sectors.
+    len: u64,
+    block: usize,
+}
+
+impl Copy {
+    fn key(&self) -> ScanPosition {
+        ScanPosition { vdev: self.vdev, child: self.child, offset: self.offset }
+    }
+
+    /// The leaf's vdev and its scheduler (None: no such leaf, or not a
+    /// leaf).
+    fn leaf<'a>(&self, core: &'a PoolCore) -> Option<(&'a Vdev, &'a Leaf)> {
+        let v = core.vdevs.get(self.vdev as usize)?.scan_leaf(self.child as usize)?;
+        Some((v, v.leaf()?))
+    }
+}
+
+/// The blocks of a pass: pointer, where it sits (for the error log), and
+/// the sort key of its first copy (the copy that reports the block lost).
+struct Blocks {
+    bps: Vec<BlockPtr>,
+    marks: Vec<Option<Bookmark>>,
+    first: Vec<ScanPosition>,
+}
+
+/// What checking one run found (the counts of a report); added to the
+/// scan's figures in run order.
+#[derive(Default)]
+pub(super) struct RunFigures {
+    pub counts: ScanReport,
+    /// The run's last copy: with every earlier run, the new position.
+    pub last: Option<ScanPosition>,
+}
+
+/// Runs `0..next` finished and committed; later ones finished, waiting
+/// for the runs before them. At most as many entries as runs.
+struct Progress {
+    next: usize,
+    pending: BTreeMap<usize, RunFigures>,
+}
+
+impl Progress {
+    fn finished(&mut self, run: usize, fig: RunFigures, scanner: &Scanner) {
+        assert!(run >= self.next, "run {} finished twice", run);
+        self.pending.insert(run, fig);
+        while let Some(f) = self.pending.remove(&self.next) {
+            scanner.commit(f);
+            self.next += 1;
+        }
+    }
+}
+
+/// Scans the tree of synced txg `tree_txg` (its MOS root and space
+/// blocks) as the scanner's plan says: only blocks born by the scan's txg,
+/// only copies after its position. The caller holds frees after
+/// `tree_txg`. `paused` runs after the gather, before any read (tests).
+pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg: u64, space_blocks: &[BlockPtr], paused: &mut dyn FnMut()) -> PassEnd {
+    let (scan_txg, after) = scanner.plan(tree_txg);
+    assert!(scan_txg <= tree_txg, "scan of txg {} resumed on the older tree of txg {}", scan_txg, tree_txg);
+    let (gathered, mut walk_errors) = crate::pool::verify::gather(core, mos, tree_txg, space_blocks);
+    // Blocks written after the scan began are not its business (their
+    // copies were checked by the write itself); see the module docs of
+    // `pool::scan` for why the position stays sound.
+    let (bps, marks): (Vec<BlockPtr>, Vec<Option<Bookmark>>) = gathered.into_iter().filter(|(bp, _)| bp.physical_birth() <= scan_txg).unzip();
+    paused();
+    let (mut copies, first) = sorted_copies(core, &bps, &mut walk_errors);
+    let blocks = Blocks { bps, marks, first };
+    if let Some(p) = after {
+        copies.retain(|c| c.key() > p);
+    }
+    scanner.pass_gathered(walk_errors, copies.iter().map(|c| c.len).sum(), blocks.bps.len() as u64);
+    let runs = runs(&copies);
+    let done = issue(core, &blocks, &runs, scanner);
+    match scanner.halted() {
+        _ if done == runs.len() => PassEnd::Finished,
+        Some(end) => end,
+        None => unreachable!("the workers stop early only when the scan is halted"),
+    }
+}
+
+/// Every copy of every block on every leaf that holds it, by (vdev,
+/// child, offset), and each block's first copy's key. A copy that lies
+/// outside its device is an error, not read.
+fn sorted_copies(core: &PoolCore, bps: &[BlockPtr], errors: &mut Vec<String>) -> (Vec<Copy>, Vec<ScanPosition>) {
+    let mut out = Vec::with_capacity(bps.len() * 2);
+    let mut first = vec![ScanPosition { vdev: u32::MAX, child: u32::MAX, offset: u64::MAX }; bps.len()];
+    for (i, bp) in bps.iter().enumerate() {
+        for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
+            match core.copy_extent(bp, dva) {
+                Ok((v, len)) => {
+                    for child in v.scan_leaves() {
+                        let c = Copy { vdev: dva.vdev, child: child as u32, offset: dva.offset, len, block: i };
+                        first[i] = first[i].min(c.key());
+                        out.push(c);
+                    }
+                }
+                Err(e) => errors.push(format!("{} block (birth {}): {}", bp.otype.name(), bp.birth, e)),
+            }
+        }
+    }
+    out.sort_by_key(Copy::key);
+    (out, first)
+}
+
+/// Splits sorted copies into runs read as one extent: same vdev, each
+/// starting where the previous one's read ended, at most `SCAN_EXTENT`
+/// (a single larger copy is a run of its own).
+fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    for i in 1..=copies.len() {
+        let split = i == copies.len() || {
+            let (a, b, head) = (&copies[i - 1], &copies[i], &copies[first]);
+            b.vdev != a.vdev || b.child != a.child || b.offset != a.offset + a.len || b.offset + b.len - head.offset > SCAN_EXTENT
+        };
+        if split {
+            out.push(&copies[first..i]);
+            first = i;
+        }
+    }
+    out
+}
+
+/// Reads the runs with `SCAN_WORKERS` workers (each takes the next run in
+/// order, so the device still sees ascending offsets), paced by
+/// `tarn_scan_limit_bytes_per_sec`, waiting while the scan is paused and
+/// taking no more runs once it is halted. Returns how many runs were
+/// committed: all of those taken.
+fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner) -> usize {
+    let next = AtomicU64::new(0);
+    let progress = Mutex::new(Progress { next: 0, pending: BTreeMap::new() });
+    std::thread::scope(|s| {
+        for _ in 0..SCAN_WORKERS {
+            s.spawn(|| loop {
+                scanner.while_paused();
+                if scanner.halted().is_some() {
+                    return;
+                }
+                // A run is taken only to be read at once: runs are taken
+                // in order, so when the workers stop, the runs checked —
+                // and repaired — are exactly the committed prefix, and a
+                // stopped scan's position covers every repair it made.
+                // Pacing charges a run after it was read.
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= runs.len() {
+                    return;
+                }
+                let fig = check_run(core, blocks, runs[i]);
+                let bytes = fig.counts.bytes;
+                progress.lock().finished(i, fig, scanner);
+                scanner.pace(core, bytes);
+            });
+        }
+    });
+    let p = progress.into_inner();
+    let taken = (next.into_inner() as usize).min(runs.len());
+    assert!(p.pending.is_empty() && p.next == taken, "{} runs committed of {} taken", p.next, taken);
+    p.next
+}
+
+/// Reads one run and checks each copy in it, repairing bad ones at once;
+/// a failed read checks each copy alone, so one bad sector fails one copy.
+fn check_run(core: &PoolCore, blocks: &Blocks, run: &[Copy]) -> RunFigures {
+    let mut fig = RunFigures::default();
+    check_extent(core, blocks, run, &mut fig.counts);
+    fig.last = Some(run[run.len() - 1].key());
+    fig
+}
+
+fn check_extent(core: &PoolCore, blocks: &Blocks, run: &[Copy], fig: &mut ScanReport) {
+    let (head, last) = (run[0], run[run.len() - 1]);
+    let Some((_, leaf)) = head.leaf(core) else {
+        // The leaf is gone: no copy on it can be read.
+        return run.iter().for_each(|c| checked(core, blocks, c, false, fig));
+    };
+    fig.reads += 1;
+    match leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset) {
+        Ok(data) => {
+            for c in run {
+                let at = (c.offset - head.offset) as usize;
+                let ok = block::verify(&blocks.bps[c.block], &data[at..at + c.len as usize]).is_ok();
+                checked(core, blocks, c, ok, fig);
+            }
+        }
+        Err(_) if run.len() > 1 => run.iter().for_each(|c| check_extent(core, blocks, std::slice::from_ref(c), fig)),
+        Err(_) => checked(core, blocks, &head, false, fig),
+    }
+}
+
+/// Counts a checked copy; a bad one is counted against its device and
+/// repaired from a good copy of its block, or, when it has none, the block
+/// is reported lost — by its first copy only, so once per scan even when
+/// a resume falls between its copies.
+fn checked(core: &PoolCore, blocks: &Blocks, c: &Copy, ok: bool, fig: &mut ScanReport) {
+    fig.copies += 1;
+    fig.bytes += c.len;
+    if ok {
+        return;
+    }
+    fig.bad_copies += 1;
+    if let Some((_, leaf)) = c.leaf(core) {
+        leaf.note_checksum_error();
+    }
+    let bp = &blocks.bps[c.block];
+    match repair(core, bp, c) {
+        Ok(bytes) => {
+            fig.repaired_copies += 1;
+            fig.repaired_bytes += bytes;
+        }
+        Err(Unrepaired::NoGoodCopy) if blocks.first[c.block] == c.key() => {
+            fig.error(format!("{} block (level {}, birth {}): no copy verifies", bp.otype.name(), bp.level, bp.birth));
+            if let Some(at) = blocks.marks[c.block] {
+                core.errlog.record(at);
+            }
+        }
+        Err(Unrepaired::NoGoodCopy) => {}
+        Err(Unrepaired::Write(why)) => fig.error(why),
+    }
+}
+
+enum Unrepaired {
+    NoGoodCopy,
+    Write(String),
+}
+
+/// Rewrites copy `bad` of `bp` from another copy that verifies — on
+/// another child of its mirror or at another DVA — read and checked here
+/// (the scan keeps no data), flushed before it returns the bytes written.
+fn repair(core: &PoolCore, bp: &BlockPtr, bad: &Copy) -> Result<u64, Unrepaired> {
+    let good = bp.dva.iter().filter(|d| !d.is_empty()).find_map(|dva| {
+        let (v, len) = core.copy_extent(bp, dva).ok()?;
+        v.scan_leaves().into_iter().find_map(|child| {
+            let c = Copy { vdev: dva.vdev, child: child as u32, offset: dva.offset, len, block: bad.block };
+            if c.key() == bad.key() {
+                return None;
+            }
+            let (_, leaf) = c.leaf(core)?;
+            leaf.read(IoClass::Scrub, c.offset, len).ok().filter(|data| block::verify(bp, data).is_ok())
+        })
+    });
+    let data = good.ok_or(Unrepaired::NoGoodCopy)?;
+    let (v, leaf) = bad.leaf(core).ok_or_else(|| Unrepaired::Write(format!("repair of {}:{:#x}: its device is gone", bad.vdev, bad.offset)))?;
+    // On a device of another sector size the good copy's bytes would
+    // spill past the bad copy's allocation.
+    if bad.len != data.len() as u64 {
+        return Err(Unrepaired::Write(format!("repair of {}:{:#x} on {}: its good copy spans {} bytes, it {}", bad.vdev, bad.offset, v.path, data.len(), bad.len)));
+    }
+    match leaf.write_now(&data, bad.offset).and_then(|_| leaf.flush()) {
+        Ok(()) => {
+            v.repaired_bytes.fetch_add(bad.len, Ordering::Relaxed);
+            Ok(bad.len)
+        }
+        Err(e) => Err(Unrepaired::Write(format!("repair of {}:{:#x} on {}: {}", bad.vdev, bad.offset, v.path, e))),
+    }
+}
