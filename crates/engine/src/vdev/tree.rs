@@ -419,6 +419,9 @@ impl Vdev {
 pub struct MissingDevice {
     pub path: String,
     pub size: u64,
+    /// Why import could not use the device (not found, no valid label,
+    /// too small …).
+    pub why: String,
 }
 
 impl BlockDevice for MissingDevice {
@@ -438,7 +441,7 @@ impl BlockDevice for MissingDevice {
         self.path.clone()
     }
     fn health(&self) -> Health {
-        Health::Unavail("cannot open: not found at import".into())
+        Health::Unavail(format!("cannot open: {}", self.why))
     }
 }
 
