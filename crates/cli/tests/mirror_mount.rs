@@ -50,29 +50,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{noise, wait_for, Env};
+use common::{noise, wait_for, Env, Rng};
 use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
 use tarn_engine::{OpenOptions, Pool};
-
-/// splitmix64: one seed drives each test.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [lo, hi].
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-    fn pick<T: Clone>(&mut self, v: &[T]) -> T {
-        v[(self.next() % v.len() as u64) as usize].clone()
-    }
-}
 
 fn seed() -> u64 {
     std::env::var("TARN_MIRROR_SEED").ok().map(|s| s.parse().expect("TARN_MIRROR_SEED is a number")).unwrap_or(12)
@@ -111,7 +91,7 @@ fn make_tree(dir: &Path, n: usize, seed: u64) -> Vec<String> {
         };
         let p = dir.join(&rel);
         std::fs::create_dir_all(p.parent().expect("a file in a directory")).unwrap();
-        std::fs::write(&p, content(len as usize, seed ^ i as u64, r.next() % 2 == 0)).unwrap();
+        std::fs::write(&p, content(len as usize, seed ^ i as u64, r.next().is_multiple_of(2))).unwrap();
         files.push(rel);
     }
     files
@@ -461,7 +441,7 @@ enum Vanish {
 fn load_content(i: usize, seed: u64) -> Vec<u8> {
     let mut r = Rng(seed ^ ((i as u64) << 20));
     let len = r.range(16 << 10, 416 << 10) as usize;
-    content(len, r.next(), i % 3 == 0)
+    content(len, r.next(), i.is_multiple_of(3))
 }
 
 /// Issue 12, "What must be shown" 4 (the part possible before replace): a
