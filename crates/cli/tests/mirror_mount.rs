@@ -37,10 +37,12 @@
 //!   its sibling held everything — the device-loss tests (and, in the
 //!   engine, `mirror.rs`).
 //!
-//! TODO(issue 12, replace and resilver): `a_deleted_child_under_load_loses_nothing`
-//! and `a_truncated_child_under_load_loses_nothing` continue with `tarn pool
-//! replace tank <lost> <new>`, a resilver, and every file equal to its source
-//! on the new device alone, once the coordinator's replace lands.
+//! TODO(issue 12, replace): `a_deleted_child_under_load_loses_nothing` and
+//! `a_truncated_child_under_load_loses_nothing` continue (in
+//! `vanish_under_load`) with `tarn pool replace tank <lost> <new>`, the
+//! resilver, and every file equal to its source on the new device alone,
+//! once replace lands; the injected vanish already continues to its
+//! resilver when the device is back.
 
 mod common;
 
@@ -435,6 +437,11 @@ enum Vanish {
     /// Cut to half its size (its front labels stay, the back ones and
     /// every block past the cut go): it is FAULTED.
     Truncate,
+    /// `tarn inject -e nxio`: every I/O fails with ENXIO, the device says
+    /// it is gone: it is REMOVED. Its file is whole; when the daemon stops
+    /// (which ends the handler) and imports it again, it resilvers what it
+    /// missed.
+    Inject,
 }
 
 /// The source of a file written under load.
@@ -452,7 +459,8 @@ fn load_content(i: usize, seed: u64) -> Vec<u8> {
 /// application error, nothing lost; the pool is DEGRADED with the child
 /// REMOVED or FAULTED and zpool's status:/action: lines; `inspect
 /// --verify` is clean; a daemon restarted on the cache file imports the
-/// pool DEGRADED and every file reads back.
+/// pool (DEGRADED, or resilvering the injected child back) and every file
+/// reads back.
 fn vanish_under_load(name: &str, how: Vanish) {
     let Some(e) = Env::private(name, false) else { return };
     let seed = seed();
@@ -481,7 +489,7 @@ fn vanish_under_load(name: &str, how: Vanish) {
         let t = Instant::now();
         for i in 0..120 {
             if i == 40 {
-                vanish(&p.devs[1], how);
+                vanish(&e, &p.devs[1], how);
             }
             let mut f = std::fs::File::create(p.file(&e, &format!("w{i}"))).unwrap_or_else(|err| panic!("{name}: creating w{i}: {err}"));
             f.write_all(&load_content(i, seed)).unwrap_or_else(|err| panic!("{name}: writing w{i}: {err}"));
@@ -507,17 +515,36 @@ fn vanish_under_load(name: &str, how: Vanish) {
     assert!(verified.starts_with("verified txg") && !verified.contains("error"), "{name}: {verified}");
     p.close(&e);
     p.reopen(&e);
-    let st = p.status_json(&e);
-    let child = &st["vdevs"][0]["children"][1];
-    assert_eq!((st["state"].as_str(), child["state"].as_str()), (Some("DEGRADED"), Some("UNAVAIL")), "{name}: imported again: {st}");
+    check_after_restart(&e, &p, how, name);
+    check_files(&format!("{name}, after a restart"));
+    // TODO(issue 12, replace): replace a deleted or truncated b.img, wait
+    // for the resilver, verify, and read every file from the new device
+    // alone (`check_after_restart` does the waiting for `Vanish::Inject`).
+}
+
+/// The pool imported again by a restarted daemon: a deleted or truncated
+/// child is UNAVAIL saying why; an injected one (its file whole, the
+/// handler gone with the daemon) is back and resilvers what it missed.
+fn check_after_restart(e: &Env, p: &MirrorPool, how: Vanish, ctx: &str) {
     let why = match how {
         Vanish::Delete => "No such file",
         Vanish::Truncate => "smaller than the pool expects",
+        Vanish::Inject => {
+            e.ok(&["pool", "wait", "-t", "resilver", "tank"]);
+            let st = p.status_json(e);
+            assert_eq!((st["state"].as_str(), st["vdevs"][0]["children"][1]["state"].as_str()), (Some("ONLINE"), Some("ONLINE")), "{ctx}: back: {st}");
+            let rep = &st["scan"]["report"];
+            assert!(rep["errors"].as_array().is_some_and(|a| a.is_empty()) && rep["repaired_bytes"].as_u64() > Some(0), "{ctx}: the resilver copied what b.img missed: {st}");
+            e.ok(&["pool", "scrub", "-w", "tank"]);
+            let st = p.status_json(e);
+            assert_eq!(st["scan"]["report"]["bad_copies"].as_u64(), Some(0), "{ctx}: after the resilver, b.img holds every block: {st}");
+            return;
+        }
     };
-    assert!(child["fault"].as_str().is_some_and(|f| f.contains(why)), "{name}: the child says why it is UNAVAIL: {st}");
-    check_files(&format!("{name}, after a restart"));
-    // TODO(issue 12, replace and resilver): replace b.img, resilver,
-    // verify, and read every file from the new device alone.
+    let st = p.status_json(e);
+    let child = &st["vdevs"][0]["children"][1];
+    assert_eq!((st["state"].as_str(), child["state"].as_str()), (Some("DEGRADED"), Some("UNAVAIL")), "{ctx}: imported again: {st}");
+    assert!(child["fault"].as_str().is_some_and(|f| f.contains(why)), "{ctx}: the child says why it is UNAVAIL: {st}");
 }
 
 /// Reads a whole file after asking the kernel to drop its cached pages.
@@ -530,10 +557,13 @@ fn read_uncached(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-fn vanish(img: &Path, how: Vanish) {
+fn vanish(e: &Env, img: &Path, how: Vanish) {
     match how {
         Vanish::Delete => std::fs::remove_file(img).unwrap(),
         Vanish::Truncate => std::fs::OpenOptions::new().write(true).open(img).unwrap().set_len(128 << 20).unwrap(),
+        Vanish::Inject => {
+            e.ok(&["inject", "-d", &img.display().to_string(), "-e", "nxio", "tank"]);
+        }
     }
 }
 
@@ -543,7 +573,7 @@ fn check_degraded(e: &Env, p: &MirrorPool, how: Vanish, ctx: &str) {
     e.ok(&["pool", "sync", "tank"]);
     let st = p.status_json(e);
     let want = match how {
-        Vanish::Delete => "REMOVED",
+        Vanish::Delete | Vanish::Inject => "REMOVED",
         Vanish::Truncate => "FAULTED",
     };
     assert_eq!(st["state"].as_str(), Some("DEGRADED"), "{ctx}: {st}");
@@ -553,7 +583,7 @@ fn check_degraded(e: &Env, p: &MirrorPool, how: Vanish, ctx: &str) {
     assert_eq!(counts(&st, 0), (0, 0, 0, 0), "{ctx}: nothing against the good device: {st}");
     let status = e.ok(&["pool", "status", "tank"]);
     let line = match how {
-        Vanish::Delete => "status: One or more devices could not be used because they are missing or were removed.",
+        Vanish::Delete | Vanish::Inject => "status: One or more devices could not be used because they are missing or were removed.",
         Vanish::Truncate => "status: One or more devices are faulted in response to persistent errors.",
     };
     assert!(status.contains(line) && status.contains("Sufficient replicas exist") && status.contains("action: "), "{ctx}: {status}");
@@ -567,4 +597,9 @@ fn a_deleted_child_under_load_loses_nothing() {
 #[test]
 fn a_truncated_child_under_load_loses_nothing() {
     vanish_under_load("mirror-truncated", Vanish::Truncate);
+}
+
+#[test]
+fn a_child_vanishing_by_inject_under_load_loses_nothing_and_resilvers() {
+    vanish_under_load("mirror-injected", Vanish::Inject);
 }
