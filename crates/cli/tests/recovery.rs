@@ -10,7 +10,7 @@ mod common;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use common::Env;
+use common::{Env, Rng};
 use tarn_engine::pool::label::read_labels;
 use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
 use tarn_engine::sys::FileDevice;
@@ -220,18 +220,9 @@ fn status_v_names_the_files_whose_blocks_are_lost() {
     assert!(e.ok(&["pool", "status", "tank"]).contains("No known data errors"));
 }
 
-/// splitmix64, for the seeded damage below.
-fn mix(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 fn content(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed;
-    (0..len).map(|_| mix(&mut x) as u8).collect()
+    let mut x = Rng(seed);
+    (0..len).map(|_| x.next() as u8).collect()
 }
 
 /// The damage test through the daemon and the mount (issue 11, "What must
@@ -272,18 +263,18 @@ fn random_damage_through_the_daemon() {
     }
     e.ok(&["pool", "export", "tank"]);
 
-    let mut x = seed;
-    let (ds, rel, _, data) = &files[(mix(&mut x) % files.len() as u64) as usize];
+    let mut x = Rng(seed);
+    let (ds, rel, _, data) = &files[(x.next() % files.len() as u64) as usize];
     let aim = if data.len() > 4096 {
         let path: Vec<&str> = rel.split('/').collect();
         data_block(&img, ds, &path, 0)[0].offset
     } else {
         newest_mos_root(&img)[0].offset
     };
-    let len = (4096f64 * 1024f64.powf((mix(&mut x) % 1000) as f64 / 1000.0)) as u64;
-    let offset = aim.saturating_sub(mix(&mut x) % len);
+    let len = (4096f64 * 1024f64.powf((x.next() % 1000) as f64 / 1000.0)) as u64;
+    let offset = aim.saturating_sub(x.next() % len);
     eprintln!("damage through the daemon: {len} bytes at {offset:#x}, aimed at {aim:#x} ({ds}: {rel})");
-    scribble(&img, offset, len, mix(&mut x));
+    scribble(&img, offset, len, x.next());
 
     let dir = e.dir.display().to_string();
     let o = e.run(&["pool", "import", "-d", &dir, "tank"]);

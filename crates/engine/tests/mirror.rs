@@ -289,3 +289,143 @@ fn offline_refuses_to_leave_a_vdev_without_replicas() {
     assert_eq!(pool.status().vdevs[0].children[1].state, "ONLINE", "nothing changed");
     pool.export().expect("export");
 }
+
+/// Regression (found by the mirror crash test, `crash/layouts.rs`): a
+/// mirror child put back blank (a new disk in its place) or with its
+/// labels overwritten made import refuse the whole pool ("'mem0' has no
+/// valid tarn label") although its sibling held every block. Now such a
+/// device counts as not found: the pool imports DEGRADED with that child
+/// UNAVAIL and nothing written to the device; when the vdev cannot do
+/// without it, the refusal names the missing leaves and why the device
+/// given could not be used.
+#[test]
+fn a_blank_or_garbled_child_counts_as_missing() {
+    let (devs, pool) = mirror_pool(2, "1");
+    let data = pattern(300_000, 5);
+    let obj = put(&pool, &data);
+    pool.export().expect("export");
+    drop(pool);
+    let blank = Arc::new(FaultDevice::new(128 << 20, 11));
+    let mut given = devs.clone();
+    given[0] = blank.clone();
+    let degraded = |given: &[Arc<FaultDevice>], what: &str| {
+        let pool = open(given).unwrap_or_else(|e| panic!("{what}: the mirror imports without its first child: {e}"));
+        assert!(pool.open_warnings().iter().any(|w| w.contains("'mem0' is UNAVAIL") && w.contains("no valid tarn label")), "{what}: {:?}", pool.open_warnings());
+        assert!(pool.root().read(obj, 0, data.len()).expect("read") == data, "{what}: the sibling serves the data");
+        let st = pool.status();
+        assert_eq!((st.state.as_str(), st.vdevs[0].state.as_str()), ("DEGRADED", "DEGRADED"), "{what}: {st:#?}");
+        let child = &st.vdevs[0].children[0];
+        assert_eq!(child.state, "UNAVAIL", "{what}: {st:#?}");
+        assert_eq!((child.read_errors, child.write_errors), (0, 0), "{what}: no I/O was sent to the missing child: {st:#?}");
+        verified(&pool, what);
+        pool.export().expect("export");
+    };
+    degraded(&given, "a blank device in mem0's place");
+    assert!(tarn_engine::pool::label::read_labels(blank.as_ref()).config.is_none(), "the blank device was not written");
+
+    // mem0 itself, its four labels overwritten with random bytes.
+    let size = devs[0].size_bytes();
+    for i in 0..4 {
+        let off = tarn_ondisk::label::label_offset(i, size);
+        devs[0].write_at(&pattern(tarn_ondisk::label::LABEL_SIZE as usize, i as u64), off).expect("garble a label");
+    }
+    degraded(&devs, "mem0 with garbled labels");
+
+    // Without mem1 as well, mirror-0 has nothing left: refused, naming both.
+    let e = open(&[devs[0].clone(), devs[2].clone(), devs[3].clone()]).err().expect("refused");
+    assert!(e.msg.contains("mirror-0") && e.msg.contains("'mem1'") && e.msg.contains("'mem0' has no valid tarn label"), "{}", e.msg);
+}
+
+/// A 2-way mirror "tank" on two image files of 96 MiB in a directory of
+/// its own, holding `data`, exported; the directory and the paths.
+fn mirror_on_files(name: &str, data: &[u8]) -> (std::path::PathBuf, Vec<std::path::PathBuf>, u64) {
+    let dir = std::env::temp_dir().join(format!("tarn-mirror-{}-{}", name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let paths: Vec<std::path::PathBuf> = ["a.img", "b.img"].iter().map(|f| dir.join(f)).collect();
+    let opts = CreateOptions { size: Some(96 << 20), tunables: small_tunables(), ..Default::default() };
+    let tops = [tarn_engine::pool::vdevs::TopSpec { layout: Layout::Mirror, devices: paths.clone() }];
+    let pool = Pool::create_layout("tank", &tops, &opts).expect("create a mirror on files");
+    let obj = put(&pool, data);
+    pool.export().expect("export");
+    (dir, paths, obj)
+}
+
+/// Regression (found by `crates/cli/tests/mirror_mount.rs`): a mirror
+/// child whose image file was deleted, or cut short (its front labels
+/// kept), made `Pool::open` — the daemon's import of its cache file, and
+/// `tarn inspect` — refuse the whole pool ("cannot open 'b.img'", "device 1
+/// ('b.img') is smaller than the pool expects") although the other child
+/// held every block. Now each is left out: the pool imports DEGRADED, the
+/// child UNAVAIL saying why, and the import's warning says so.
+#[test]
+fn a_deleted_or_short_child_file_is_left_out() {
+    let data = pattern(300_000, 8);
+    for how in ["deleted", "short"] {
+        let (dir, paths, obj) = mirror_on_files(how, &data);
+        match how {
+            "deleted" => std::fs::remove_file(&paths[1]).expect("delete b.img"),
+            _ => std::fs::OpenOptions::new().write(true).open(&paths[1]).and_then(|f| f.set_len(80 << 20)).expect("cut b.img short"),
+        }
+        let pool = Pool::open(&paths, &OpenOptions { tunables: small_tunables(), ..Default::default() }).unwrap_or_else(|e| panic!("{how}: the mirror imports without b.img: {e}"));
+        let st = pool.status();
+        assert_eq!((st.state.as_str(), st.vdevs[0].children[1].state.as_str()), ("DEGRADED", "UNAVAIL"), "{how}: {st:#?}");
+        let why = st.vdevs[0].children[1].fault.clone().unwrap_or_default();
+        let want = if how == "deleted" { "No such file" } else { "smaller than the pool expects" };
+        assert!(why.contains(want), "{how}: the child says why it is UNAVAIL: {why}");
+        assert!(pool.open_warnings().iter().any(|w| w.contains("b.img") && w.contains(want)), "{how}: a warning says why: {:?}", pool.open_warnings());
+        assert!(pool.root().read(obj, 0, data.len()).expect("read") == data, "{how}: a.img serves the data");
+        verified(&pool, how);
+        pool.export().expect("export");
+        drop(pool);
+        // Without a.img as well, nothing is left of mirror-0: refused, naming why.
+        std::fs::remove_file(&paths[0]).expect("delete a.img");
+        let e = Pool::open(&paths, &OpenOptions { tunables: small_tunables(), ..Default::default() }).err().expect("refused");
+        assert!(e.msg.contains("a.img") && e.msg.contains("b.img"), "{how}: {}", e.msg);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Regression (found by the mirror crash test once DTLs were derived from
+/// each leaf's newest uberblock at import): a power cut during the
+/// uberblock writes of txg T can leave a child with all of T's blocks (they
+/// were flushed before any uberblock) but not T's uberblock; import gives
+/// it a DTL holding T. When its sibling missed T too (it had died before),
+/// every child of the mirror had T in its DTL, reads skipped them all, and
+/// blocks the first child held intact failed with "no child can be read"
+/// (ENXIO), the resilver with them. A DTL says a child may lack a block,
+/// not that it does: such a child is now read last, and the checksum
+/// decides.
+#[test]
+fn a_block_every_child_may_have_missed_is_still_read() {
+    let (devs, pool) = mirror_pool(2, "1");
+    put(&pool, &pattern(100_000, 1));
+    pool.sync().expect("sync");
+    // mem0 dies here: it keeps what it had at this txg.
+    let stale = Arc::new(devs[0].snapshot_durable());
+    let files: Vec<(u64, Vec<u8>)> = (0..8u64).map(|i| {
+        let d = pattern(256 << 10, 10 + i);
+        (put(&pool, &d), d)
+    }).collect();
+    pool.sync().expect("sync");
+    let t = pool.uberblock().txg;
+    let mut imgs = common::durable(&devs);
+    drop(pool);
+    imgs[0] = stale;
+    // mem1 holds txg t's blocks but lost its uberblock of t; mem2 and mem3
+    // keep theirs, so import opens t.
+    let size = tarn_ondisk::label::usable_device_size(imgs[1].size_bytes());
+    for i in 0..4 {
+        imgs[1].write_at(&[0u8; 4096], tarn_ondisk::label::ub_slot_offset(i, size, 12, t)).expect("erase an uberblock");
+    }
+    let pool = open(&imgs).expect("import");
+    assert_eq!(pool.uberblock().txg, t, "import opens the newest txg");
+    for (obj, data) in &files {
+        let got = pool.root().read(*obj, 0, data.len()).unwrap_or_else(|e| panic!("object {obj}: {e}"));
+        assert!(got == *data, "object {obj} reads back exactly");
+    }
+    let st = pool.scan_wait();
+    assert!(st.report.errors.is_empty(), "the resilver at import finds a good copy of everything: {st:?}");
+    let rep = pool.scrub().expect("scrub");
+    assert!(rep.errors.is_empty() && rep.bad_copies == 0, "every child holds every block after the resilver: {rep:?}");
+}

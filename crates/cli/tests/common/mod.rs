@@ -254,6 +254,29 @@ impl Drop for Env {
     }
 }
 
+/// splitmix64: one `u64` seed drives a test's choices, so a failure
+/// reproduces from the seed it prints.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi] (up to a bias of 2^-64 · span).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        assert!(lo <= hi, "range({lo}, {hi})");
+        lo + self.next() % (hi - lo + 1)
+    }
+    /// One of `v` (not empty).
+    pub fn pick<T: Clone>(&mut self, v: &[T]) -> T {
+        v[(self.next() % v.len() as u64) as usize].clone()
+    }
+}
+
 /// `len` pseudo-random bytes from `seed` (xorshift: incompressible, so a
 /// quota or a pool fills with exactly the bytes written).
 pub fn noise(len: usize, seed: u64) -> Vec<u8> {

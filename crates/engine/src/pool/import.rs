@@ -158,6 +158,8 @@ pub(crate) struct Found {
     pub config: LabelConfig,
     pub devs: Vec<(String, Arc<dyn BlockDevice>)>,
     pub ubs: Vec<Uberblock>,
+    /// Devices given that import could not use and no leaf names.
+    pub unusable: Vec<super::pool::Unusable>,
 }
 
 impl Found {

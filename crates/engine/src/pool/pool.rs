@@ -509,10 +509,11 @@ impl Pool {
         Ok(())
     }
 
-    /// Opens (imports) the pool whose devices are at `paths`.
+    /// Opens (imports) the pool whose devices are at `paths`. A path that
+    /// cannot be opened counts as a missing device (`open_paths`).
     pub fn open(paths: &[PathBuf], opts: &OpenOptions) -> Result<Pool> {
-        let (devs, locks) = open_paths(paths, opts.readonly)?;
-        Self::open_on(devs, locks, opts)
+        let (devs, locks, unopened) = open_paths(paths, opts.readonly)?;
+        Self::open_found(Self::find(devs, unopened, opts)?, locks, opts)
     }
 
     /// Opens a pool on already opened devices, at its newest txg; when that
@@ -520,20 +521,33 @@ impl Pool {
     /// `pool::import`): without it the error says what a rewind would
     /// discard.
     pub fn open_on(devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions) -> Result<Pool> {
-        let f = Self::find(devs, opts)?;
+        Self::open_found(Self::find(devs, vec![], opts)?, locks, opts)
+    }
+
+    /// `open_on` once the devices are matched to the config; devices given
+    /// that import could not use and no leaf names are in the pool's
+    /// warnings (a leaf's own shows as UNAVAIL, with why).
+    fn open_found(f: Found, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions) -> Result<Pool> {
+        let pool = Self::open_matched(&f, locks, opts)?;
+        let left_out = f.unusable.iter().map(|u| format!("pool '{}': left out at import: {}", f.config.pool_name, u.why.msg));
+        pool.sh.open_warnings.lock().extend(left_out);
+        Ok(pool)
+    }
+
+    fn open_matched(f: &Found, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions) -> Result<Pool> {
         let newest = f.newest().clone();
         let why = match Self::try_open(&f.config, f.devs.clone(), locks.clone(), opts, newest.clone()) {
             Ok(p) => return Ok(p),
             Err(e) => e,
         };
-        let plan = plan_rewind(&f, opts, why)?;
+        let plan = plan_rewind(f, opts, why)?;
         assert_eq!(plan.newest_txg, newest.txg, "a plan rewinds from the newest txg");
         assert!(plan.needed(), "a plan past txg {} rewinds: {:?}", newest.txg, plan);
         if !opts.rewind {
             return Err(Error::corrupt(plan.refusal()));
         }
         let ub = f.ubs.iter().find(|u| u.txg == plan.txg).expect("the plan's txg is one of the uberblocks").clone();
-        let pool = Self::try_open(&f.config, f.devs, locks, opts, ub)
+        let pool = Self::try_open(&f.config, f.devs.clone(), locks, opts, ub)
             .map_err(|e| e.context(format!("pool '{}': rewinding to txg {}", plan.pool, plan.txg)))?;
         if !opts.readonly {
             pool.sh.forget_uberblocks_after(plan.txg, newest.txg)?;
@@ -546,7 +560,10 @@ impl Pool {
     /// it would open at and what a rewind there discards (`import -Fn`, the
     /// listing of importable pools). An error when no txg opens.
     pub fn check_open_on(devs: Vec<(String, Arc<dyn BlockDevice>)>, opts: &OpenOptions) -> Result<Rewind> {
-        let f = Self::find(devs, opts)?;
+        Self::check_found(Self::find(devs, vec![], opts)?, opts)
+    }
+
+    fn check_found(f: Found, opts: &OpenOptions) -> Result<Rewind> {
         let ro = OpenOptions { readonly: true, cache_devices: vec![], ..opts.clone() };
         match Self::try_open(&f.config, f.devs.clone(), vec![], &ro, f.newest().clone()) {
             Ok(_) => Ok(Rewind::none(&f.config.pool_name, f.newest())),
@@ -557,16 +574,16 @@ impl Pool {
     /// As `check_open_on`, on the devices at `paths`, taking their locks
     /// unless `opts.readonly` (so a pool another process holds is busy).
     pub fn check_open(paths: &[PathBuf], opts: &OpenOptions) -> Result<Rewind> {
-        let (devs, _locks) = open_paths(paths, opts.readonly)?;
-        Self::check_open_on(devs, opts)
+        let (devs, _locks, unopened) = open_paths(paths, opts.readonly)?;
+        Self::check_found(Self::find(devs, unopened, opts)?, opts)
     }
 
-    /// A pool's devices matched to its config, and its valid uberblocks.
-    fn find(devs: Vec<(String, Arc<dyn BlockDevice>)>, opts: &OpenOptions) -> Result<Found> {
+    /// A pool's devices matched to its config, and its valid uberblocks;
+    /// `unopened` are the devices that could not be opened.
+    fn find(devs: Vec<(String, Arc<dyn BlockDevice>)>, unopened: Vec<Unusable>, opts: &OpenOptions) -> Result<Found> {
         opts.tunables.validate()?;
-        let (config, devs) = match_devices(devs)?;
+        let (config, devs, unusable) = match_devices(devs, unopened)?;
         check_features(&config, opts.readonly)?;
-        check_device_sizes(&config, &devs)?;
         let mut ubs = Vec::new();
         for (_, d) in &devs {
             ubs.extend(read_labels(d.as_ref()).uberblocks);
@@ -578,7 +595,7 @@ impl Pool {
         if ubs.is_empty() {
             return Err(Error::corrupt(format!("pool '{}': no valid uberblock on any device", config.pool_name)));
         }
-        Ok(Found { config, devs, ubs })
+        Ok(Found { config, devs, ubs, unusable })
     }
 
     /// What the import rewound (None: it opened the newest txg).
@@ -1176,27 +1193,60 @@ type SpaceWritten = (Option<BlockPtr>, Option<Vec<BlockPtr>>, Option<BlockPtr>);
 /// Devices with the paths they were opened from.
 type NamedDevices = Vec<(String, Arc<dyn BlockDevice>)>;
 
-/// Opens the devices at `paths`, locked unless `readonly`.
-fn open_paths(paths: &[PathBuf], readonly: bool) -> Result<(NamedDevices, Vec<Arc<FileDevice>>)> {
+/// Opens the devices at `paths`, locked unless `readonly`. A path that
+/// cannot be opened (the file deleted, the disk gone) is returned apart,
+/// with why, for `match_devices` to weigh: a mirror can do without it. A
+/// device another holder has is an error at once (busy, not missing).
+fn open_paths(paths: &[PathBuf], readonly: bool) -> Result<(NamedDevices, Vec<Arc<FileDevice>>, Vec<Unusable>)> {
     let mut devs: NamedDevices = Vec::new();
     let mut locks = Vec::new();
+    let mut unopened = Vec::new();
     for p in paths {
-        let fd = if readonly {
-            FileDevice::open_read_only(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))?
+        let opened = if readonly {
+            FileDevice::open_read_only(p).map_err(|e| Error::io(format!("cannot open '{}'", p.display()), e))
         } else {
-            super::vet::open_for_import(p)?
+            super::vet::open_for_import(p)
         };
-        let fd = Arc::new(fd);
+        let fd = match opened {
+            Ok(fd) => Arc::new(fd),
+            Err(e) if e.kind == ErrorKind::Busy => return Err(e),
+            Err(why) => {
+                unopened.push(Unusable { path: p.display().to_string(), guid: None, why });
+                continue;
+            }
+        };
         locks.push(fd.clone());
         devs.push((p.display().to_string(), fd));
     }
-    Ok((devs, locks))
+    Ok((devs, locks, unopened))
 }
+
+/// A device import was given but cannot use: its path, the leaf it names
+/// when known (by its label), and why. One a leaf of the config names (by
+/// guid, or by path when it has no label) becomes that leaf's UNAVAIL
+/// reason (`match_devices`).
+pub(crate) struct Unusable {
+    pub path: String,
+    pub guid: Option<u64>,
+    pub why: Error,
+}
+
+/// The devices matched to a config's leaves (see `match_devices`).
+type Matched = (LabelConfig, NamedDevices, Vec<Unusable>);
 
 /// Orders `devs` as the leaves of the newest config among them, with a
 /// placeholder for each leaf not found (`vdevs::missing_device`); refused
 /// when a top-level vdev has more leaves missing than its redundancy.
-fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
+///
+/// A device import cannot use counts as not found — zpool's UNAVAIL, the
+/// pool DEGRADED while redundancy lasts — and is named in the refusal when
+/// the pool cannot be opened without it: one that could not be opened
+/// (`unopened`); one with no valid label, which cannot say which pool or
+/// leaf it is (a blank disk in a mirror child's place, labels overwritten);
+/// one smaller than its leaf needs (a partial copy, a shrunk partition, a
+/// truncated image keep their front labels, but blocks near the old end
+/// are gone). Alone, such a device's error is the error.
+fn match_devices(devs: NamedDevices, mut unusable: Vec<Unusable>) -> Result<Matched> {
     let mut labelled = Vec::new();
     for (p, d) in devs {
         let labels = read_labels(d.as_ref());
@@ -1204,11 +1254,16 @@ fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
             Some(c) => labelled.push((p, d, c)),
             None => {
                 let why: Vec<String> = labels.bad.iter().map(|(i, e)| format!("label {}: {}", i, e)).collect();
-                return Err(Error::not_found(format!("'{}' has no valid tarn label ({})", p, why.join("; "))));
+                let why = Error::not_found(format!("'{}' has no valid tarn label ({})", p, why.join("; ")));
+                unusable.push(Unusable { path: p, guid: None, why });
             }
         }
     }
-    let best = labelled.iter().map(|(_, _, c)| c).max_by_key(|c| c.config_txg).cloned().ok_or_else(|| Error::invalid("no devices given"))?;
+    let Some(best) = labelled.iter().map(|(_, _, c)| c).max_by_key(|c| c.config_txg).cloned() else {
+        let Some(first) = unusable.first() else { return Err(Error::invalid("no devices given")) };
+        let why: Vec<&str> = unusable.iter().map(|u| u.why.msg.as_str()).collect();
+        return Err(Error::new(first.why.kind, why.join("; ")));
+    };
     // A device of another pool is an operator mistake to report, not a
     // spare to ignore: importing without it could hide which pool was meant.
     if let Some((p, _, c)) = labelled.iter().find(|(_, _, c)| c.pool_guid != best.pool_guid) {
@@ -1217,33 +1272,49 @@ fn match_devices(devs: NamedDevices) -> Result<(LabelConfig, NamedDevices)> {
             p, c.pool_name, c.pool_guid, best.pool_name, best.pool_guid
         )));
     }
+    labelled.retain(|(p, d, c)| match too_small(&best, c.device_guid, p, d.as_ref()) {
+        Some(why) => {
+            unusable.push(Unusable { path: p.clone(), guid: Some(c.device_guid), why });
+            false
+        }
+        None => true,
+    });
     let present: std::collections::HashSet<u64> = labelled.iter().map(|(_, _, c)| c.device_guid).collect();
-    vdevs::check_present(&best, &present)?;
+    vdevs::check_present(&best, &present).map_err(|e| {
+        if unusable.is_empty() {
+            return e;
+        }
+        let why: Vec<&str> = unusable.iter().map(|u| u.why.msg.as_str()).collect();
+        Error::new(e.kind, format!("{}; {}", e.msg, why.join("; ")))
+    })?;
     let mut ordered = Vec::new();
     for (top, leaf) in vdevs::leaves_with_top(&best.tree) {
         match labelled.iter().find(|(_, _, c)| c.device_guid == leaf.guid) {
             Some((p, d, _)) => ordered.push((p.clone(), d.clone())),
-            None => ordered.push((leaf.path.clone(), vdevs::missing_device(top, leaf))),
+            None => {
+                // The leaf's placeholder says why (its UNAVAIL reason);
+                // what is left in `unusable` is named by no leaf.
+                let named = unusable.iter().position(|u| u.guid == Some(leaf.guid) || (u.guid.is_none() && u.path == leaf.path));
+                let why = named.map_or_else(|| "not found at import".to_string(), |i| unusable.remove(i).why.msg);
+                ordered.push((leaf.path.clone(), vdevs::missing_device(top, leaf, &why)));
+            }
         }
     }
-    Ok((best, ordered))
+    Ok((best, ordered, unusable))
 }
 
-/// Every device must still hold the space its config gives it: a device cut
-/// short (a partial copy, a shrunk partition) keeps its front labels, but
-/// blocks near its old end are gone.
-fn check_device_sizes(config: &LabelConfig, devs: &[(String, Arc<dyn BlockDevice>)]) -> Result<()> {
-    for ((top, leaf), (path, dev)) in vdevs::leaves_with_top(&config.tree).into_iter().zip(devs) {
-        let need = label::LABELS_FRONT + vdevs::required_span(top) + label::LABELS_BACK;
-        let size = label::usable_device_size(dev.size_bytes());
-        if size < need {
-            return Err(Error::invalid(format!(
-                "pool '{}': device {} ('{}') is smaller than the pool expects: {} bytes, needs {} (was it truncated?)",
-                config.pool_name, leaf.id, path, size, need
-            )));
-        }
-    }
-    Ok(())
+/// Why device `dev` (at `path`, leaf `guid` of `config`) cannot hold what
+/// its leaf needs, if it cannot.
+fn too_small(config: &LabelConfig, guid: u64, path: &str, dev: &dyn BlockDevice) -> Option<Error> {
+    let (top, leaf) = vdevs::leaves_with_top(&config.tree).into_iter().find(|(_, l)| l.guid == guid)?;
+    let need = label::LABELS_FRONT + vdevs::required_span(top) + label::LABELS_BACK;
+    let size = label::usable_device_size(dev.size_bytes());
+    (size < need).then(|| {
+        Error::invalid(format!(
+            "pool '{}': device {} ('{}') is smaller than the pool expects: {} bytes, needs {} (was it truncated?)",
+            config.pool_name, leaf.id, path, size, need
+        ))
+    })
 }
 
 impl ShellShared {
@@ -1317,6 +1388,12 @@ impl ShellShared {
                     }
                 }));
             }
+        }
+        // Each device says now whether it is whole: a leaf import could not
+        // open or use (its `MissingDevice` placeholder) is UNAVAIL before
+        // the first read, so none is sent to it or counted against it.
+        for l in core.leaves().filter_map(|(_, leaf)| leaf.leaf()) {
+            let _faulted_unless_online = l.check();
         }
         // From now on a second use of these devices in this process is
         // refused with the pool's name (`pool::vet`).

@@ -11,8 +11,8 @@
 //!                 copies on a target's top-level vdev born in its DTL
 //!  3. sort        by (vdev, offset): the target is written in order
 //!  4. copy        SCAN_WORKERS at a time: the block read through its vdev
-//!                 (`read_checked` skips children whose DTL holds its birth,
-//!                 so it comes from a good child and passes its checksum),
+//!                 (`read_checked` tries children whose DTL holds its birth
+//!                 last, and returns only bytes that pass its checksum),
 //!                 written to the target at the same offset
 //!  5. flush       each target, then its DTL loses the txgs ≤ N
 //! ```
@@ -24,9 +24,9 @@
 //! allocator holds frees for the resilver's length, as for a scrub
 //! (`pool::scan`): a copy is written only where its block still is.
 //!
-//! Reads of blocks born in a target's DTL never go to the target until it
-//! is done (`Vdev::read_order`), so a half-resilvered leaf serves nothing
-//! stale. A resilver is the pool's one scan: it shows in `status` as
+//! Reads of blocks born in a target's DTL go to the target only when no
+//! other child gives bytes that pass the checksum (`Vdev::read_order`), so
+//! a half-resilvered leaf serves nothing stale. A resilver is the pool's one scan: it shows in `status` as
 //! "resilver in progress"; a scrub asked for meanwhile is refused.
 
 use std::sync::atomic::{AtomicU64, Ordering};

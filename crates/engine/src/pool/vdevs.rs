@@ -269,10 +269,10 @@ pub fn check_present(config: &LabelConfig, present: &HashSet<u64>) -> Result<Vec
     Ok(missing)
 }
 
-/// A placeholder for a leaf import did not find.
-pub fn missing_device(top: &VdevNode, leaf: &VdevNode) -> Arc<dyn BlockDevice> {
+/// A placeholder for a leaf import did not find or could not use (`why`).
+pub fn missing_device(top: &VdevNode, leaf: &VdevNode, why: &str) -> Arc<dyn BlockDevice> {
     let size = label::LABELS_FRONT + required_span(top) + label::LABELS_BACK;
-    Arc::new(MissingDevice { path: leaf.path.clone(), size })
+    Arc::new(MissingDevice { path: leaf.path.clone(), size, why: why.to_string() })
 }
 
 /// Builds one top-level vdev from its config node; `open` makes each

@@ -49,8 +49,9 @@
 //! ## Dirty time logs
 //! A leaf that is down while its siblings take writes misses those txgs:
 //! each write it skips adds the txg to its [`Dtl`], and a fault adds the
-//! txg being synced. Reads skip a child whose DTL holds the block's birth
-//! txg (its copy is stale or absent); resilver (`pool/scan.rs`) visits only
+//! txg being synced. Reads try a child whose DTL holds the block's birth
+//! txg last (its copy may be stale or absent; the checksum decides);
+//! resilver (`pool/scan.rs`) visits only
 //! blocks born in a leaf's DTL and clears it when done.
 
 pub mod raidz;

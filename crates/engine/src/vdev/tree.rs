@@ -49,7 +49,7 @@ pub struct Vdev {
     pub offline_persist: AtomicBool,
     /// Txgs with writes this vdev missed (its dirty time log), as ranges
     /// `[first, last]`: a leaf that was faulted, missing or offline while
-    /// its siblings took writes. Reads skip it for blocks born then.
+    /// its siblings took writes. Reads try it last for blocks born then.
     pub dtl: Mutex<Dtl>,
     /// Bytes rewritten onto this leaf from a good copy (self-healing).
     pub repaired_bytes: AtomicU64,
@@ -264,7 +264,7 @@ impl Vdev {
     /// Reads the `len` bytes of a block at `offset` of this vdev's address
     /// space, born in txg `birth`, and returns them once `check` accepts
     /// them (the block's checksum). A mirror tries its children in turn
-    /// (skipping those whose DTL holds `birth`), a RAID-Z vdev reconstructs
+    /// (those whose DTL holds `birth` last), a RAID-Z vdev reconstructs
     /// from parity. Every child found wrong on the way is rewritten with the
     /// good bytes when `repair` (not on a read-only pool), and counted:
     /// a read error against the leaf's read errors, bytes `check` refused
@@ -310,16 +310,21 @@ impl Vdev {
         Err(last.unwrap_or_else(|| Error::io(format!("{}: no child can be read", self.path), io::Error::from_raw_os_error(libc::ENXIO))))
     }
 
-    /// The children to read a block from, best first: those that are up and
-    /// did not miss the block's txg, the nearest to its last read first
-    /// (OpenZFS's vdev_mirror balances by queue depth and locality; tarn
-    /// turns by offset so that a stream's reads stay on one child per
-    /// region and the children share the load).
+    /// The children to read a block from, best first: those that are up,
+    /// the ones that did not miss the block's txg before those whose DTL
+    /// holds it, each group turning by offset (OpenZFS's vdev_mirror
+    /// balances by queue depth and locality; tarn turns by offset so that
+    /// a stream's reads stay on one child per region and the children
+    /// share the load). A DTL says a child may lack the block, not that it
+    /// does (one derived at import holds a txg whose blocks a crash left
+    /// on the child without its uberblock): such a child is read last, as
+    /// vdev_mirror does, and the checksum decides.
     fn read_order(&self, offset: u64, birth: u64) -> Vec<&Vdev> {
         let n = self.children.len();
         let start = ((offset >> 20) as usize) % n.max(1);
         let mut order: Vec<&Vdev> = (0..n).map(|i| &self.children[(start + i) % n]).collect();
-        order.retain(|c| c.up() && !c.dtl.lock().contains(birth));
+        order.retain(|c| c.up());
+        order.sort_by_key(|c| c.dtl.lock().contains(birth));
         order
     }
 
@@ -419,6 +424,9 @@ impl Vdev {
 pub struct MissingDevice {
     pub path: String,
     pub size: u64,
+    /// Why import could not use the device (not found, no valid label,
+    /// too small …).
+    pub why: String,
 }
 
 impl BlockDevice for MissingDevice {
@@ -438,7 +446,7 @@ impl BlockDevice for MissingDevice {
         self.path.clone()
     }
     fn health(&self) -> Health {
-        Health::Unavail("cannot open: not found at import".into())
+        Health::Unavail(format!("cannot open: {}", self.why))
     }
 }
 

@@ -9,6 +9,7 @@
 //! stays usable: more writes, a sync, an export and a reopen all work.
 
 pub mod datasets;
+pub mod layouts;
 pub mod model;
 pub mod workload;
 
@@ -16,12 +17,14 @@ use std::collections::BTreeSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use tarn_engine::pool::vdevs::Layout;
 use tarn_engine::sys::{FaultConfig, FaultDevice};
 use tarn_engine::{CreateOptions, Error, Pool, Tunables};
 use tarn_ondisk::ObjectType;
 
 use crate::common::{as_dyn, crash_all, mem_devs, open, pattern, small_tunables, Rng};
 use datasets::{check_datasets, DsWorker};
+use layouts::{after_loss, check_health, check_resilver, check_scrubs, Loss, Shape, REDUNDANT};
 use model::{check_contents, check_verified, created, model_at, model_from, Model};
 use workload::{Logged, Op, ThreadLog, Worker};
 
@@ -30,6 +33,11 @@ use workload::{Logged, Op, ThreadLog, Worker};
 pub struct Plan {
     pub seed: u64,
     pub ndevs: usize,
+    /// How the devices form top-level vdevs (`layouts.rs`; a stripe of
+    /// `ndevs` plain devices unless `Plan::redundant`).
+    pub shape: Shape,
+    /// Devices lost around the cut (`layouts.rs`; none on a stripe).
+    pub loss: Loss,
     pub dev_size: u64,
     pub recordsize: Option<&'static str>,
     /// Copies of every data and indirect block (2 needs two devices to
@@ -57,6 +65,8 @@ impl Plan {
         Plan {
             seed,
             ndevs,
+            shape: Shape::stripe(ndevs),
+            loss: Loss::None,
             dev_size: if rng.chance(50) { 128 << 20 } else { 256 << 20 },
             recordsize: match rng.below(3) {
                 0 => Some("4K"),
@@ -71,6 +81,17 @@ impl Plan {
             deterministic: false,
             datasets: rng.chance(60),
         }
+    }
+
+    /// A plan on a redundant layout: seed `s` runs `REDUNDANT[s % len]`,
+    /// cut at any device, with a device loss drawn for it; the workload
+    /// and pool options as `Plan::new` draws them.
+    pub fn redundant(seed: u64) -> Plan {
+        let shape = REDUNDANT[(seed % REDUNDANT.len() as u64) as usize];
+        let mut rng = Rng::new(seed ^ 0x4D1_2202);
+        let cut_dev = rng.below(shape.ndevs() as u64) as usize;
+        let loss = Loss::draw(&shape, cut_dev, &mut rng);
+        Plan { ndevs: shape.ndevs(), shape, cut_dev, loss, ..Plan::new(seed) }
     }
 
     /// The single-threaded variant. With several threads the engine is not
@@ -105,12 +126,26 @@ impl Plan {
         if self.copies > 1 {
             opts.root_props.push(("copies".into(), self.copies.to_string()));
         }
-        let pool = Pool::create_on("crash", as_dyn(&devs), vec![], &opts).unwrap_or_else(|e| panic!("seed {}: create: {e}", self.seed));
+        let pool = if self.shape.layout == Layout::Plain {
+            Pool::create_on("crash", as_dyn(&devs), vec![], &opts)
+        } else {
+            Pool::create_tops("crash", self.shape.tops(layouts::on_rail(self, &devs)), vec![], &opts)
+        };
+        let pool = pool.unwrap_or_else(|e| panic!("seed {}: create: {e}", self.seed));
         (devs, pool)
     }
 
+    /// The environment variable that reruns this plan's seed.
+    pub fn rerun_var(&self) -> &'static str {
+        if self.shape.layout == Layout::Plain {
+            "TARN_CRASH_SEED"
+        } else {
+            "TARN_CRASH_REDUNDANT_SEED"
+        }
+    }
+
     pub fn ctx(&self) -> String {
-        format!("seed {} (rerun with TARN_CRASH_SEED={}; {:?})", self.seed, self.seed, self)
+        format!("seed {} (rerun with {}={}; {:?})", self.seed, self.rerun_var(), self.seed, self)
     }
 }
 
@@ -126,6 +161,11 @@ pub struct Outcome {
     /// The cut write was an uberblock write (the sync failed there).
     pub in_uberblock: bool,
     pub model: Model,
+    /// A stale device (`Loss::Stale`) lost power before the cut.
+    pub lost_early: bool,
+    /// Copies the resilver at import wrote (redundant layouts: onto a
+    /// stale device that came back).
+    pub resilvered: u64,
 }
 
 /// Runs the workload threads, their generators forked from `seed`; returns
@@ -206,6 +246,8 @@ pub struct Cut {
     pub in_uberblock: bool,
     /// The devices after the power loss.
     pub images: Vec<Arc<FaultDevice>>,
+    /// A stale device (`Loss::Stale`) lost power before the cut.
+    pub lost_early: bool,
 }
 
 /// Cuts the power at write `k` of `plan.cut_dev` while the workload (seeded
@@ -214,6 +256,11 @@ pub struct Cut {
 pub fn cut(plan: &Plan, pool: Pool, devs: &[Arc<FaultDevice>], k: u64, workload_seed: u64, crash_seed: u64, ctx: &str) -> Cut {
     let dead = &devs[plan.cut_dev];
     dead.set_config(FaultConfig { power_cut_after_writes: Some(k), ..Default::default() });
+    if let Loss::Stale { dev, permille } = plan.loss {
+        assert_ne!(dev, plan.cut_dev, "{ctx}: the stale device is not the cut one");
+        let early = (k * permille).div_ceil(1000).max(1);
+        devs[dev].set_config(FaultConfig { power_cut_after_writes: Some(early), ..Default::default() });
+    }
     let (mut logs, mut error) = run_workload(plan, &pool, workload_seed);
     if error.is_none() {
         let tail = until_cut(&pool, 1000);
@@ -227,7 +274,10 @@ pub fn cut(plan: &Plan, pool: Pool, devs: &[Arc<FaultDevice>], k: u64, workload_
     let synced_before = pool.core().txg.synced_txg();
     let in_uberblock = pool.core().txg.failure().is_some_and(|f| f.contains("writing uberblock"));
     drop(pool); // closing a pool with a dead device must not hang or panic
-    Cut { logs, synced_before, in_uberblock, images: crash_all(devs, crash_seed) }
+    // Devices on a rail that went down never see another write, so a
+    // stale device that is dead now died before the cut.
+    let lost_early = matches!(plan.loss, Loss::Stale { dev, .. } if devs[dev].is_dead());
+    Cut { logs, synced_before, in_uberblock, images: crash_all(devs, crash_seed), lost_early }
 }
 
 /// One run with the power cut at write `k` of `plan.cut_dev`.
@@ -235,8 +285,30 @@ pub fn run(plan: &Plan, k: u64, crash_seed: u64) -> Outcome {
     let ctx = format!("{}, cut at write {k}", plan.ctx());
     let (devs, pool) = plan.create();
     let c = cut(plan, pool, &devs, k, plan.seed, crash_seed, &ctx);
-    let (t, model) = check_recovered(&c.images, &c.logs, c.synced_before, &ctx);
-    Outcome { cut_write: k, synced_before: c.synced_before, imported_txg: t, in_uberblock: c.in_uberblock, model }
+    let (t, model, resilvered) = if plan.shape.layout == Layout::Plain {
+        let (t, model) = check_recovered(&c.images, &c.logs, c.synced_before, &ctx);
+        (t, model, 0)
+    } else {
+        recovered_after_loss(plan, &c, crash_seed, &ctx)
+    };
+    Outcome { cut_write: k, synced_before: c.synced_before, imported_txg: t, in_uberblock: c.in_uberblock, model, lost_early: c.lost_early, resilvered }
+}
+
+/// `check_recovered` for a redundant layout, on the devices left after
+/// `plan.loss`: it imports DEGRADED with the missing children UNAVAIL (or
+/// ONLINE when none is missing), the resilver import starts for a device
+/// that came back stale ends without error, and scrubs find nothing
+/// (`layouts.rs`). Returns the txg, the model and the copies resilvered.
+fn recovered_after_loss(plan: &Plan, c: &Cut, crash_seed: u64, ctx: &str) -> (u64, Model, u64) {
+    let given = after_loss(&c.images, &plan.loss, crash_seed);
+    let ctx = format!("{ctx}, {} lost{}", plan.loss.name(), if c.lost_early { " before the cut" } else { "" });
+    let (pool, t, model) = import_checked(&given, &Model::new(), &c.logs, c.synced_before, &ctx);
+    let ctx = format!("{ctx}, imported txg {t}");
+    check_health(&pool, &plan.shape, plan.loss.missing(), &ctx);
+    let resilvered = check_resilver(&pool, &ctx);
+    check_scrubs(&pool, &ctx);
+    keep_using(pool, &given, model.clone(), t, &ctx);
+    (t, model, resilvered)
 }
 
 /// Two power cuts: the pool recovered from the first runs a new workload
@@ -308,13 +380,14 @@ pub fn keep_using(pool: Pool, devs: &[Arc<FaultDevice>], mut model: Model, seed:
     check_verified(&pool, &format!("{ctx}, reopened"));
 }
 
-/// Prints the seed if the run panics, whatever panicked.
-pub struct SeedGuard(pub u64);
+/// Prints the seed if the run panics, whatever panicked, with the
+/// variable that reruns it (`Plan::rerun_var`).
+pub struct SeedGuard(pub u64, pub &'static str);
 
 impl Drop for SeedGuard {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!("crash run failed at seed {0}; rerun it alone with TARN_CRASH_SEED={0}", self.0);
+            eprintln!("crash run failed at seed {0}; rerun it alone with {1}={0}", self.0, self.1);
         }
     }
 }
