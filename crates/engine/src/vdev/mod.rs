@@ -56,4 +56,4 @@
 pub mod raidz;
 mod tree;
 
-pub use tree::{Dtl, Kind, MissingDevice, State, Vdev};
+pub use tree::{Dtl, Kind, MissingDevice, ReadCheck, State, Vdev};
