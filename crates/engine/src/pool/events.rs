@@ -42,7 +42,7 @@
 //!              └──▶ the next sync writes the whole ring to its MOS object
 //! ```
 //! The ring is one MOS object, a key/value map named by the pool
-//! directory's `events` key (docs/format.md §11c): one entry per event,
+//! directory's `events` key (docs/format.md §11d): one entry per event,
 //! keyed by its eid, and the next eid. It is rewritten whole in every txg
 //! in which the ring changed (syncing context, as the error log), so it
 //! survives export, import and a power cut as of the last synced txg. An
