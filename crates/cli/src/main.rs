@@ -29,6 +29,7 @@ fn release_free_memory() {
 }
 mod client;
 mod daemon;
+mod events_cmd;
 mod fmt;
 mod inspect;
 mod observe;
@@ -118,6 +119,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Pool(PoolCmd::Iostat(a)) => observe_cmd::iostat(a, &cli.tunables),
         Cmd::Pool(PoolCmd::Txgs { json, name }) => observe_cmd::txgs(&name, json, &cli.tunables),
         Cmd::Pool(PoolCmd::Explain { json, name, seconds }) => observe_cmd::explain(&name, seconds, json, &cli.tunables),
+        Cmd::Pool(PoolCmd::Events(a)) => events_cmd::run(a, &cli.tunables),
         Cmd::Arcstat(a) => observe_cmd::arcstat(a, &cli.tunables),
         Cmd::Pool(mut c) => {
             c.absolutize();

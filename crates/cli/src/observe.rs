@@ -681,6 +681,21 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     family(&mut out, "tarn_vdev_read_bytes_total", "counter", "Bytes read from the device.", per_vdev(&|v| v.read_bytes));
     family(&mut out, "tarn_vdev_write_bytes_total", "counter", "Bytes written to the device.", per_vdev(&|v| v.write_bytes));
     family(&mut out, "tarn_vdev_checksum_errors_total", "counter", "Blocks from the device that failed their checksum.", per_vdev(&|v| v.checksum_errors));
+    family(&mut out, "tarn_vdev_read_errors_total", "counter", "Device reads that failed.", per_vdev(&|v| v.read_errors));
+    family(&mut out, "tarn_vdev_write_errors_total", "counter", "Device writes and flushes that failed.", per_vdev(&|v| v.write_errors));
+    // One sample per device and state, 1 for the state it is in, as
+    // Prometheus exposes an enumeration.
+    let states = ms
+        .iter()
+        .flat_map(|m| m.vdevs.iter().flat_map(move |v| tarn_engine::vdev::State::ALL.iter().map(move |s| (format!("{{{},state=\"{}\"}}", vl(m, v), s.name()), f64::from(u8::from(v.state == s.name()))))))
+        .collect::<Vec<_>>();
+    family(&mut out, "tarn_vdev_state", "gauge", "The device's state (1 for the state it is in).", states);
+    let events = ms
+        .iter()
+        .flat_map(|m| m.events.posted.iter().map(move |(c, n)| (format!("{{pool=\"{}\",class=\"{}\"}}", esc(&m.pool), esc(c)), *n as f64)))
+        .collect::<Vec<_>>();
+    family(&mut out, "tarn_events_total", "counter", "Events posted since the pool was imported, by class (pool events).", events);
+    family(&mut out, "tarn_events_dropped_total", "counter", "Checksum and I/O error events held back by zfs_checksum_events_per_second.", each(&|m| m.events.dropped as f64));
     let per_class = |f: &dyn Fn(&ClassIoSnapshot) -> u64| {
         ms.iter()
             .flat_map(|m| m.vdevs.iter().flat_map(move |v| v.classes.iter().map(move |c| (format!("{{{},class=\"{}\"}}", vl(m, v), c.class), f(c) as f64))))
@@ -808,6 +823,15 @@ mod tests {
         }
         let w = after.vdevs[0].write_ops;
         assert!(text.contains(&format!("tarn_vdev_write_ops_total{{pool=\"tank\",vdev=\"mem0\"}} {}", w)), "{}", text);
+        for want in [
+            "tarn_vdev_state{pool=\"tank\",vdev=\"mem0\",state=\"ONLINE\"} 1\n",
+            "tarn_vdev_state{pool=\"tank\",vdev=\"mem0\",state=\"FAULTED\"} 0\n",
+            "tarn_vdev_read_errors_total{pool=\"tank\",vdev=\"mem0\"} 0\n",
+            "tarn_events_total{pool=\"tank\",class=\"sysevent.fs.zfs.pool_create\"} 1\n",
+            "tarn_events_dropped_total{pool=\"tank\"} 0\n",
+        ] {
+            assert!(text.contains(want), "{} missing:\n{}", want, text);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! `tarn pool …`: the command line of create, list, status, clear, export,
-//! import, destroy, get and set. The commands themselves run in the daemon
+//! import, destroy, get, set and the rest. The commands themselves run in the daemon
 //! (`daemon::pools`), which holds the imported pools; this module defines
 //! their arguments (sent to the daemon as they are) and the in-process
 //! opens that `bench` and `inspect` use.
@@ -199,6 +199,9 @@ pub enum PoolCmd {
     /// Force the open transaction group of each named pool (all pools with
     /// none) to sync, and wait for it, as `zpool sync`
     Sync { names: Vec<String> },
+    /// What happened to the pools (device errors naming their blocks,
+    /// faults, scrubs, imports), from each pool's event ring, as zpool events
+    Events(crate::events_cmd::EventsArgs),
     /// The recently synced txgs of a pool
     Txgs {
         #[arg(long)]

@@ -10,11 +10,9 @@ mod common;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use common::{Env, Rng};
+use common::{data_block, Env, Rng};
 use tarn_engine::pool::label::read_labels;
-use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
 use tarn_engine::sys::FileDevice;
-use tarn_engine::{OpenOptions, Pool};
 use tarn_ondisk::bp::Dva;
 
 /// Overwrites `len` bytes at `offset` of the file with seeded random bytes.
@@ -149,21 +147,6 @@ fn a_faulted_pool_can_be_exported() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("forgotten without writing"));
     assert_eq!(e.ok(&["pool", "list", "-H"]).trim(), "");
     assert_eq!(digest(&img), before);
-}
-
-/// The copies of the data block `index` of the file at `path` (from the
-/// dataset's root) in dataset `ds`, read from the image in this process.
-fn data_block(img: &str, ds: &str, path: &[&str], index: u64) -> Vec<Dva> {
-    let pool = Pool::open(&[std::path::PathBuf::from(img)], &OpenOptions { readonly: true, ..Default::default() }).unwrap();
-    let os = pool.datasets().objset(ds).unwrap();
-    let fs = PosixFs::open(os.clone(), PosixOptions { readonly: true, ..Default::default() }).unwrap();
-    let mut ino = fs.root();
-    for name in path {
-        ino = fs.lookup(ino, name.as_bytes()).unwrap().ino;
-    }
-    let tree = os.tree(ino, 10_000).unwrap();
-    let bp = tree.iter().find(|(l, i, _)| (*l, *i) == (0, index)).expect("the data block").2;
-    bp.dva.iter().filter(|d| !d.is_empty()).copied().collect()
 }
 
 /// Regression (issue 11, "checksum errors are counted but not logged, and

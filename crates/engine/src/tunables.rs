@@ -219,6 +219,12 @@ tunables! {
     /// Most bytes a second a scrub reads, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
     tarn_scan_limit_bytes_per_sec: u64 = 0;
     range 0, 1 << 40;
+    /// Events each pool's ring keeps (`pool events`); the oldest go first. At most 10,000: the ring is rewritten whole in each txg that changes it.
+    zfs_zevent_len_max: u64 = 512;
+    range 1, 10_000;
+    /// Checksum and I/O error events posted per device per second; more are counted as dropped.
+    zfs_checksum_events_per_second: u32 = 20;
+    range 1, 100_000;
 }
 
 /// Tunables whose nonzero values start above 1, and why: (name, least
@@ -259,6 +265,8 @@ fn why_not_zero(name: &str) -> Option<&'static str> {
         "tarn_vdev_threads" => "0 would issue no I/O",
         "l2arc_feed_secs" | "l2arc_feed_min_ms" | "l2arc_headroom" | "l2arc_write_max" => "0 would feed the cache devices in a busy loop or not at all",
         "zfs_arc_meta_balance" => "it divides the data ghost hits",
+        "zfs_zevent_len_max" => "0 would keep no event",
+        "zfs_checksum_events_per_second" => "0 would post no checksum or I/O error event",
         _ => return None,
     })
 }

@@ -332,11 +332,16 @@ fn probe() {
     smoke("probe");
 }
 
+#[test]
+fn event() {
+    smoke("event");
+}
+
 /// Every target has a test above (a new target without one fails here).
 #[test]
 fn every_target_is_smoked() {
     let tested =
-        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc", "brt", "probe"];
+        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc", "brt", "probe", "event"];
     let names: Vec<&str> = fuzzing::TARGETS.iter().map(|t| t.name).collect();
     assert_eq!(names, tested);
 }

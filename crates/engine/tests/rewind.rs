@@ -146,10 +146,13 @@ fn an_import_that_would_discard_txgs_refuses_without_rewind() {
     let before = uberblock_txgs(&d);
     let e = Pool::open_on(as_dyn(&d), vec![], &OpenOptions::default()).err().expect("a rewind must be asked for");
     assert_eq!(e.kind, ErrorKind::Corrupt);
+    // The export's own txg (its event, `pool::events`) changes the MOS, so
+    // the txg discarded may be the newest alone.
+    let discarded = if good + 1 == last { format!("(txg {}) must be discarded", last) } else { format!("txgs {} to {}", good + 1, last) };
     for want in [
         format!("newest txg {}", last),
         format!("(txg {})", good),
-        format!("txgs {} to {}", good + 1, last),
+        discarded,
         "Recovery is possible".to_string(),
         "seconds of data".to_string(),
         "tarn pool import -F tank".to_string(),

@@ -11,6 +11,7 @@ pub mod bp;
 pub mod brt;
 pub mod codec;
 pub mod dnode;
+pub mod event;
 pub mod kv;
 pub mod label;
 pub mod uberblock;

@@ -42,7 +42,8 @@
 //! One module per command family handles its [`proto::Command`] variant:
 //! `pools` (pool create/import/export/destroy/list/status/get/set),
 //! `observe` (metrics snapshots, live tunables, the Prometheus endpoint,
-//! the write-test load), `mounts` (mount/unmount, and which datasets get a
+//! the write-test load), `events` (`pool events`: the pools' event rings,
+//! waited on without the state lock), `mounts` (mount/unmount, and which datasets get a
 //! mount of their own), `mountdir` (where the daemon may mount, dead
 //! mounts, the record of its mounts), `served` (which mount serves each dataset, the
 //! splice through which a mount serves child datasets and `.zfs`, and
@@ -58,6 +59,7 @@
 
 pub mod datasets;
 mod dslist;
+pub mod events;
 pub mod inject;
 mod mountdir;
 pub mod mounts;
@@ -174,6 +176,8 @@ fn serve(cli_tunables: &[String], metrics: Option<&str>) -> Result<()> {
     let listener = bound.map_err(|e| Error::io(format!("binding '{}'", sock.display()), e))?;
     debug_assert_eq!(std::fs::metadata(&sock).map(|m| m.permissions().mode() & 0o777).ok(), Some(0o600));
     log(&format!("starting (process {}), socket {}", std::process::id(), sock.display()));
+    // Every pool event is a line of this log.
+    tarn_engine::pool::events::set_log_sink(log);
     settings.refused_lines(None).iter().chain(&notes).for_each(|w| log(w));
     let daemon = Arc::new(state::Daemon::new(settings, tunables));
     // Requests are accepted while the cached pools import: they wait for

@@ -110,7 +110,7 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         }
         // Rendered by the client from metrics snapshots; run by the daemon
         // outside the state lock (`Daemon::handle`).
-        PoolCmd::Iostat(_) | PoolCmd::Txgs { .. } | PoolCmd::Explain { .. } | PoolCmd::WriteTest(_) => {
+        PoolCmd::Iostat(_) | PoolCmd::Txgs { .. } | PoolCmd::Explain { .. } | PoolCmd::WriteTest(_) | PoolCmd::Events(_) => {
             Err(Error::invalid("this pool command is not served here; use the tarn command"))
         }
     }

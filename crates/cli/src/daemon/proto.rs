@@ -41,6 +41,9 @@ pub enum Command {
     Dataset(super::datasets::DatasetCmd),
     /// Add, list or clear fault injection handlers.
     Inject(super::inject::InjectArgs),
+    /// `pool events`: the events of the pools' rings as a JSON
+    /// `events::EventsReply` (or a clear, or one step of a follow).
+    Events(super::events::EventsQuery),
 }
 
 /// What the command printed, warnings for stderr, or the error that ended it.

@@ -256,10 +256,18 @@ impl Daemon {
 
     pub fn handle(&self, req: Request) -> Response {
         let mut out = Out::default();
-        if let Command::Pool(PoolCmd::WriteTest(a)) = req.cmd {
-            let res = observe::write_test(self, a, &mut out);
-            return Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg), working: false };
-        }
+        // These take the state lock only for moments: a write test runs,
+        // and an events follower waits, without it.
+        let res = match req.cmd {
+            Command::Pool(PoolCmd::WriteTest(a)) => observe::write_test(self, a, &mut out),
+            Command::Events(q) => super::events::handle(self, q, &mut out),
+            cmd => return self.handle_locked(Request { cmd, ..req }, out),
+        };
+        Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg), working: false }
+    }
+
+    /// A request carried out under the state lock.
+    fn handle_locked(&self, req: Request, mut out: Out) -> Response {
         // `pool scrub -w`: started under the lock, waited for without it.
         let wait_scrub = match &req.cmd {
             Command::Pool(PoolCmd::Scrub { stop: false, pause: false, wait: true, names }) => names.clone(),
@@ -282,6 +290,7 @@ impl Daemon {
                 Command::Tunable(c) => observe::tunable(&mut st, c, &mut out),
                 Command::Dataset(c) => datasets::handle(&mut st, c, &mut out),
                 Command::Inject(a) => inject::handle(&mut st, a, &mut out),
+                Command::Events(_) => Err(Error::invalid("events requests are not served under the state lock")),
             }
         })();
         let res = res.and_then(|()| self.wait_scrubs(&wait_scrub, &mut out));
@@ -296,6 +305,11 @@ impl Daemon {
             scanner.wait();
         }
         Ok(())
+    }
+
+    /// The state lock (for requests that take it only for moments).
+    pub(super) fn state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// The root object set of live pool `name` (its holder may write

@@ -324,3 +324,19 @@ pub fn within(mut c: Command, secs: u64) -> Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// The copies of the data block `index` of the file at `path` (from the
+/// dataset's root) in dataset `ds`, read from the image in this process.
+pub fn data_block(img: &str, ds: &str, path: &[&str], index: u64) -> Vec<tarn_ondisk::bp::Dva> {
+    use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
+    let pool = tarn_engine::Pool::open(&[PathBuf::from(img)], &tarn_engine::OpenOptions { readonly: true, ..Default::default() }).unwrap();
+    let os = pool.datasets().objset(ds).unwrap();
+    let fs = PosixFs::open(os.clone(), PosixOptions { readonly: true, ..Default::default() }).unwrap();
+    let mut ino = fs.root();
+    for name in path {
+        ino = fs.lookup(ino, name.as_bytes()).unwrap().ino;
+    }
+    let tree = os.tree(ino, 10_000).unwrap();
+    let bp = tree.iter().find(|(l, i, _)| (*l, *i) == (0, index)).expect("the data block").2;
+    bp.dva.iter().filter(|d| !d.is_empty()).copied().collect()
+}

@@ -40,7 +40,7 @@ mod ondisk;
 mod seeds;
 
 pub use engine::{block_decode, indirect, l2arc, probe, spacelog, FUZZ_LSIZE_MAX};
-pub use ondisk::{blockptr, brt, dnode, kv, label, uberblock};
+pub use ondisk::{blockptr, brt, dnode, event, kv, label, uberblock};
 
 /// What a body did with its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +154,13 @@ pub const TARGETS: &[Target] = &[
         run: probe,
         seeds: seeds::probe,
         alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + n,
+    },
+    // At most 32 fields of bounded names and texts, and a re-encoded copy.
+    Target {
+        name: "event",
+        run: event,
+        seeds: seeds::event,
+        alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + 4 * n,
     },
 ];
 

@@ -1,11 +1,12 @@
 //! Bodies for the decoders of `tarn-ondisk`: block pointers, labels,
 //! uberblocks, dnodes and object-set roots, key/value maps, the block
-//! reference table.
+//! reference table, event records.
 
 use tarn_ondisk::bp::{BlockPtr, BP_SIZE, EMBEDDED_MAX, MAX_DVAS};
 use tarn_ondisk::brt::{decode_bucket, encode_bucket, BrtHeader, BRT_BLOCK_SIZE, BUCKET_ENTRIES_MAX};
 use tarn_ondisk::codec::{le_u32, put_u64};
 use tarn_ondisk::dnode::{Dnode, ObjsetPhys, DNODE_HEADER, FLAG_SHORT, OBJSET_PHYS_SIZE, SHORT_HEADER, SLOT_SIZE};
+use tarn_ondisk::event::{EventRecord, FIELDS_MAX};
 use tarn_ondisk::kv;
 use tarn_ondisk::label::{LabelConfig, VdevNode, CONFIG_SIZE};
 use tarn_ondisk::uberblock::{Uberblock, UB_MAGIC, UB_SIZE};
@@ -278,4 +279,17 @@ fn check_brt_bucket(es: &[tarn_ondisk::brt::BrtEntry], raw: &[u8]) {
     assert!(es.iter().all(|e| e.refcount >= 1 && e.asize > 0 && e.asize % 512 == 0));
     assert!(es.windows(2).all(|w| w[0].key < w[1].key));
     assert_eq!(encode_bucket(es), raw, "table bucket encoding not canonical");
+}
+
+/// One event of a pool's event ring (`EventRecord::decode`): canonical, and
+/// within the format's bounds.
+pub fn event(data: &[u8]) -> Outcome {
+    match EventRecord::decode(data) {
+        Ok(r) => {
+            assert!(r.fields.len() <= FIELDS_MAX && !r.class.is_empty());
+            assert_eq!(r.encode(), data, "event record encoding not canonical");
+            Outcome::Accepted
+        }
+        Err(_) => Outcome::Rejected,
+    }
 }

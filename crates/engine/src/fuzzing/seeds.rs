@@ -343,3 +343,19 @@ pub fn probe() -> Vec<Vec<u8>> {
         at(0, 1024, &[(512, b"LABELONE"), (536, b"LVM2 001")]),
     ]
 }
+
+pub fn event() -> Vec<Vec<u8>> {
+    use tarn_ondisk::event::{EventRecord, FieldValue, TEXT_MAX};
+    let plain = EventRecord { time_ns: 0, class: "sysevent.fs.zfs.pool_create".into(), fields: vec![] };
+    let full = EventRecord {
+        time_ns: 1_795_318_361_000_000_123,
+        class: "ereport.fs.zfs.checksum".into(),
+        fields: vec![
+            ("vdev_path".into(), FieldValue::Text("/dev/sdb".into())),
+            ("vdev_guid".into(), FieldValue::Hex(0x1234_5678_9abc_def0)),
+            ("zio_level".into(), FieldValue::Dec(0)),
+            ("zio_err".into(), FieldValue::Text("x".repeat(TEXT_MAX))),
+        ],
+    };
+    vec![plain.encode(), full.encode()]
+}

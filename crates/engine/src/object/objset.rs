@@ -499,7 +499,7 @@ impl Objset {
         let dnode_at = Bookmark::dnode(self.id, obj);
         let (dn, slots) = self.load_dnode(&st, obj).inspect_err(|e| {
             if matches!(e.kind, crate::error::ErrorKind::Corrupt | crate::error::ErrorKind::Io) {
-                self.core.errlog.record(dnode_at);
+                self.core.record_lost(&dnode_at, &|| format!("the dnode of {}", self.what(obj)));
             }
         })?;
         self.core.errlog.cleared_by_read(&dnode_at);

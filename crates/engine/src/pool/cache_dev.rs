@@ -19,6 +19,7 @@ use std::sync::Arc;
 use tarn_ondisk::kv::{self, KvMap};
 
 use super::core::{names_device, PoolCore};
+use super::events::{class, Post};
 use super::vet::{self, Role, Vetted};
 use super::Pool;
 use crate::arc::l2::{read_cache_label, CacheDevStatus};
@@ -156,6 +157,8 @@ impl Pool {
             return Err(e);
         }
         core.l2.start_feeding(&core.cache);
+        added.iter().for_each(|(guid, name)| post_cache_event(core, class::VDEV_ADD, name, *guid));
+        core.events.post(Post::new(class::CONFIG_SYNC));
         Ok(())
     }
 
@@ -179,9 +182,12 @@ impl Pool {
             chosen.iter().for_each(|g| drop(props.remove(&format!("{}{}", KEY_PREFIX, g))));
             Ok(())
         })?;
-        chosen.iter().for_each(|g| {
+        for g in &chosen {
             core.l2.remove_device(*g);
-        });
+            let path = devices.iter().find(|d| d.guid == *g).map_or("?", |d| d.path.as_str());
+            post_cache_event(core, class::VDEV_REMOVE, path, *g);
+        }
+        core.events.post(Post::new(class::CONFIG_SYNC));
         Ok(())
     }
 
@@ -194,4 +200,9 @@ impl Pool {
     pub fn cache_devices(&self) -> Vec<CacheDevStatus> {
         self.core().l2.devices()
     }
+}
+
+/// A cache device added or removed, as an event.
+fn post_cache_event(core: &PoolCore, cls: &'static str, path: &str, guid: u64) {
+    core.events.post(Post::new(cls).vdev(path, guid).text("vdev_type", "cache"));
 }

@@ -5,9 +5,9 @@
 //! A block is read from its first copy that verifies: a copy that fails its
 //! checksum counts a checksum error against its device and the next copy is
 //! tried, so `copies=2` heals around a damaged sector. Every failed copy is
-//! reported to the daemon log, and a block no copy of which verifies enters
-//! the pool's error log under its bookmark when the reader gave one
-//! (`errlog`). A block is written by
+//! an ereport in the pool's event ring and the daemon log (`events`), and a
+//! block no copy of which verifies enters the pool's error log under its
+//! bookmark when the reader gave one (`errlog`). A block is written by
 //! allocating each copy (on different vdevs where possible, else an eighth
 //! of the device apart: `Allocator::alloc_ditto`) and queueing the writes
 //! into the txg's write group. How many copies a block gets is its writer's
@@ -31,8 +31,10 @@ use crate::io::{block, IoClass, Prepared, WriteGroup};
 use crate::pool::alloc::metaslab::Allocator;
 use crate::pool::brt::Brt;
 use crate::pool::errlog::{Bookmark, ErrorLog};
+use crate::pool::events::{class, EventLog, Limit, Post};
 use crate::tunables::Tunables;
 use crate::txg::TxgEngine;
+use crate::vdev::{ReadCheck, Vdev};
 
 /// Free space is counted per piece size, for blocks of up to `2^(PIECE_MIN_SHIFT + i)`
 /// bytes, `i < PIECE_CLASSES`: 512 B … 16 MiB, the largest block.
@@ -78,6 +80,29 @@ pub(crate) fn names_device(which: &str, path: &str, guid: u64) -> bool {
     }
     let id = |p: &str| std::fs::metadata(p).ok().and_then(|m| crate::sys::inuse::DeviceId::of(&m));
     matches!((id(which), id(path)), (Some(a), Some(b)) if a == b)
+}
+
+/// A copy of a block that could not be read from a device, as an ereport
+/// names it (`PoolCore::copy_failed`).
+pub(crate) struct FailedCopy {
+    /// The copy's top-level vdev (its DVA's vdev number).
+    pub vdev: u32,
+    /// The device that failed: a leaf, or the top-level vdev when no leaf
+    /// is to blame.
+    pub path: String,
+    pub guid: u64,
+    /// Where the copy was read on it, and how many bytes.
+    pub offset: u64,
+    pub size: u64,
+    /// Corrupt (a checksum ereport) or not (an io ereport), and why.
+    pub kind: ErrorKind,
+    pub error: String,
+}
+
+impl FailedCopy {
+    pub(crate) fn on(vdev: u32, dev: &Vdev, offset: u64, size: u64, e: &Error) -> FailedCopy {
+        FailedCopy { vdev, path: dev.path.clone(), guid: dev.guid, offset, size, kind: e.kind, error: e.to_string() }
+    }
 }
 
 /// A block being read ahead; demand readers of it wait here instead of
@@ -134,8 +159,11 @@ pub struct PoolCore {
     pub prefetch_stats: PrefetchStats,
     /// Extra references of cloned blocks (block cloning).
     pub brt: Brt,
-    /// Blocks no copy of which could be read, and reports of damaged copies.
+    /// Blocks no copy of which could be read.
     pub errlog: ErrorLog,
+    /// What happened to the pool (`pool events`); shared with the devices'
+    /// fault hooks and the daemon's followers.
+    pub events: Arc<EventLog>,
     /// Blocks written since import with copies nearer each other than the
     /// allocator's minimum distance (no room far enough apart).
     pub near_copies: AtomicU64,
@@ -203,9 +231,10 @@ impl PoolCore {
             }
             return Ok(d);
         }
-        let mut failed: Vec<(Dva, Error)> = Vec::with_capacity(MAX_DVAS);
+        let mut failed: Vec<FailedCopy> = Vec::with_capacity(MAX_DVAS);
+        let mut last = None;
         for dva in bp.dva.iter().filter(|d| !d.is_empty()) {
-            match self.read_copy(bp, dva, class) {
+            match self.read_copy(bp, dva, class, &mut failed) {
                 Ok((d, held)) => {
                     self.copies_failed(&failed, true, at, what);
                     if keep {
@@ -213,36 +242,60 @@ impl PoolCore {
                     }
                     return Ok(d);
                 }
-                Err(e) => failed.push((*dva, e)),
+                Err(e) => last = Some(e),
             }
         }
         self.copies_failed(&failed, false, at, what);
-        let e = failed.pop().map(|(_, e)| e).unwrap_or_else(|| Error::corrupt("block pointer has no copies"));
+        let e = last.unwrap_or_else(|| Error::corrupt("block pointer has no copies"));
         Err(e.context(format!("pool '{}': {}", self.name, what())))
     }
 
-    /// Reports each copy of a block that failed to the daemon log, and a
-    /// block no copy of which could be read (`!served`) to the error log.
-    fn copies_failed(&self, failed: &[(Dva, Error)], served: bool, at: Option<&Bookmark>, what: &dyn Fn() -> String) {
-        for (dva, e) in failed {
-            let path = self.vdevs.get(dva.vdev as usize).map_or("?", |v| v.path.as_str());
-            let _printed = self.errlog.report(dva.vdev, dva.offset, || {
-                format!(
-                    "{} error on vdev {} ('{}') at offset {:#x} ({} bytes): {}{}: {}; {}",
-                    if e.kind == ErrorKind::Corrupt { "checksum" } else { "read" },
-                    dva.vdev,
-                    path,
-                    dva.offset,
-                    dva.asize,
-                    what(),
-                    at.map(|b| format!(" ({})", b)).unwrap_or_default(),
-                    e,
-                    if served { "another copy served the read" } else { "no copy could be read: permanent error" },
-                )
-            });
+    /// Posts an ereport for each copy of a block that failed, and records
+    /// a block no copy of which could be read (`!served`) in the error log
+    /// (a data ereport when it is new there).
+    fn copies_failed(&self, failed: &[FailedCopy], served: bool, at: Option<&Bookmark>, what: &dyn Fn() -> String) {
+        let outcome = if served { "another copy served the read" } else { "no copy could be read: permanent error" };
+        for f in failed {
+            self.copy_failed(f, outcome, at, what);
         }
         if let (false, Some(at)) = (served, at) {
-            self.errlog.record(*at);
+            self.record_lost(at, what);
+        }
+    }
+
+    /// Posts the ereport of one failed copy: checksum for a copy that read
+    /// but did not verify, io for one the device could not read (rate
+    /// limited per device and once per copy: `events`).
+    pub(crate) fn copy_failed(&self, f: &FailedCopy, outcome: &str, at: Option<&Bookmark>, what: &dyn Fn() -> String) {
+        let (cls, kind) = if f.kind == ErrorKind::Corrupt { (class::CHECKSUM, "checksum") } else { (class::IO, "read") };
+        self.events.post_limited(Limit { key: f.guid, offset: Some(f.offset) }, cls, || {
+            let at_text = at.map(|b| format!(" ({})", b)).unwrap_or_default();
+            let mut p = Post::new(cls).vdev(&f.path, f.guid);
+            if let Some(b) = at {
+                p = p.bookmark(b);
+            }
+            let line = format!("{} error on vdev {} ('{}') at offset {:#x} ({} bytes): {}{}: {}; {}", kind, f.vdev, f.path, f.offset, f.size, what(), at_text, f.error, outcome);
+            p.hex("zio_offset", f.offset).dec("zio_size", f.size).text("zio_err", &f.error).text("block", &what()).text("outcome", outcome).line(line)
+        });
+    }
+
+    /// A block no copy of which could be read: into the error log, and a
+    /// data ereport when it is new there.
+    pub(crate) fn record_lost(&self, at: &Bookmark, what: &dyn Fn() -> String) {
+        if !self.errlog.record(*at) {
+            return;
+        }
+        self.events.post_limited(Limit { key: self.guid, offset: None }, class::DATA, || {
+            Post::new(class::DATA).bookmark(at).text("block", &what()).line(format!("permanent error: no copy of {} ({}) could be read", what(), at))
+        });
+    }
+
+    /// A copy of `dva` that failed as a whole (outside its device, no child
+    /// to read): its top-level vdev is the device to blame.
+    fn top_failed(&self, dva: &Dva, e: &Error) -> FailedCopy {
+        match self.vdevs.get(dva.vdev as usize) {
+            Some(v) => FailedCopy::on(dva.vdev, v, dva.offset, dva.asize, e),
+            None => FailedCopy { vdev: dva.vdev, path: "?".into(), guid: 0, offset: dva.offset, size: dva.asize, kind: e.kind, error: e.to_string() },
         }
     }
 
@@ -265,11 +318,20 @@ impl PoolCore {
     /// The vdev checks the bytes against the block's checksum (a mirror
     /// or RAID-Z vdev finds good ones on another child and repairs the
     /// bad, see `vdev`).
-    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass) -> Result<(Arc<BlockData>, Held)> {
-        let (v, len) = self.copy_extent(bp, dva)?;
+    /// Every device that failed on the way goes to `failed`: the leaves
+    /// the vdev read from, or the vdev itself when none is to blame.
+    fn read_copy(&self, bp: &BlockPtr, dva: &Dva, class: IoClass, failed: &mut Vec<FailedCopy>) -> Result<(Arc<BlockData>, Held)> {
+        let (v, len) = self.copy_extent(bp, dva).inspect_err(|e| failed.push(self.top_failed(dva, e)))?;
         let check = |raw: &[u8]| block::verify(bp, raw).is_ok();
-        let raw = v.read_checked(class, dva.offset, len, bp.birth, &check, !self.readonly)?;
-        Held::read_verified(bp, raw)
+        let leaves = std::cell::RefCell::new(Vec::new());
+        let report = |leaf: &Vdev, offset: u64, e: &Error| leaves.borrow_mut().push(FailedCopy::on(dva.vdev, leaf, offset, len, e));
+        let res = v.read_checked(class, dva.offset, len, bp.birth, &ReadCheck { check: &check, repair: !self.readonly, failed: &report });
+        let mut leaves = leaves.into_inner();
+        if let (Err(e), true) = (&res, leaves.is_empty()) {
+            leaves.push(self.top_failed(dva, e));
+        }
+        failed.append(&mut leaves);
+        Held::read_verified(bp, res?)
     }
 
     /// Starts reading `bp` into the cache in the async-read class, unless it

@@ -4,11 +4,13 @@
 //! ## What is recorded
 //! Every read of a block goes through `PoolCore::read_block_cached`, which
 //! tries the block's copies in turn. Each copy that fails (a checksum
-//! mismatch, a device error, an address outside the device) is reported to
-//! the daemon log (stderr): pool, device, offset, size and — when the reader
-//! said where the block sits — its bookmark, whether or not another copy
-//! then served the read. A read that found no good copy is a *permanent
-//! error*: its bookmark enters the error log.
+//! mismatch, a device error, an address outside the device) is an event
+//! (`events`: a checksum or io ereport, in the pool's event ring and the
+//! daemon log): pool, device, offset, size and — when the reader said
+//! where the block sits — its bookmark, whether or not another copy then
+//! served the read. A read that found no good copy is a *permanent
+//! error*: its bookmark enters the error log (and a new entry is a data
+//! ereport).
 //!
 //! A bookmark is where a block sits in the pool's trees, as OpenZFS's
 //! `zbookmark_phys`: (object set, object, level, block id). The object set
@@ -37,10 +39,8 @@
 //! ## Bounds
 //! - at most [`ERRLOG_MAX_ENTRIES`] entries; further permanent errors are
 //!   counted (`dropped`, also persisted) but not kept;
-//! - the daemon log gets each damaged copy once (copies already reported
-//!   are remembered up to [`REPORTED_MAX`], then forgotten all at once) and
-//!   at most [`REPORT_LINES_PER_SEC`] lines a second; the lines held back
-//!   are counted in the next line printed.
+//! - how often a damaged copy is reported is the event ring's to limit
+//!   (`events`, "Rate limits").
 //!
 //! ## Invariants
 //! - `count` equals the number of entries (it is read without the lock, on
@@ -51,12 +51,10 @@
 //! - the lock is never held while the MOS is read or written: the reads
 //!   of a flush record into and clear from the log themselves.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tarn_ondisk::bp::ObjectType;
 use tarn_ondisk::kv::{self, KvMap};
 
 use crate::error::{Error, Result};
@@ -64,11 +62,6 @@ use crate::object::Objset;
 
 /// Entries the log keeps (a 4 MiB region of 4 KiB records is 1,024).
 pub const ERRLOG_MAX_ENTRIES: usize = 10_000;
-/// Daemon-log lines about damaged copies per second, per pool (OpenZFS's
-/// `zfs_checksum_events_per_second` is 20).
-pub const REPORT_LINES_PER_SEC: u32 = 20;
-/// Damaged copies remembered as reported.
-pub const REPORTED_MAX: usize = 65_536;
 
 /// The key of the count of permanent errors not kept (the log was full).
 const KEY_DROPPED: &str = "dropped";
@@ -142,37 +135,24 @@ struct LogState {
     object: u64,
 }
 
-struct Reporter {
-    /// (vdev, offset) of the copies already reported.
-    reported: HashSet<(u32, u64)>,
-    window: Instant,
-    lines: u32,
-    held_back: u64,
-}
-
-/// A pool's error log and its reports to the daemon log.
+/// A pool's error log.
 pub struct ErrorLog {
     pool: String,
     st: Mutex<LogState>,
     count: AtomicUsize,
-    reporter: Mutex<Reporter>,
 }
 
 impl ErrorLog {
     pub fn new(pool: &str) -> ErrorLog {
-        ErrorLog {
-            pool: pool.to_string(),
-            st: Mutex::new(LogState::default()),
-            count: AtomicUsize::new(0),
-            reporter: Mutex::new(Reporter { reported: HashSet::new(), window: Instant::now(), lines: 0, held_back: 0 }),
-        }
+        ErrorLog { pool: pool.to_string(), st: Mutex::new(LogState::default()), count: AtomicUsize::new(0) }
     }
 
-    /// A read of `at` found no good copy.
-    pub fn record(&self, at: Bookmark) {
+    /// A read of `at` found no good copy; true if `at` is a new permanent
+    /// error (not in the log yet).
+    pub fn record(&self, at: Bookmark) -> bool {
         let mut st = self.st.lock();
         if st.entries.contains_key(&at) {
-            return;
+            return false;
         }
         if st.entries.len() >= ERRLOG_MAX_ENTRIES {
             st.dropped += 1;
@@ -182,6 +162,7 @@ impl ErrorLog {
         }
         assert!(st.entries.len() <= ERRLOG_MAX_ENTRIES, "error log of pool '{}' past its bound", self.pool);
         st.dirty = true;
+        true
     }
 
     /// A read of `at` succeeded: the block is readable again (rewritten,
@@ -250,11 +231,10 @@ impl ErrorLog {
     }
 
     /// Writes the log into `txg` when it changed (syncing context); returns
-    /// the object's number when this flush created it (the pool directory
-    /// must then name it). The entries are taken under the lock and written
-    /// without it: writing reads MOS blocks, and a read records into or
-    /// clears from this very log. The object is emptied before it is
-    /// written, so its old content is never read (it may be what is damaged).
+    /// the object's number when this flush created it (`rewrite_kv`). The
+    /// entries are taken under the lock and written without it: writing
+    /// reads MOS blocks, and a read records into or clears from this very
+    /// log.
     pub(crate) fn flush(&self, mos: &Objset, txg: u64) -> Result<Option<u64>> {
         let (obj, bytes) = {
             let mut st = self.st.lock();
@@ -272,45 +252,11 @@ impl ErrorLog {
             }
             (st.object, kv::encode(&map))
         };
-        let (obj, created) = match obj {
-            0 => {
-                let o = mos.create_in(txg, ObjectType::KvMap, 3)?;
-                self.st.lock().object = o;
-                (o, Some(o))
-            }
-            o => (o, None),
-        };
-        mos.truncate_txg(txg, obj, 0)?;
-        mos.write_txg(txg, obj, 0, &bytes)?;
+        let created = super::rewrite_kv(mos, txg, obj, &bytes)?;
+        if let Some(o) = created {
+            self.st.lock().object = o;
+        }
         Ok(created)
-    }
-
-    /// Prints `line()` to the daemon log unless the copy at (vdev, offset)
-    /// was reported already or this second's lines are used up; true when
-    /// it printed.
-    pub(crate) fn report(&self, vdev: u32, offset: u64, line: impl FnOnce() -> String) -> bool {
-        let mut r = self.reporter.lock();
-        if r.reported.contains(&(vdev, offset)) {
-            return false;
-        }
-        if r.reported.len() >= REPORTED_MAX {
-            r.reported.clear();
-        }
-        r.reported.insert((vdev, offset));
-        if r.window.elapsed() >= Duration::from_secs(1) {
-            r.window = Instant::now();
-            r.lines = 0;
-        }
-        if r.lines >= REPORT_LINES_PER_SEC {
-            r.held_back += 1;
-            return false;
-        }
-        r.lines += 1;
-        let held = std::mem::take(&mut r.held_back);
-        drop(r);
-        let more = if held > 0 { format!(" ({} similar reports held back)", held) } else { String::new() };
-        eprintln!("tarn: pool '{}': {}{}", self.pool, line(), more);
-        true
     }
 }
 
@@ -341,15 +287,5 @@ mod tests {
         assert!(log.is_dirty());
         assert_eq!(log.clear(), ERRLOG_MAX_ENTRIES as u64 + 4);
         assert_eq!(log.total(), 0);
-    }
-
-    #[test]
-    fn reports_are_once_per_copy_and_rate_limited() {
-        let log = ErrorLog::new("t");
-        assert!(log.report(0, 4096, || "first".into()));
-        assert!(!log.report(0, 4096, || "again".into()), "a copy is reported once");
-        let printed = (1..100u64).filter(|i| log.report(0, i << 20, || "more".into())).count();
-        assert_eq!(printed as u32, REPORT_LINES_PER_SEC - 1, "at most {} lines a second", REPORT_LINES_PER_SEC);
-        assert_eq!(log.reporter.lock().held_back, 99 - printed as u64);
     }
 }

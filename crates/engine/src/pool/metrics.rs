@@ -1,5 +1,6 @@
 //! One snapshot of everything a pool counts, for `pool iostat`, `arcstat`,
-//! `pool txgs`, `pool explain` and the Prometheus endpoint, and one of the
+//! `pool txgs`, `pool explain` and the Prometheus endpoint (device states
+//! and error counts, events by class among them), and one of the
 //! ARC (`arc_snapshot`: the process has one ARC for all its pools, so its
 //! counters and sizes belong to no pool; a pool's cache devices are its
 //! own, and their counters are in the pool's snapshot). Counters are totals
@@ -9,6 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::events::EventStats;
 use super::{Pool, TxgRecord};
 use crate::arc::{ArcSizes, BlockCache};
 use crate::io::queue::IoClass;
@@ -32,6 +34,9 @@ pub struct VdevMetrics {
     #[serde(default)]
     pub top: u32,
     pub path: String,
+    /// The leaf's state as `status` shows it (`vdev::State`).
+    #[serde(default)]
+    pub state: String,
     pub size: u64,
     pub allocated: u64,
     pub read_ops: u64,
@@ -138,6 +143,9 @@ pub struct PoolMetrics {
     pub prefetch: PrefetchMetrics,
     /// The most recent synced txgs, oldest first.
     pub txgs: Vec<TxgRecord>,
+    /// Events posted since import, by class, and those held back.
+    #[serde(default)]
+    pub events: EventStats,
 }
 
 fn load(a: &AtomicU64) -> u64 {
@@ -193,6 +201,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
                 id: vdevs.len() as u32,
                 top: v.id,
                 path: leaf.path.clone(),
+                state: leaf.state().name().to_string(),
                 size: vs.size / share,
                 allocated: vs.allocated / share,
                 read_ops: load(&s.read_ops),
@@ -237,6 +246,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
         throttle,
         prefetch,
         txgs: pool.txg_history(),
+        events: core.events.stats(),
     }
 }
 

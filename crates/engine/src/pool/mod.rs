@@ -43,8 +43,9 @@
 //! reference instead of its space.
 //!
 //! A read that finds no good copy of a block enters the pool's error log
-//! (`errlog`), kept in the MOS; every damaged copy a read meets is reported
-//! once to the daemon log.
+//! (`errlog`), kept in the MOS; every damaged copy a read meets is an
+//! event (`events`: the pool's event ring, kept in the MOS too, and the
+//! daemon log), as are faults, scrubs, imports and exports.
 //!
 //! Faults can be injected into a live pool's leaf devices (`inject`,
 //! `tarn inject`); export and destroy are refused while any handler is in
@@ -55,6 +56,7 @@ pub mod brt;
 pub mod cache_dev;
 pub mod core;
 pub mod errlog;
+pub mod events;
 pub mod import;
 pub mod inject;
 pub mod label;
@@ -71,6 +73,6 @@ pub mod vet;
 
 #[cfg(test)]
 pub(crate) use pool::queue_limits;
-pub(crate) use pool::{new_guid, objset_props, read_kv};
+pub(crate) use pool::{new_guid, objset_props, read_kv, rewrite_kv};
 pub use import::Rewind;
 pub use pool::{discover, TxgRecord, parse_recordsize, set_dataset_prop, validate_pool_name, CreateOptions, DiscoveredPool, OpenOptions, Pool, PoolStatus, Suspension, VdevStatus};

@@ -16,6 +16,7 @@ use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_VDEV_TREE
 
 use super::alloc::metaslab::Allocator;
 use super::core::PoolCore;
+use super::events::{class, EventLimits, EventLog, Post};
 use super::import::{plan_rewind, Found, Rewind};
 use super::label::{clear_labels, read_labels, uberblock_slot, write_config_all};
 use super::scan::{PassEnd, ScanFunc, ScanReport, ScanState, ScanStatus, Scanner, Start};
@@ -42,6 +43,8 @@ const KEY_BRT: &str = "brt";
 const KEY_ERRLOG: &str = "errlog";
 /// Pool directory key naming the scan record's MOS object (`scan`).
 const KEY_SCAN: &str = "scan";
+/// Pool directory key naming the event ring's MOS object (`events`).
+const KEY_EVENTS: &str = "events";
 const KEY_BP: &str = "bp";
 
 #[derive(Clone, Debug)]
@@ -484,6 +487,7 @@ impl Pool {
         let sh = Arc::new(sh.finish(mos, root, None));
         let pool = Pool::start(sh);
         pool.init_directory(rootrec, pool_props)?;
+        pool.post_pool_event(class::POOL_CREATE);
         pool.sync()?;
         Ok(pool)
     }
@@ -636,6 +640,12 @@ impl Pool {
                 sh.open_warnings.lock().push(format!("pool '{}': {}; starting a new error log", sh.core.name, e));
             }
         }
+        // So does a damaged event ring: its events are lost.
+        if let Some(obj) = kv::get_u64(&props, KEY_EVENTS) {
+            if let Err(e) = sh.core.events.load(&sh.mos, obj) {
+                sh.open_warnings.lock().push(format!("pool '{}': {}; its events are lost, a new event ring starts", sh.core.name, e));
+            }
+        }
         if let Some(state) = super::vdev_admin::stored_state(&props) {
             if let Err(e) = super::vdev_admin::load_state(&sh.core, state) {
                 sh.open_warnings.lock().push(format!("{}; every leaf is taken as online with nothing missed, until the next scrub", e));
@@ -658,6 +668,7 @@ impl Pool {
             sh.write_configs(&cfg)?;
             let missing = super::cache_dev::open_recorded(&sh.core, &sh.pool_props.lock(), &opts.cache_devices);
             sh.open_warnings.lock().extend(missing);
+            sh.core.events.post(Post::new(class::POOL_IMPORT).dec("txg", ub.txg));
         }
         let pool = Pool::start(sh);
         if !opts.readonly {
@@ -747,6 +758,7 @@ impl Pool {
         }
         self.sh.core.cache.arc().apply_tunables(&t);
         self.sh.core.l2.set_params(super::cache_dev::l2_params(&t));
+        self.sh.core.events.set_limits(EventLimits::from_tunables(&t));
         Ok(())
     }
 
@@ -819,7 +831,9 @@ impl Pool {
                 c.store(0, Ordering::Relaxed);
             }
         }
-        self.sh.core.errlog.clear()
+        let n = self.sh.core.errlog.clear();
+        self.post_pool_event(class::VDEV_CLEAR);
+        n
     }
 
     /// Pool properties as (name, value, source).
@@ -885,12 +899,14 @@ impl Pool {
     /// final sync or a label write failed) the pool is closed and
     /// suspended: `discard` is what remains to do.
     pub fn export(&self) -> Result<()> {
+        self.post_pool_event(class::POOL_EXPORT);
         self.close_with(PoolState::Exported)
     }
 
     /// Marks the pool destroyed in its labels and closes it (on an error,
     /// as `export`).
     pub fn destroy(&self) -> Result<()> {
+        self.post_pool_event(class::POOL_DESTROY);
         self.close_with(PoolState::Destroyed)
     }
 
@@ -1079,6 +1095,17 @@ impl Pool {
     /// Waits for the running scan (if any) to end; returns its status.
     pub fn scan_wait(&self) -> ScanStatus {
         self.sh.scan.wait()
+    }
+
+    /// The pool's event ring (`pool events`).
+    pub fn events(&self) -> &Arc<EventLog> {
+        &self.sh.core.events
+    }
+
+    /// Posts an event about the pool as a whole (its name and guid are
+    /// every event's).
+    fn post_pool_event(&self, cls: &'static str) {
+        self.sh.core.events.post(Post::new(cls));
     }
 
     fn scan_allowed(&self) -> Result<()> {
@@ -1325,6 +1352,7 @@ impl ShellShared {
         // that many free ones lets the stream reuse them.
         crate::sys::buf::set_recycle_limit(((tunables.zfs_dirty_data_max / 4 * 5) as usize).max(64 << 20));
         let limits = queue_limits(tunables);
+        let events = Arc::new(EventLog::new(&config.pool_name, config.pool_guid, EventLimits::from_tunables(tunables)));
         let mut alloc = Allocator::new();
         let mut vdevs = Vec::new();
         let mut sector = 512usize;
@@ -1374,6 +1402,7 @@ impl ShellShared {
             prefetch_stats: Default::default(),
             brt: Default::default(),
             errlog: super::errlog::ErrorLog::new(&config.pool_name),
+            events,
             near_copies: Default::default(),
         });
         core.refresh_space();
@@ -1449,7 +1478,7 @@ impl ShellShared {
         self.core.brt.attach(&mos);
         let dsl = Datasets::new(self.core.clone(), mos.clone(), root_rec.as_ref().map_or(ROOT_RECORD, |r| r.id), root.clone(), root_rec);
         Shared {
-            scan: Arc::new(Scanner::new(&self.core.name)),
+            scan: Arc::new(Scanner::new(&self.core.name, self.core.events.clone())),
             core: self.core,
             mos,
             root,
@@ -1491,6 +1520,24 @@ pub(crate) fn read_kv(os: &Objset, obj: u64) -> Result<KvMap> {
     }
     let data = os.read(obj, 0, info.size as usize)?;
     Ok(kv::decode(&data)?)
+}
+
+/// Rewrites the MOS key/value object `obj` whole with `bytes` in `txg`
+/// (syncing context: the error log, the event ring), creating it first
+/// when `obj` is 0; returns the object's number when it created one (the
+/// pool directory must then name it). The object is emptied before it is
+/// written, so its old content is never read (it may be what is damaged).
+pub(crate) fn rewrite_kv(mos: &Objset, txg: u64, obj: u64, bytes: &[u8]) -> Result<Option<u64>> {
+    let (obj, created) = match obj {
+        0 => {
+            let o = mos.create_in(txg, ObjectType::KvMap, 3)?;
+            (o, Some(o))
+        }
+        o => (o, None),
+    };
+    mos.truncate_txg(txg, obj, 0)?;
+    mos.write_txg(txg, obj, 0, bytes)?;
+    Ok(created)
 }
 
 /// Writes the config to every leaf that is up; a leaf of a redundant vdev
@@ -1541,12 +1588,13 @@ impl Shared {
     /// older txg to rewind to. Writers that need the deferred space make
     /// the pool sync (`Objset::begin_for`), and `statfs` counts it free.
     fn has_work(&self, txg: u64) -> bool {
-        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire) || self.core.errlog.is_dirty() || self.scan.is_dirty()
+        self.dsl.has_work(txg) || self.mos.is_dirty(txg) || self.dir_dirty.load(Ordering::Acquire) || self.core.errlog.is_dirty() || self.scan.is_dirty() || self.core.events.is_dirty()
     }
 
     /// Writes the pool directory into `txg` when it changed: by a property
-    /// change, or by the first flush of the block reference table or of the
-    /// error log (`created`: the keys naming their new MOS objects).
+    /// change, or by the first flush of the block reference table, the
+    /// error log or the event ring (`created`: the keys naming their new
+    /// MOS objects).
     fn sync_pool_dir(&self, txg: u64, created: impl Iterator<Item = (&'static str, u64)>) -> Result<()> {
         let mut d = self.pool_props.lock();
         let mut changed = self.dir_dirty.swap(false, Ordering::AcqRel);
@@ -1620,7 +1668,8 @@ impl Shared {
         let brt_created = core.brt.flush(&self.mos, txg)?;
         let errlog_created = core.errlog.flush(&self.mos, txg)?;
         let scan_created = self.scan.flush(&self.mos, txg)?;
-        let created = brt_created.map(|o| (KEY_BRT, o)).into_iter().chain(errlog_created.map(|o| (KEY_ERRLOG, o))).chain(scan_created.map(|o| (KEY_SCAN, o)));
+        let events_created = core.events.flush(&self.mos, txg)?;
+        let created = [(KEY_BRT, brt_created), (KEY_ERRLOG, errlog_created), (KEY_SCAN, scan_created), (KEY_EVENTS, events_created)].into_iter().filter_map(|(k, o)| Some((k, o?)));
         self.sync_pool_dir(txg, created)?;
         let mos_bp = self.mos.sync(txg, &group)?;
         let t_issue = t0.elapsed();

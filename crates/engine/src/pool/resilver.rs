@@ -34,10 +34,10 @@ use std::time::Instant;
 
 use tarn_ondisk::bp::BlockPtr;
 
-use super::core::PoolCore;
-use super::scan::{ScanReport, Scanner, SCAN_WORKERS};
+use super::core::{FailedCopy, PoolCore};
+use super::scan::{block_name, ScanReport, Scanner, SCAN_WORKERS};
 use crate::io::{block, IoClass};
-use crate::vdev::{Dtl, Vdev};
+use crate::vdev::{Dtl, ReadCheck, Vdev};
 
 /// A leaf to resilver: its top-level vdev and the txgs it missed.
 #[derive(Clone, Debug)]
@@ -142,7 +142,11 @@ fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut Scan
     let Some(io) = leaf.leaf() else { return false };
     let check = |raw: &[u8]| block::verify(bp, raw).is_ok();
     r.reads += 1;
-    let data = match top.read_checked(IoClass::Scrub, job.offset, job.len, bp.birth, &check, false) {
+    // A child whose copy is damaged too is reported (without a bookmark:
+    // the resilver's walk keeps none).
+    let what = || block_name(bp);
+    let failed = |l: &Vdev, offset: u64, e: &crate::error::Error| core.copy_failed(&FailedCopy::on(job.vdev, l, offset, job.len, e), "found by a resilver", None, &what);
+    let data = match top.read_checked(IoClass::Scrub, job.offset, job.len, bp.birth, &ReadCheck { check: &check, repair: false, failed: &failed }) {
         Ok(d) => d,
         Err(e) => {
             r.error(format!("{} block (level {}, birth {}): no good copy to resilver {} from: {}", bp.otype.name(), bp.level, bp.birth, leaf.path, e));

@@ -42,7 +42,8 @@
 //! A block no copy of which verifies is an error of the report and enters
 //! the pool's error log under its bookmark (`status -v` names its file);
 //! its first copy in sorted order reports it, so once per scan. Every bad
-//! copy counts a checksum error against its device, as a read does.
+//! copy counts a checksum error against its device, as a read does, and
+//! is a checksum ereport in the pool's events (`events`).
 //!
 //! ## The record, and resuming
 //! The scan's state lives in a MOS object (`record`, docs/format.md §11c):
@@ -122,17 +123,70 @@ mod issue;
 mod record;
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use super::core::PoolCore;
+use super::events::{class, EventLog, Post};
 use crate::error::{Error, ErrorKind, Result};
 use crate::object::Objset;
 use crate::sys::clock::now_secs;
 
 pub(crate) use issue::{pass, PassEnd};
+
+/// The event of a scan starting.
+fn start_class(func: ScanFunc) -> &'static str {
+    match func {
+        ScanFunc::Scrub => class::SCRUB_START,
+        ScanFunc::Resilver => class::RESILVER_START,
+    }
+}
+
+/// The event of a scan that ended (not a pass stopped by a close: the
+/// scan goes on at the next import): scrub_finish, scrub_abort
+/// (canceled), resilver_finish (with `scan_canceled`: OpenZFS has no
+/// resilver abort, its resilvers restart instead), with its figures.
+fn end_post(func: ScanFunc, r: &ScanReport, canceled: bool) -> Post {
+    let cls = match (func, canceled) {
+        (ScanFunc::Scrub, true) => class::SCRUB_ABORT,
+        (ScanFunc::Scrub, false) => class::SCRUB_FINISH,
+        (ScanFunc::Resilver, _) => class::RESILVER_FINISH,
+    };
+    let line = format!(
+        "{} of txg {} {}: {} copies of {} blocks checked ({} bytes), {} bad, {} repaired ({} bytes), {} errors, in {:.1} s",
+        func.name(),
+        r.txg,
+        if canceled { "canceled" } else { "finished" },
+        r.copies,
+        r.blocks,
+        r.bytes,
+        r.bad_copies,
+        r.repaired_copies,
+        r.repaired_bytes,
+        r.error_count,
+        r.seconds
+    );
+    Post::new(cls)
+        .dec("scan_txg", r.txg)
+        .dec("scan_blocks", r.blocks)
+        .dec("scan_copies", r.copies)
+        .dec("scan_bytes", r.bytes)
+        .dec("scan_bad_copies", r.bad_copies)
+        .dec("scan_repaired_copies", r.repaired_copies)
+        .dec("scan_repaired_bytes", r.repaired_bytes)
+        .dec("scan_errors", r.error_count)
+        .dec("scan_ms", (r.seconds * 1000.0) as u64)
+        .dec("scan_canceled", u64::from(canceled))
+        .line(line)
+}
+
+/// A block as a scan's reports name it.
+pub(crate) fn block_name(bp: &tarn_ondisk::bp::BlockPtr) -> String {
+    format!("{} block (level {}, birth {})", bp.otype.name(), bp.level, bp.birth)
+}
 
 /// The longest run of adjacent copies read in one request.
 pub const SCAN_EXTENT: u64 = 1 << 20;
@@ -321,6 +375,8 @@ const HALT_STOP: u8 = 2;
 /// The one scan a pool may run (see the module docs).
 pub struct Scanner {
     pool: String,
+    /// Where the scan's start, pause, resume and end are posted.
+    events: Arc<EventLog>,
     st: Mutex<Inner>,
     done: Condvar,
     halt: AtomicU8,
@@ -333,9 +389,10 @@ pub struct Scanner {
 }
 
 impl Scanner {
-    pub(crate) fn new(pool: &str) -> Scanner {
+    pub(crate) fn new(pool: &str, events: Arc<EventLog>) -> Scanner {
         Scanner {
             pool: pool.to_string(),
+            events,
             st: Mutex::new(Inner::default()),
             done: Condvar::new(),
             halt: AtomicU8::new(HALT_NONE),
@@ -387,6 +444,7 @@ impl Scanner {
         if under_way && st.running {
             if st.status.paused_since != 0 && func == ScanFunc::Scrub {
                 self.unpause(&mut st);
+                self.events.post(Post::new(class::SCRUB_RESUME));
                 return Ok(Start::Resumed);
             }
             let how = match st.status.func {
@@ -398,10 +456,12 @@ impl Scanner {
         if under_way && func == ScanFunc::Scrub && st.status.func == ScanFunc::Scrub {
             self.unpause(&mut st);
             st.pass = Some(Pass::new(st.status.examined, st.status.report.seconds));
+            self.events.post(Post::new(class::SCRUB_RESUME).dec("scan_examined_bytes", st.status.examined));
         } else {
             st.status = ScanStatus { func, state: ScanState::Scanning, start_time: now_secs(), ..Default::default() };
             *self.paused.lock() = false;
             st.pass = Some(Pass::new(0, 0.0));
+            self.events.post(Post::new(start_class(func)));
         }
         // The thread of the previous pass has ended (it cleared `running`
         // last); reap it.
@@ -497,6 +557,8 @@ impl Scanner {
             st.status.end_time = now_secs();
             st.status.paused_since = 0;
             *self.paused.lock() = false;
+            // Posted before waiters wake: whoever waits for the scan finds it.
+            self.events.post(end_post(st.status.func, &st.status.report, how == PassEnd::Canceled));
         }
         st.running = false;
         st.dirty = true;
@@ -553,6 +615,7 @@ impl Scanner {
                 p.paused_at = Some(Instant::now());
             }
             st.dirty = true;
+            self.events.post(Post::new(class::SCRUB_PAUSED));
         }
         self.set_paused(true);
         true
@@ -691,7 +754,7 @@ mod tests {
     use super::*;
 
     fn restored(func: ScanFunc, paused_since: u64) -> Scanner {
-        let s = Scanner::new("t");
+        let s = Scanner::new("t", Arc::new(EventLog::new("t", 1, crate::pool::events::EventLimits { len_max: 16, per_second: 20 })));
         s.st.lock().status = ScanStatus { func, state: ScanState::Scanning, paused_since, start_time: 1, ..Default::default() };
         s
     }

@@ -21,7 +21,8 @@
 //! pool and this leaf), adds what its uberblocks say it missed to its DTL,
 //! writes the labels to it, and starts a resilver. `clear` forgets error
 //! counts and takes faulted leaves whose devices are whole again back the
-//! same way.
+//! same way. Each change of a leaf's state is a statechange event, a leaf
+//! back in service a vdev_online event too (`events`).
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use tarn_ondisk::kv::KvMap;
 
 use super::core::PoolCore;
+use super::events::{class, Post};
 use super::label::read_labels;
 use crate::error::{Error, Result};
 use crate::sys::device::BlockDevice;
@@ -133,9 +135,11 @@ impl Pool {
         if top.leaf().is_some() || (leaf.up() && down + 1 > top.redundancy()) {
             return Err(Error::invalid(format!("cannot offline '{}': no valid replicas ({} would be left unable to serve its blocks)", dev, top.path)));
         }
+        let was = leaf.state().name();
         leaf.offline_persist.store(!temporary, Ordering::Relaxed);
         leaf.offline.store(true, Ordering::Relaxed);
-        eprintln!("tarn: pool '{}': '{}' taken offline{}", self.core().name, leaf.path, if temporary { " until the next import" } else { "" });
+        let why = if temporary { "taken offline until the next import" } else { "taken offline" };
+        self.core().post_statechange(&leaf.path, leaf.guid, was, leaf.state().name(), why);
         self.update_pool_dir(|_| Ok(()))
     }
 
@@ -144,9 +148,11 @@ impl Pool {
     pub fn online(&self, dev: &str) -> Result<()> {
         self.core().check_writable()?;
         let (_, leaf) = self.leaf_for(dev, "online")?;
+        let was = leaf.state().name();
         self.bring_back(leaf, "online")?;
         leaf.offline.store(false, Ordering::Relaxed);
         leaf.offline_persist.store(false, Ordering::Relaxed);
+        self.post_online(leaf, was);
         self.update_pool_dir(|_| Ok(()))?;
         self.resilver_start()
     }
@@ -190,6 +196,16 @@ impl Pool {
         Ok(())
     }
 
+    /// A leaf that was `was` is back in service: its statechange, and
+    /// vdev_online (as `zpool online` posts).
+    fn post_online(&self, leaf: &Vdev, was: &str) {
+        let now = leaf.state().name();
+        if now != was {
+            self.core().post_statechange(&leaf.path, leaf.guid, was, now, "back in service");
+        }
+        self.core().events.post(Post::new(class::VDEV_ONLINE).vdev(&leaf.path, leaf.guid));
+    }
+
     /// `pool clear [DEVICE]`: forgets error counts and the error log, and
     /// takes faulted leaves (of `dev`, or all) whose devices are whole
     /// again back into service, resilvering what they missed.
@@ -207,14 +223,23 @@ impl Pool {
             }
         }
         let n = self.core().errlog.clear();
+        let mut cleared = Post::new(class::VDEV_CLEAR);
+        if let (Some(_), [l]) = (dev, leaves.as_slice()) {
+            cleared = cleared.vdev(&l.path, l.guid);
+        }
+        self.core().events.post(cleared);
         if self.core().readonly {
             return Ok(n);
         }
         let mut back = false;
         for l in leaves.iter().filter(|l| l.leaf().is_some_and(|io| io.health() != crate::sys::device::Health::Online)) {
             // A leaf still broken stays faulted; clear says so only when asked for it.
+            let was = l.state().name();
             match self.bring_back(l, "clear") {
-                Ok(()) => back = true,
+                Ok(()) => {
+                    self.post_online(l, was);
+                    back = true;
+                }
                 Err(e) if dev.is_some() => return Err(e),
                 Err(_) => {}
             }

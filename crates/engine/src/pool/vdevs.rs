@@ -34,6 +34,7 @@ use tarn_ondisk::label::{self, LabelConfig, VdevKind, VdevNode};
 
 use super::alloc::metaslab::AllocConfig;
 use super::core::PoolCore;
+use super::events::{class, Post};
 use crate::error::{Error, Result};
 use crate::sys::device::{BlockDevice, Health};
 use crate::vdev::raidz::RaidzGeometry;
@@ -327,6 +328,8 @@ impl PoolCore {
     /// top-level vdev can no longer take writes, else goes on degraded.
     pub fn leaf_faulted(&self, top: u32, leaf: &str, h: &Health) {
         let Some(t) = self.vdevs.get(top as usize) else { return };
+        let guid = t.leaves().into_iter().find(|l| l.path == leaf).map_or(0, |l| l.guid);
+        self.post_statechange(leaf, guid, "ONLINE", h.state(), h.reason().unwrap_or("faulted"));
         if t.leaf().is_some() {
             // Without redundancy a faulted device takes the pool with it:
             // suspended at once, so no writer or fsync is told that a
@@ -343,6 +346,15 @@ impl PoolCore {
         } else {
             self.txg.suspend(format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
         }
+    }
+}
+
+impl PoolCore {
+    /// Posts the statechange event of leaf `path` (`guid`) going from
+    /// state `from` to `to`, for `reason`.
+    pub(crate) fn post_statechange(&self, path: &str, guid: u64, from: &str, to: &str, reason: &str) {
+        let p = Post::new(class::STATECHANGE).vdev(path, guid).text("vdev_state", to).text("vdev_laststate", from).text("reason", reason);
+        self.events.post(p.line(format!("device '{}' is {} (was {}): {}", path, to, from, reason)));
     }
 }
 

@@ -62,11 +62,16 @@ pub struct NamedError {
 
 /// The pool's error log, named (in bookmark order).
 pub fn named_errors(pool: &Pool) -> Vec<NamedError> {
-    let ds = pool.datasets();
+    name_bookmarks(pool.datasets(), &pool.error_log())
+}
+
+/// Bookmarks named as `named_errors` names them (the blocks `pool events`
+/// reports), in the order given.
+pub fn name_bookmarks(ds: &Datasets, marks: &[Bookmark]) -> Vec<NamedError> {
     let mut sets: HashMap<u64, Option<DatasetSet>> = HashMap::new();
-    pool.error_log()
-        .into_iter()
-        .map(|at| {
+    marks
+        .iter()
+        .map(|&at| {
             let set = sets.entry(at.objset).or_insert_with(|| dataset_of(ds, at.objset));
             name(ds, at, set.as_ref())
         })

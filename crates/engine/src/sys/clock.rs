@@ -1,5 +1,5 @@
 //! Wall-clock time as the pool records it: seconds since the epoch (in
-//! uberblocks, dataset records, the error log) and their UTC rendering (in
+//! uberblocks, dataset records, the error log; nanoseconds in events) and their UTC rendering (in
 //! messages about what a rewind discards, and the daemon log).
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -7,6 +7,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Seconds since the epoch (0 if the clock is before it).
 pub fn now_secs() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Nanoseconds since the epoch (0 if the clock is before it; events).
+pub fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
 /// `2026-11-22T03:04:05Z` for seconds since the epoch (proleptic Gregorian,

@@ -57,4 +57,4 @@
 pub mod raidz;
 mod tree;
 
-pub use tree::{Dtl, Kind, MissingDevice, State, Vdev};
+pub use tree::{Dtl, Kind, MissingDevice, ReadCheck, State, Vdev};

@@ -118,6 +118,10 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, for views that list them all (the Prometheus state
+    /// set `tarn_vdev_state`).
+    pub const ALL: [State; 6] = [State::Online, State::Degraded, State::Faulted, State::Offline, State::Removed, State::Unavail];
+
     pub fn name(self) -> &'static str {
         match self {
             State::Online => "ONLINE",
@@ -133,6 +137,17 @@ impl State {
     pub fn usable(self) -> bool {
         matches!(self, State::Online | State::Degraded)
     }
+}
+
+/// How `Vdev::read_checked` judges what it reads, and whom it tells.
+pub struct ReadCheck<'a> {
+    /// Whether the bytes are the block's (its checksum).
+    pub check: &'a dyn Fn(&[u8]) -> bool,
+    /// Rewrite the copies found bad on the way with the good bytes.
+    pub repair: bool,
+    /// Told of each leaf that failed on the way: the leaf, the offset
+    /// read there, and why.
+    pub failed: &'a dyn Fn(&Vdev, u64, &Error),
 }
 
 /// A read's buffers per leaf found bad on the way, to be rewritten.
@@ -262,36 +277,39 @@ impl Vdev {
     }
 
     /// Reads the `len` bytes of a block at `offset` of this vdev's address
-    /// space, born in txg `birth`, and returns them once `check` accepts
+    /// space, born in txg `birth`, and returns them once `rc.check` accepts
     /// them (the block's checksum). A mirror tries its children in turn
     /// (those whose DTL holds `birth` last), a RAID-Z vdev reconstructs
-    /// from parity. Every child found wrong on the way is rewritten with the
-    /// good bytes when `repair` (not on a read-only pool), and counted:
-    /// a read error against the leaf's read errors, bytes `check` refused
-    /// against its checksum errors. The error, when no child gives bytes
-    /// that pass: corrupt if some were read, else the last I/O error.
-    pub fn read_checked(&self, class: IoClass, offset: u64, len: u64, birth: u64, check: &dyn Fn(&[u8]) -> bool, repair: bool) -> Result<AlignedBuf> {
+    /// from parity. Every leaf found wrong on the way is told to
+    /// `rc.failed` (the pool's events), rewritten with the good bytes when
+    /// `rc.repair` (not on a read-only pool), and counted: a read error
+    /// against the leaf's read errors, bytes `check` refused against its
+    /// checksum errors. The error, when no child gives bytes that pass:
+    /// corrupt if some were read, else the last I/O error.
+    pub fn read_checked(&self, class: IoClass, offset: u64, len: u64, birth: u64, rc: &ReadCheck) -> Result<AlignedBuf> {
         match &self.kind {
             Kind::Leaf(l) => {
-                let raw = l.read(class, offset, len).map_err(|e| Error::io(format!("read of {} bytes at {:#x} on {}", len, offset, self.path), e))?;
-                if check(&raw) {
+                let raw = l.read(class, offset, len).map_err(|e| Error::io(format!("read of {} bytes at {:#x} on {}", len, offset, self.path), e)).inspect_err(|e| (rc.failed)(self, offset, e))?;
+                if (rc.check)(&raw) {
                     return Ok(raw);
                 }
                 l.note_checksum_error();
-                Err(Error::corrupt(format!("checksum mismatch at {:#x} on {}", offset, self.path)))
+                let e = Error::corrupt(format!("checksum mismatch at {:#x} on {}", offset, self.path));
+                (rc.failed)(self, offset, &e);
+                Err(e)
             }
-            Kind::Mirror => self.mirror_read(class, offset, len, birth, check, repair),
+            Kind::Mirror => self.mirror_read(class, offset, len, birth, rc),
             Kind::Raidz(_) => Err(Error::invalid(format!("{}: raidz reads are not implemented", self.path))),
         }
     }
 
-    fn mirror_read(&self, class: IoClass, offset: u64, len: u64, birth: u64, check: &dyn Fn(&[u8]) -> bool, repair: bool) -> Result<AlignedBuf> {
+    fn mirror_read(&self, class: IoClass, offset: u64, len: u64, birth: u64, rc: &ReadCheck) -> Result<AlignedBuf> {
         let mut bad: Vec<Bad> = Vec::new();
         let mut last: Option<Error> = None;
         for c in self.read_order(offset, birth) {
-            match c.read_checked(class, offset, len, birth, check, repair) {
+            match c.read_checked(class, offset, len, birth, rc) {
                 Ok(raw) => {
-                    if repair {
+                    if rc.repair {
                         self.repair(&bad, &raw, offset);
                     }
                     return Ok(raw);
@@ -453,6 +471,20 @@ impl BlockDevice for MissingDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new state fails to compile here: add it to `State::ALL` too.
+    #[test]
+    fn every_state_is_listed_once() {
+        let index = |s: State| match s {
+            State::Online => 0,
+            State::Degraded => 1,
+            State::Faulted => 2,
+            State::Offline => 3,
+            State::Removed => 4,
+            State::Unavail => 5,
+        };
+        assert!(State::ALL.iter().enumerate().all(|(i, s)| index(*s) == i));
+    }
 
     #[test]
     fn dtl_merges_adjacent_and_overlapping_ranges() {

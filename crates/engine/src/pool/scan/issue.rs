@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tarn_ondisk::bp::BlockPtr;
 
-use super::{ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
+use super::{block_name, ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
 use crate::io::block;
 use crate::io::{IoClass, Leaf};
-use crate::pool::core::PoolCore;
+use crate::pool::core::{FailedCopy, PoolCore};
 use crate::pool::errlog::Bookmark;
 use crate::vdev::Vdev;
 
@@ -250,20 +250,36 @@ fn checked(core: &PoolCore, blocks: &Blocks, c: &Copy, ok: bool, fig: &mut ScanR
         leaf.note_checksum_error();
     }
     let bp = &blocks.bps[c.block];
-    match repair(core, bp, c) {
+    let outcome = match repair(core, bp, c) {
         Ok(bytes) => {
             fig.repaired_copies += 1;
             fig.repaired_bytes += bytes;
+            "found by a scrub and repaired"
         }
         Err(Unrepaired::NoGoodCopy) if blocks.first[c.block] == c.key() => {
-            fig.error(format!("{} block (level {}, birth {}): no copy verifies", bp.otype.name(), bp.level, bp.birth));
+            fig.error(format!("{}: no copy verifies", block_name(bp)));
             if let Some(at) = blocks.marks[c.block] {
-                core.errlog.record(at);
+                core.record_lost(&at, &|| block_name(bp));
             }
+            "found by a scrub: no copy verifies"
         }
-        Err(Unrepaired::NoGoodCopy) => {}
-        Err(Unrepaired::Write(why)) => fig.error(why),
-    }
+        Err(Unrepaired::NoGoodCopy) => "found by a scrub: no copy verifies",
+        Err(Unrepaired::Write(why)) => {
+            fig.error(why);
+            "found by a scrub; its repair failed"
+        }
+    };
+    report_bad_copy(core, bp, c, blocks.marks[c.block].as_ref(), outcome);
+}
+
+/// Posts the checksum ereport of a bad copy, against the leaf it was read
+/// from. A run's copies come from one read, so the scan does not tell a
+/// mismatch from a failed read (the device's READ counter does); both are
+/// checksum ereports.
+fn report_bad_copy(core: &PoolCore, bp: &BlockPtr, c: &Copy, at: Option<&Bookmark>, outcome: &str) {
+    let Some((v, _)) = c.leaf(core) else { return };
+    let e = crate::error::Error::corrupt("failed verification or could not be read (scrub)");
+    core.copy_failed(&FailedCopy::on(c.vdev, v, c.offset, c.len, &e), outcome, at, &|| block_name(bp));
 }
 
 enum Unrepaired {

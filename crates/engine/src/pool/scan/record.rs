@@ -17,7 +17,6 @@
 //!   resilver's repaired copies are those it wrote); the errors of the last
 //!   walk ≤ all errors.
 
-use tarn_ondisk::bp::ObjectType;
 use tarn_ondisk::kv::{self, KvMap};
 
 use super::{ScanFunc, ScanPosition, ScanReport, ScanState, ScanStatus};
@@ -157,16 +156,11 @@ pub(crate) fn load(mos: &Objset, obj: u64) -> Result<ScanStatus> {
 }
 
 /// Writes `map` as the record into `txg` (syncing context), creating its
-/// object when `obj` is 0; returns the object's number. Emptied first, so
-/// the old content is never read.
+/// object when `obj` is 0; returns the object's number (`rewrite_kv`:
+/// emptied first, so the old content is never read).
 pub(crate) fn write(mos: &Objset, txg: u64, obj: u64, map: &KvMap) -> Result<u64> {
-    let obj = match obj {
-        0 => mos.create_in(txg, ObjectType::KvMap, 3)?,
-        o => o,
-    };
-    mos.truncate_txg(txg, obj, 0)?;
-    mos.write_txg(txg, obj, 0, &kv::encode(map))?;
-    Ok(obj)
+    let created = crate::pool::rewrite_kv(mos, txg, obj, &kv::encode(map))?;
+    Ok(created.unwrap_or(obj))
 }
 
 #[cfg(test)]
