@@ -29,9 +29,9 @@
 //! `TARN_CRASH_TWICE_SEEDS=N` sets the seeds of the double-cut test.
 //! The redundant layouts' test has its own: `TARN_CRASH_REDUNDANT_SEED=N`
 //! reruns one seed, `TARN_CRASH_REDUNDANT_SEEDS=N` runs N seeds (default
-//! 40 seeds × 3 cuts, about 12 s; `TARN_CRASH_REDUNDANT_SEEDS=1000 cargo
+//! 40 seeds × 3 cuts, about 14 s; `TARN_CRASH_REDUNDANT_SEEDS=1000 cargo
 //! test -p tarn-engine --test crash_consistency redundant` makes 3000 cuts
-//! in about 4 minutes on two shared cores), and `TARN_CRASH_SECS` bounds
+//! in about 5½ minutes on two shared cores), and `TARN_CRASH_SECS` bounds
 //! it too.
 
 mod common;
