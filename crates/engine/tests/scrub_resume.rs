@@ -9,7 +9,8 @@
 //!   counted exactly once by the two passes together;
 //! - a paused scrub stays paused across export and import, its figures
 //!   unchanged, until `scrub_start` resumes it; its rate is then measured
-//!   over the new pass, not over the figures it inherited;
+//!   over the new pass, not over the figures it inherited; a read-only
+//!   import shows it and does not wait for it;
 //! - a finished or canceled scrub is what the pool shows after import; a
 //!   pool that never scrubbed shows none;
 //! - after a power cut mid-scrub the pool imports, the scrub continues
@@ -162,6 +163,14 @@ fn a_paused_scrub_stays_paused_across_export_and_import() {
     let saved = pool.scan_status();
     assert!(saved.state == ScanState::Scanning && saved.paused_since != 0, "{saved:?}");
     assert_eq!(saved.examined, quiet.examined, "export reads nothing of a paused scrub");
+    drop(pool);
+
+    // Read-only, the scrub is shown and nothing waits for it.
+    let ro = tarn_engine::OpenOptions { readonly: true, tunables: common::small_tunables(), ..Default::default() };
+    let pool = Pool::open_on(common::as_dyn(&devs), vec![], &ro).expect("read-only import");
+    let st = pool.scan_wait();
+    assert!(st.state == ScanState::Scanning && st.examined == saved.examined, "{st:?}");
+    assert!(pool.scrub_start().is_err() && pool.scrub_cancel().is_err(), "a read-only pool runs no scrub");
     drop(pool);
 
     let pool = open(&devs).expect("import");

@@ -671,7 +671,10 @@ impl Pool {
             sh.core.events.post(Post::new(class::POOL_IMPORT).dec("txg", ub.txg));
         }
         let pool = Pool::start(sh);
-        if !opts.readonly {
+        if opts.readonly {
+            // No pass runs here: `pool wait` must not wait for one.
+            pool.sh.scan.stop();
+        } else {
             pool.continue_scans();
         }
         Ok(pool)

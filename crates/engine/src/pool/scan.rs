@@ -586,8 +586,9 @@ impl Scanner {
         true
     }
 
-    /// Stops a running pass for good in this import (the pool closes); the
-    /// scan stays `Scanning`, paused or not, for the next import.
+    /// Stops a running pass for good in this import (the pool closes, or
+    /// was opened read-only); the scan stays `Scanning`, paused or not,
+    /// for the next import, and `wait` no longer waits for it.
     pub(crate) fn stop(&self) {
         let mut st = self.st.lock();
         st.closed = true;
