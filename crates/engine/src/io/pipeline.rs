@@ -45,6 +45,7 @@
 //! an injected write error faults the leaf as a real one does.
 
 use std::io;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -148,7 +149,9 @@ impl ReadSlot {
 pub type ReadDone = Box<dyn FnOnce(io::Result<AlignedBuf>) + Send>;
 
 enum Req {
-    Write { buf: Arc<AlignedBuf>, group: Arc<WriteGroup>, retire: u64 },
+    /// Writes `buf[range]` (a RAID-Z data column is a run of its block's
+    /// buffer, written without a copy).
+    Write { buf: Arc<AlignedBuf>, range: Range<usize>, group: Arc<WriteGroup>, retire: u64 },
     Read { slot: Arc<ReadSlot> },
     ReadThen { done: ReadDone },
 }
@@ -351,9 +354,16 @@ impl Leaf {
 
     /// Queues a write of all of `buf` at `offset`.
     pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64) {
+        let all = 0..buf.len();
+        self.write_part(class, offset, buf, all, group, retire);
+    }
+
+    /// Queues a write of `buf[range]` at `offset` (whole 512-byte units).
+    pub fn write_part(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, range: Range<usize>, group: &Arc<WriteGroup>, retire: u64) {
+        assert!(range.end <= buf.len() && range.start <= range.end, "{}: write of bytes {:?} of a {}-byte buffer", self.sh.name, range, buf.len());
         group.add();
-        let len = buf.len() as u64;
-        self.enqueue(class, IoKind::Write, offset, len, Req::Write { buf, group: group.clone(), retire });
+        let len = range.len() as u64;
+        self.enqueue(class, IoKind::Write, offset, len, Req::Write { buf, range, group: group.clone(), retire });
     }
 
     /// Reads `len` bytes at `offset` through the scheduler and waits.
@@ -567,7 +577,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             .parts
             .iter()
             .map(|(_, _, t)| match &t.req {
-                Req::Write { buf, .. } => &buf[..],
+                Req::Write { buf, range, .. } => &buf[range.clone()],
                 Req::Read { .. } | Req::ReadThen { .. } => &[][..],
             })
             .collect();

@@ -300,15 +300,17 @@ impl PoolCore {
     }
 
     /// The vdev of a copy and the bytes to read for it (psize in whole
-    /// sectors), checked to lie within its allocation and its device.
+    /// sectors), checked to lie within its allocation and its device (on
+    /// RAID-Z, what the block takes there: its asize, parity included).
     pub(crate) fn copy_extent(&self, bp: &BlockPtr, dva: &Dva) -> Result<(&TopVdev, u64)> {
         let v = self.vdevs.get(dva.vdev as usize).ok_or_else(|| {
             Error::corrupt(format!("block on vdev {} which the pool does not have", dva.vdev))
         })?;
         let len = (bp.psize as u64).div_ceil(1 << v.ashift) << v.ashift;
+        let need = v.alloc_size(len);
         // A corrupt offset near u64::MAX must not wrap past the check.
-        let fits = dva.offset.checked_add(len).is_some_and(|end| end <= v.dev_size);
-        if len > dva.asize || !fits {
+        let fits = dva.offset.checked_add(need).is_some_and(|end| end <= v.dev_size);
+        if len == 0 || need > dva.asize || !fits {
             return Err(Error::corrupt(format!("block at {}:{:#x} lies outside its device", dva.vdev, dva.offset)));
         }
         Ok((v, len))
@@ -378,7 +380,8 @@ impl PoolCore {
             }),
         );
         if !queued {
-            // Not read ahead here (RAID-Z, or no child to read): demand
+            // Not read ahead here (no child to read, or a RAID-Z data
+            // column on a child that is down or missed its txg): demand
             // readers read it themselves.
             let pending = unqueue.inflight.lock().remove(&key);
             if let Some(p) = pending {

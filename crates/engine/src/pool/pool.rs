@@ -1373,7 +1373,7 @@ impl ShellShared {
             };
             let v = vdevs::build(top, &mut open)?;
             alloc
-                .add_vdev(top.id, vdevs::alloc_start(top), top.asize, top.ashift)
+                .add_vdev_with_config(top.id, vdevs::alloc_start(top), top.asize, vdevs::alloc_config(top, &v))
                 .map_err(|e| Error::invalid(format!("vdev {} ('{}'): {}", top.id, v.path, e)))?;
             sector = sector.max(1 << top.ashift);
             vdevs.push(v);

@@ -37,7 +37,7 @@ use tarn_ondisk::bp::BlockPtr;
 use super::core::{FailedCopy, PoolCore};
 use super::scan::{block_name, ScanReport, Scanner, SCAN_WORKERS};
 use crate::io::{block, IoClass};
-use crate::vdev::{Dtl, ReadCheck, Vdev};
+use crate::vdev::{Dtl, Kind, ReadCheck, Vdev};
 
 /// A leaf to resilver: its top-level vdev and the txgs it missed.
 #[derive(Clone, Debug)]
@@ -153,13 +153,21 @@ fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut Scan
             return false;
         }
     };
-    match io.write_now(&data, job.offset) {
-        Ok(()) => {
+    // A mirror's child holds the whole block at the same offset; a RAID-Z
+    // child, its columns of it (parity computed again from the data).
+    let written = match top.kind {
+        Kind::Raidz(_) => top.resilver_columns(job.offset, &data, leaf.guid),
+        _ => io.write_now(&data, job.offset).map(|()| {
+            leaf.repaired_bytes.fetch_add(job.len, Ordering::Relaxed);
+            job.len
+        }),
+    };
+    match written {
+        Ok(bytes) => {
             r.copies += 1;
             r.bytes += job.len;
             r.repaired_copies += 1;
-            r.repaired_bytes += job.len;
-            leaf.repaired_bytes.fetch_add(job.len, Ordering::Relaxed);
+            r.repaired_bytes += bytes;
             true
         }
         Err(e) => {

@@ -116,8 +116,11 @@
 //!   errors (`record::check`, before every write and after every read);
 //! - a pass never covers a txg newer than the tree it walks (`issue::pass`).
 //!
-//! Not yet (issue 12): RAID-Z children (a RAID-Z vdev has no copy a scan
-//! could read on its own: `Vdev::scan_leaves` is empty).
+//! A RAID-Z copy is checked whole, once (child 0 in its key): its vdev
+//! reads every column, parity included, verifies the block, rebuilds wrong
+//! columns from parity and rewrites them (`Vdev::scrub_columns`); a copy
+//! parity cannot heal is rewritten whole from another copy of its block
+//! (`Vdev::rewrite_columns`), if it has one.
 
 mod issue;
 mod record;

@@ -32,13 +32,17 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 const SPACE_COPIES: u8 = crate::pool::core::POOL_METADATA_COPIES;
 
 /// Queues the write of a space block into its pre-allocated places. The block
-/// is stored uncompressed so its size is known before it is allocated.
+/// is stored uncompressed so its size is known before it is allocated. What
+/// is written is the payload in whole sectors, as a read of it asks for
+/// (`PoolCore::copy_extent`): on RAID-Z the columns follow from that length,
+/// so writing the whole allocation would lay the block out differently.
 fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, places: &[(u32, u64, u64)], payload: &[u8], group: &Arc<WriteGroup>) -> Result<BlockPtr> {
     let asize = places.iter().map(|p| p.2).min().unwrap_or(0);
-    if payload.len() as u64 > asize {
+    let phys = payload.len().div_ceil(core.sector) * core.sector;
+    if phys as u64 > asize {
         return Err(Error::corrupt(format!("space block of {} bytes exceeds its {} allocated", payload.len(), asize)));
     }
-    let mut buf = AlignedBuf::zeroed(asize as usize);
+    let mut buf = AlignedBuf::zeroed(phys);
     buf[..payload.len()].copy_from_slice(payload);
     let buf = Arc::new(buf);
     let mut bp = BlockPtr::hole(payload.len() as u32, otype, 0);
@@ -50,13 +54,7 @@ fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, places: &[(u32, u64, 
     bp.fill = 1;
     for (i, &(vdev, offset, asize)) in places.iter().enumerate() {
         bp.dva[i] = Dva { vdev, asize, offset };
-        let mut b = buf.clone();
-        if asize as usize != buf.len() {
-            let mut own = AlignedBuf::zeroed(asize as usize);
-            own[..buf.len()].copy_from_slice(&buf);
-            b = Arc::new(own);
-        }
-        core.vdevs[vdev as usize].write(IoClass::AsyncWrite, offset, b, group, 0, txg);
+        core.vdevs[vdev as usize].write(IoClass::AsyncWrite, offset, buf.clone(), group, 0, txg);
     }
     Ok(bp)
 }

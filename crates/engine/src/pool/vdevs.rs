@@ -105,7 +105,6 @@ pub fn check_layout(tops: &[NewTop], existing: &[(Layout, usize)], force: bool) 
         }
         if let Layout::Raidz(p) = t.layout {
             RaidzGeometry::new(t.devices.len(), p as usize, 12).map_err(|e| Error::invalid(e.to_string()))?;
-            return Err(Error::invalid("tarn cannot create raidz vdevs yet (their I/O is being built): use mirrors"));
         }
         for (p, _) in &t.devices {
             if !seen.insert(p.clone()) {
@@ -307,6 +306,15 @@ pub fn alloc_start(node: &VdevNode) -> u64 {
     match node.kind {
         VdevKind::Raidz => 0,
         _ => label::LABELS_FRONT,
+    }
+}
+
+/// The allocator's config for a top-level vdev: a RAID-Z vdev's carries
+/// its geometry, so each block takes its asize (parity included).
+pub fn alloc_config(node: &VdevNode, v: &Vdev) -> AllocConfig {
+    match &v.kind {
+        Kind::Raidz(g) => AllocConfig::for_raidz(node.asize, *g),
+        _ => AllocConfig::for_vdev(node.asize, node.ashift),
     }
 }
 

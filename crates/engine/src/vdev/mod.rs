@@ -31,7 +31,10 @@
 //!   first fails its checksum; the children found bad are rewritten with
 //!   the good bytes (self-healing), counted per leaf;
 //! - a RAID-Z vdev's is its children's sectors numbered row-major
-//!   (`raidz/layout.rs`).
+//!   (`raidz/layout.rs`): a block is written as a full stripe of data
+//!   and parity columns, read from its data columns while it verifies,
+//!   and otherwise rebuilt from parity, the wrong columns rewritten
+//!   (`raidz/io.rs`).
 //!
 //! ## Health
 //! A leaf is online until its scheduler faults it (`io::pipeline`: a failed

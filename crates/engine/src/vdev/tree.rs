@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::raidz::RaidzGeometry;
+use super::raidz::{self, RaidzGeometry};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::pipeline::ReadDone;
 use crate::io::{IoClass, Leaf, WriteGroup};
@@ -212,6 +212,16 @@ impl Vdev {
         }
     }
 
+    /// Bytes of this vdev's address space a block of `len` bytes (whole
+    /// sectors) takes: `len`, or on RAID-Z its data and parity sectors
+    /// rounded to `nparity + 1` (the allocator's asize).
+    pub fn alloc_size(&self, len: u64) -> u64 {
+        match &self.kind {
+            Kind::Raidz(g) if len > 0 => g.asize(len),
+            _ => len,
+        }
+    }
+
     /// How many children may be lost without losing data.
     pub fn redundancy(&self) -> usize {
         match &self.kind {
@@ -299,7 +309,7 @@ impl Vdev {
                 Err(e)
             }
             Kind::Mirror => self.mirror_read(class, offset, len, birth, rc),
-            Kind::Raidz(_) => Err(Error::invalid(format!("{}: raidz reads are not implemented", self.path))),
+            Kind::Raidz(g) => raidz::io::read(self, *g, class, offset, len, birth, rc),
         }
     }
 
@@ -367,7 +377,8 @@ impl Vdev {
     }
 
     /// Queues the write of a block's bytes at `offset` in txg `txg`: to the
-    /// leaf, or to every child of a mirror that is up. A child that is not
+    /// leaf, to every child of a mirror that is up, or as columns with
+    /// parity to a RAID-Z vdev's children (`raidz::io::write`). A child that is not
     /// (faulted, missing, offline) misses the txg: its DTL records it for
     /// resilver. `retire` dirty bytes retire with the first write queued.
     pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
@@ -389,13 +400,14 @@ impl Vdev {
                     group.retire_unwritten(retire);
                 }
             }
-            Kind::Raidz(_) => group.fail(format!("{}: raidz writes are not implemented", self.path)),
+            Kind::Raidz(g) => raidz::io::write(self, *g, class, offset, buf, group, retire, txg),
         }
     }
 
     /// Starts reading a block ahead without verifying it (the callback
-    /// does): from the leaf, or a mirror's first child in read order.
-    /// False when this vdev cannot read ahead (the caller reads on demand).
+    /// does): from the leaf, a mirror's first child in read order, or a
+    /// RAID-Z vdev's data columns. False when this vdev cannot read ahead
+    /// (the caller reads on demand).
     pub fn read_async(&self, class: IoClass, offset: u64, len: u64, birth: u64, done: ReadDone) -> bool {
         match &self.kind {
             Kind::Leaf(l) => {
@@ -406,25 +418,62 @@ impl Vdev {
                 Some(c) => c.read_async(class, offset, len, birth, done),
                 None => false,
             },
-            Kind::Raidz(_) => false,
+            Kind::Raidz(g) => raidz::io::read_async(self, *g, class, offset, len, birth, done),
         }
     }
 
     /// The leaves a scan reads this top-level vdev's copies from, by index
     /// (`scan_leaf`): the leaf itself, or each child of a mirror that is up.
+    /// A RAID-Z vdev's copy is scanned once, as a whole (index 0, no leaf
+    /// of its own): its columns are checked together (`scrub_columns`).
     pub fn scan_leaves(&self) -> Vec<usize> {
         match &self.kind {
             Kind::Leaf(_) => vec![0],
             Kind::Mirror => (0..self.children.len()).filter(|&i| self.children[i].leaf_up()).collect(),
-            Kind::Raidz(_) => vec![],
+            Kind::Raidz(_) => vec![0],
         }
     }
 
-    /// Leaf `i` of `scan_leaves`.
+    /// Leaf `i` of `scan_leaves` (none for RAID-Z).
     pub fn scan_leaf(&self, i: usize) -> Option<&Vdev> {
         match &self.kind {
             Kind::Leaf(_) => (i == 0).then_some(self),
-            _ => self.children.get(i).filter(|c| c.leaf().is_some()),
+            Kind::Mirror => self.children.get(i).filter(|c| c.leaf().is_some()),
+            Kind::Raidz(_) => None,
+        }
+    }
+
+    /// Scrubs one copy on a RAID-Z vdev: every column read, parity
+    /// included, the block verified by `rc.check` (reconstructed if need
+    /// be), the wrong columns told to `rc.failed` and rewritten when
+    /// `rc.repair` (`raidz::io::scrub`). None for other kinds, whose copies
+    /// a scan checks leaf by leaf.
+    pub fn scrub_columns(&self, offset: u64, len: u64, birth: u64, rc: &ReadCheck) -> Option<raidz::ColumnScrub> {
+        match &self.kind {
+            Kind::Raidz(g) => Some(raidz::io::scrub(self, *g, offset, len, birth, rc)),
+            _ => None,
+        }
+    }
+
+    /// Resilvers one block onto leaf `guid` of a RAID-Z vdev: the columns
+    /// of `data` (the block, verified) that the leaf holds, written without
+    /// a flush (`raidz::io::resilver`); returns the bytes written. Other
+    /// kinds hold the whole block on the leaf, at the same offset.
+    pub fn resilver_columns(&self, offset: u64, data: &[u8], guid: u64) -> io::Result<u64> {
+        match &self.kind {
+            Kind::Raidz(g) => raidz::io::resilver(self, *g, offset, data, guid),
+            _ => Err(io::Error::other(format!("{} is not a raidz vdev", self.path))),
+        }
+    }
+
+    /// Writes a verified block (read from another copy) over the copy at
+    /// `offset` of a RAID-Z vdev, every column (`raidz::io::rewrite`);
+    /// returns the bytes written. Other kinds' copies are rewritten leaf by
+    /// leaf.
+    pub fn rewrite_columns(&self, offset: u64, data: &[u8]) -> io::Result<u64> {
+        match &self.kind {
+            Kind::Raidz(g) => raidz::io::rewrite(self, *g, offset, data),
+            _ => Err(io::Error::other(format!("{} is not a raidz vdev", self.path))),
         }
     }
 

@@ -85,6 +85,18 @@
 //!    Slot k's metaslab is chosen in the class's order, preferring
 //!    metaslabs no other slot is using; inside it, the copy takes the first
 //!    fit from the slot's cursor within the windows the distance leaves.
+//! 8. **RAID-Z sizes.**  A RAID-Z vdev's config carries its geometry
+//!    (`AllocConfig::raidz`): a request of `n` bytes takes
+//!    `RaidzGeometry::asize(n)` — its data sectors, a parity sector per
+//!    row and column, rounded to `nparity + 1` sectors so that every gap
+//!    left between blocks can hold a block — and that is the length
+//!    returned and recorded (a DVA's asize). The free space writers are
+//!    admitted against (`space_by_piece`) is deflated by what parity
+//!    takes of a 128 KiB block, as OpenZFS's `vdev_deflate_ratio`: the
+//!    data such space holds in blocks of that size. Smaller blocks take
+//!    relatively more (a one-sector block takes `nparity + 1` sectors);
+//!    the slop reserve covers the difference, as in OpenZFS. The raw
+//!    figures (`space`) stay raw, as `zpool list` shows them.
 //!
 //! ## Deferred frees and txgs
 //! A block freed in txg N stays *deferred* until `txg_synced(N + 2)`
@@ -150,6 +162,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use super::range_tree::{RangeTree, HISTOGRAM_BUCKETS};
+use crate::vdev::raidz::RaidzGeometry;
 use super::spacelog::{
     encoded_records_upper_bound_for, Checkpoint, Extent, TxgRecords, VdevCheckpoint,
 };
@@ -172,6 +185,10 @@ pub const MAX_METASLABS_PER_VDEV: u64 = 1 << 17;
 pub const DEFAULT_SMALL_BLOCK_BYTES: u64 = 64 << 10;
 /// Bytes allocated on one vdev before the rotor moves on.
 pub const DEFAULT_ALIQUOT: u64 = 1 << 20;
+/// The block size whose parity overhead deflates a RAID-Z vdev's space for
+/// writers (policy point 8; OpenZFS's `vdev_deflate_ratio` uses the same
+/// 128 KiB, its old largest block).
+pub const DEFLATE_BLOCK_BYTES: u64 = 128 << 10;
 /// A free in txg N becomes allocatable when txg N + TXG_DEFER_SIZE synced.
 pub const TXG_DEFER_SIZE: u64 = 2;
 /// Vdev ids must be below this (bounds memory when loading a checkpoint).
@@ -273,6 +290,10 @@ pub struct AllocConfig {
     pub metaslab_shift: u8,
     /// Requests strictly below this many bytes use the small class.
     pub small_block_bytes: u64,
+    /// A RAID-Z vdev's geometry: a block of `n` bytes takes
+    /// `geometry.asize(n)` (data, parity and the rounding to `nparity + 1`
+    /// sectors), not `n` rounded to a sector (policy point 8).
+    pub raidz: Option<RaidzGeometry>,
 }
 
 fn metaslab_count(size: u64, shift: u8) -> u64 {
@@ -296,6 +317,34 @@ impl AllocConfig {
             ashift,
             metaslab_shift: shift,
             small_block_bytes: DEFAULT_SMALL_BLOCK_BYTES.max(4 * sector),
+            raidz: None,
+        }
+    }
+
+    /// The configuration of a RAID-Z vdev of `size` bytes (its children's
+    /// sectors together) with geometry `g`.
+    pub fn for_raidz(size: u64, g: RaidzGeometry) -> AllocConfig {
+        let ashift = g.ashift() as u8;
+        AllocConfig { raidz: Some(g), ..AllocConfig::for_vdev(size, ashift) }
+    }
+
+    /// Bytes a request of `size` bytes takes: rounded up to the sector, or
+    /// on RAID-Z its data, parity and skip sectors. `None` on overflow.
+    pub fn asize(&self, size: u64) -> Option<u64> {
+        let mask = self.sector_size() - 1;
+        let len = size.checked_add(mask)? & !mask;
+        match self.raidz {
+            Some(g) if len > 0 => Some(g.asize(len)),
+            _ => Some(len),
+        }
+    }
+
+    /// What a block of `DEFLATE_BLOCK_BYTES` takes over its own size, as
+    /// a fraction (numerator, denominator): 1 except on RAID-Z.
+    fn inflation(&self) -> (u64, u64) {
+        match self.raidz {
+            Some(g) => (g.asize(DEFLATE_BLOCK_BYTES), DEFLATE_BLOCK_BYTES),
+            None => (1, 1),
         }
     }
 
@@ -316,6 +365,9 @@ impl AllocConfig {
         }
         if self.metaslab_shift < self.ashift || self.metaslab_shift > 63 {
             return bad(format!("metaslab_shift {} invalid", self.metaslab_shift));
+        }
+        if let Some(g) = self.raidz.filter(|g| g.ashift() != u32::from(self.ashift)) {
+            return bad(format!("raidz sectors of ashift {} on a vdev of ashift {}", g.ashift(), self.ashift));
         }
         let mask = self.sector_size() - 1;
         if size == 0 || size & mask != 0 || start & mask != 0 {
@@ -339,7 +391,8 @@ impl AllocConfig {
 pub struct Ditto {
     pub vdev: u32,
     pub offset: u64,
-    /// Allocated length (the request rounded up to the sector size).
+    /// Allocated length (the request rounded up to the sector size, or its
+    /// RAID-Z asize).
     pub len: u64,
     /// False only when the copy had to go nearer to another copy of the
     /// block than [`VdevSpace::ditto_min_distance`] (no room far enough).
@@ -672,11 +725,10 @@ impl VdevSpace {
         Ok(())
     }
 
-    /// Allocate `size` bytes rounded up to the sector size; `None` if this
-    /// vdev has no segment large enough.
+    /// Allocate `size` bytes rounded up to the sector size (on RAID-Z, its
+    /// asize); `None` if this vdev has no segment large enough.
     fn alloc(&mut self, size: u64) -> Result<Option<(u64, u64)>, AllocError> {
-        let mask = self.sector() - 1;
-        let Some(len) = size.checked_add(mask).map(|v| v & !mask) else {
+        let Some(len) = self.cfg.asize(size) else {
             return Ok(None);
         };
         let class = self.class_of(len);
@@ -735,8 +787,7 @@ impl VdevSpace {
     fn alloc_ditto(&mut self, size: u64, others: &[(u64, u64)], gap: u64) -> Result<Option<(u64, u64)>, AllocError> {
         let slot = others.len();
         assert!((1..COPY_SLOTS).contains(&slot), "vdev {}: a further copy with {} copies before it", self.id, slot);
-        let mask = self.sector() - 1;
-        let Some(len) = size.checked_add(mask).map(|v| v & !mask) else {
+        let Some(len) = self.cfg.asize(size) else {
             return Ok(None);
         };
         let class = self.class_of(len);
@@ -949,7 +1000,8 @@ impl VdevSpace {
     }
 
     /// (free, deferred) bytes that blocks of each piece size surely fit
-    /// into (see `RangeTree::space_by_piece`).
+    /// into (see `RangeTree::space_by_piece`); on RAID-Z, the data those
+    /// bytes hold once parity is taken (deflated, policy point 8).
     fn space_by_piece<const N: usize>(&self, min_shift: u32) -> ([u64; N], [u64; N]) {
         let mut free = [0u64; N];
         for ms in &self.metaslabs {
@@ -957,7 +1009,12 @@ impl VdevSpace {
                 *f = f.saturating_add(x);
             }
         }
-        (free, self.deferred_all.space_by_piece::<N>(min_shift))
+        let mut deferred = self.deferred_all.space_by_piece::<N>(min_shift);
+        let (num, den) = self.cfg.inflation();
+        for x in free.iter_mut().chain(deferred.iter_mut()) {
+            *x = (u128::from(*x) * u128::from(den) / u128::from(num)) as u64;
+        }
+        (free, deferred)
     }
 
     fn summary(&self) -> SpaceSummary {
@@ -1194,8 +1251,8 @@ impl Allocator {
         }
     }
 
-    /// Allocate `size` bytes (rounded up to the chosen vdev's sector size)
-    /// in txg `txg`, never on a vdev listed in `exclude`.  Returns
+    /// Allocate `size` bytes (rounded up to the chosen vdev's sector size;
+    /// on RAID-Z, its asize: policy point 8) in txg `txg`, never on a vdev listed in `exclude`.  Returns
     /// `(vdev, offset, allocated len)`.  See the module docs for the policy.
     pub fn alloc(
         &mut self,
@@ -1694,6 +1751,38 @@ mod tests {
         a.release_frees_hold();
         assert_eq!(a.space().total.deferred, 0, "released as txg_synced(9) would have");
         a.check_invariants().unwrap();
+    }
+
+    /// Policy point 8: a RAID-Z vdev hands out its geometry's asize (data,
+    /// parity, rounding to nparity + 1 sectors), frees take it back, and
+    /// the space writers see is deflated by parity; a plain vdev beside it
+    /// keeps sector rounding.
+    #[test]
+    fn raidz_vdevs_allocate_their_asize_and_deflate_space() {
+        let g = RaidzGeometry::new(6, 2, 12).unwrap();
+        let mut a = Allocator::new();
+        a.add_vdev_with_config(0, 0, GIB, AllocConfig::for_raidz(GIB, g)).unwrap();
+        a.add_vdev(1, 0, GIB, 12).unwrap();
+        // One sector of data: 1 + 2 parity = 3 sectors, already a multiple of 3.
+        let (v, off, len) = a.alloc(100, 1, &[1]).unwrap();
+        assert_eq!((v, len), (0, 3 * 4096));
+        assert_eq!(off % 4096, 0);
+        // 128 KiB: 32 data sectors in 8 rows of 4, 16 parity: 48 sectors.
+        assert_eq!(a.alloc(128 * KIB, 1, &[1]).unwrap().2, 48 * 4096);
+        // 5 data sectors: 2 rows, 4 parity, 9 sectors (a multiple of 3).
+        assert_eq!(a.alloc(5 * 4096, 1, &[1]).unwrap().2, 9 * 4096);
+        assert_eq!(a.alloc(100, 1, &[0]).unwrap().2, 4096, "the plain vdev rounds to its sector");
+        let d = a.alloc_ditto(8192, 1, &[(1, 0, 8192)]).unwrap();
+        assert_eq!((d.vdev, d.len), (0, 6 * 4096), "a further copy on RAID-Z takes its asize too");
+        a.free(0, off, len, 1).unwrap();
+        a.check_invariants().unwrap();
+        let (free, _) = a.vdev(0).unwrap().space_by_piece::<16>(9);
+        let raw = a.vdev(0).unwrap().free_bytes;
+        // 128 KiB takes 192 KiB: writers see two thirds of the free space.
+        assert!(free[8] <= raw * 2 / 3 && free[8] + 2 * MIB > raw * 2 / 3, "{} of {}", free[8], raw);
+        assert!(a.space().total.free >= raw, "raw figures stay raw");
+        let wrong = AllocConfig { raidz: Some(RaidzGeometry::new(6, 2, 9).unwrap()), ..AllocConfig::for_vdev(GIB, 12) };
+        assert!(matches!(a.add_vdev_with_config(2, 0, GIB, wrong), Err(AllocError::InvalidVdev(_))));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::io::block;
 use crate::io::{IoClass, Leaf};
 use crate::pool::core::{FailedCopy, PoolCore};
 use crate::pool::errlog::Bookmark;
-use crate::vdev::Vdev;
+use crate::vdev::{Kind, ReadCheck, Vdev};
 
 /// How a pass ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -208,9 +208,13 @@ fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner) 
 
 /// Reads one run and checks each copy in it, repairing bad ones at once;
 /// a failed read checks each copy alone, so one bad sector fails one copy.
+/// A RAID-Z vdev's copies are checked whole, one by one.
 fn check_run(core: &PoolCore, blocks: &Blocks, run: &[Copy]) -> RunFigures {
     let mut fig = RunFigures::default();
-    check_extent(core, blocks, run, &mut fig.counts);
+    match core.vdevs[run[0].vdev as usize].kind {
+        Kind::Raidz(_) => run.iter().for_each(|c| check_columns(core, blocks, c, &mut fig.counts)),
+        _ => check_extent(core, blocks, run, &mut fig.counts),
+    }
     fig.last = Some(run[run.len() - 1].key());
     fig
 }
@@ -233,6 +237,36 @@ fn check_extent(core: &PoolCore, blocks: &Blocks, run: &[Copy], fig: &mut ScanRe
         Err(_) if run.len() > 1 => run.iter().for_each(|c| check_extent(core, blocks, std::slice::from_ref(c), fig)),
         Err(_) => checked(core, blocks, &head, false, fig),
     }
+}
+
+/// Checks a copy on a RAID-Z vdev as a whole (`Vdev::scrub_columns`):
+/// every column, parity included, read and verified; the vdev rebuilds
+/// wrong columns from parity, rewrites them, and counts each against its
+/// child (a checksum or io ereport). A copy it heals is a bad copy
+/// repaired; one parity cannot heal is bad, for `checked` to repair from
+/// another copy of its block or report lost.
+fn check_columns(core: &PoolCore, blocks: &Blocks, c: &Copy, fig: &mut ScanReport) {
+    let bp = &blocks.bps[c.block];
+    let at = blocks.marks[c.block];
+    let check = |raw: &[u8]| block::verify(bp, raw).is_ok();
+    let failed = |leaf: &Vdev, offset: u64, e: &crate::error::Error| {
+        core.copy_failed(&FailedCopy::on(c.vdev, leaf, offset, c.len, e), "found by a scrub of its RAID-Z columns", at.as_ref(), &|| block_name(bp));
+    };
+    let rc = ReadCheck { check: &check, repair: !core.readonly, failed: &failed };
+    let Some(v) = core.vdevs[c.vdev as usize].scrub_columns(c.offset, c.len, bp.birth, &rc) else {
+        return checked(core, blocks, c, false, fig);
+    };
+    fig.reads += v.reads;
+    if !v.ok {
+        return checked(core, blocks, c, false, fig);
+    }
+    fig.copies += 1;
+    fig.bytes += c.len;
+    if v.bad_columns > 0 {
+        fig.bad_copies += 1;
+        fig.repaired_copies += u64::from(v.repaired_bytes > 0);
+    }
+    fig.repaired_bytes += v.repaired_bytes;
 }
 
 /// Counts a checked copy; a bad one is counted against its device and
@@ -290,7 +324,10 @@ enum Unrepaired {
 /// Rewrites copy `bad` of `bp` from another copy that verifies — on
 /// another child of its mirror or at another DVA — read and checked here
 /// (the scan keeps no data), flushed before it returns the bytes written.
+/// A RAID-Z copy is read through its vdev, and rewritten whole (every
+/// column, parity computed again).
 fn repair(core: &PoolCore, bp: &BlockPtr, bad: &Copy) -> Result<u64, Unrepaired> {
+    let check = |data: &[u8]| block::verify(bp, data).is_ok();
     let good = bp.dva.iter().filter(|d| !d.is_empty()).find_map(|dva| {
         let (v, len) = core.copy_extent(bp, dva).ok()?;
         v.scan_leaves().into_iter().find_map(|child| {
@@ -298,17 +335,25 @@ fn repair(core: &PoolCore, bp: &BlockPtr, bad: &Copy) -> Result<u64, Unrepaired>
             if c.key() == bad.key() {
                 return None;
             }
+            if let Kind::Raidz(_) = v.kind {
+                let rc = ReadCheck { check: &check, repair: false, failed: &|_, _, _| {} };
+                return v.read_checked(IoClass::Scrub, c.offset, len, bp.birth, &rc).ok();
+            }
             let (_, leaf) = c.leaf(core)?;
-            leaf.read(IoClass::Scrub, c.offset, len).ok().filter(|data| block::verify(bp, data).is_ok())
+            leaf.read(IoClass::Scrub, c.offset, len).ok().filter(|data| check(data))
         })
     });
     let data = good.ok_or(Unrepaired::NoGoodCopy)?;
-    let (v, leaf) = bad.leaf(core).ok_or_else(|| Unrepaired::Write(format!("repair of {}:{:#x}: its device is gone", bad.vdev, bad.offset)))?;
+    let top = &core.vdevs[bad.vdev as usize];
     // On a device of another sector size the good copy's bytes would
     // spill past the bad copy's allocation.
     if bad.len != data.len() as u64 {
-        return Err(Unrepaired::Write(format!("repair of {}:{:#x} on {}: its good copy spans {} bytes, it {}", bad.vdev, bad.offset, v.path, data.len(), bad.len)));
+        return Err(Unrepaired::Write(format!("repair of {}:{:#x} on {}: its good copy spans {} bytes, it {}", bad.vdev, bad.offset, top.path, data.len(), bad.len)));
     }
+    if let Kind::Raidz(_) = top.kind {
+        return top.rewrite_columns(bad.offset, &data).map_err(|e| Unrepaired::Write(format!("repair of {}:{:#x} on {}: {}", bad.vdev, bad.offset, top.path, e)));
+    }
+    let (v, leaf) = bad.leaf(core).ok_or_else(|| Unrepaired::Write(format!("repair of {}:{:#x}: its device is gone", bad.vdev, bad.offset)))?;
     match leaf.write_now(&data, bad.offset).and_then(|_| leaf.flush()) {
         Ok(()) => {
             v.repaired_bytes.fetch_add(bad.len, Ordering::Relaxed);

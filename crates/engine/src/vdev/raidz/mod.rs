@@ -1,8 +1,8 @@
 //! RAID-Z: where a block's sectors go on a group of children, its parity,
 //! and getting it back when children are missing or silently wrong. The
 //! arithmetic of OpenZFS's `vdev_raidz.c`, written from its design (no code
-//! copied); pure functions, no I/O — the raidz vdev (to come) does the
-//! reads and writes the map describes.
+//! copied): pure functions, no I/O — except [`io`], which does the reads
+//! and writes the map describes for the vdev tree's RAID-Z vdevs.
 //!
 //! ## Variable-width stripes
 //! A RAID-Z vdev of `width` children keeps `nparity` (1–3) parity columns
@@ -75,6 +75,7 @@
 //!    than parity the answer is an error, never data (`recover.rs`).
 
 pub mod gf;
+pub(crate) mod io;
 pub mod layout;
 pub mod parity;
 pub mod reconstruct;
@@ -87,6 +88,7 @@ mod speed;
 #[cfg(test)]
 mod test_rng;
 
+pub use io::ColumnScrub;
 pub use layout::{LayoutError, RaidzColumn, RaidzGeometry, RaidzMap, SkipSector};
 pub use parity::Parity;
 pub use recover::{assemble, encode, recover, Recovered, RecoverError, Repair, RepairCause};
