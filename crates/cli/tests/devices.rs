@@ -593,3 +593,57 @@ fn mounted_block_device_is_refused() {
     assert!(!o.status.success(), "mkfs.ext4 wrote over a pool's device");
     e.ok(&["pool", "destroy", "p"]);
 }
+
+/// Issue 12: `pool create` of RAID-Z groups, and its bad input (too few
+/// devices for the level, a keyword with no devices, mismatched levels
+/// and sizes), each one error line with nothing made and no device
+/// written.
+#[test]
+fn raidz_pools_at_the_cli() {
+    let e = env("raidz");
+    let names: Vec<String> = (0..12).map(|i| format!("d{}.img", i)).collect();
+    for n in &names {
+        sparse(&e.path(n), 80 << 20);
+    }
+    sparse(&e.path("small.img"), 72 << 20);
+    let digests = |e: &Env| names.iter().map(|n| digest(&e.path(n))).collect::<Vec<_>>();
+    let before = digests(&e);
+    let d = |r: std::ops::Range<usize>| names[r].iter().map(|s| s.as_str()).collect::<Vec<_>>();
+    let create = |extra: &[&str]| {
+        let mut args = vec!["pool", "create", "-m", "none", "tank"];
+        args.extend_from_slice(extra);
+        args.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let refusals: Vec<(Vec<String>, &str)> = vec![
+        (create(&[&["raidz2"][..], &d(0..2)].concat()), "raidz2 needs at least 3 devices, 2 given"),
+        (create(&[&["raidz3"][..], &d(0..3)].concat()), "raidz3 needs at least 4 devices, 3 given"),
+        (create(&[&["raidz2", "raidz2"][..], &d(0..4)].concat()), "raidz2 needs at least 3 devices, 0 given"),
+        (create(&[&["raidz1"][..], &d(0..3), &["raidz2"][..], &d(3..7)].concat()), "mismatched replication level: raidz1 and raidz2"),
+        (create(&[&["raidz2"][..], &d(0..4), &["mirror"][..], &d(4..6)].concat()), "mismatched replication level"),
+        (create(&[&["small.img", "raidz1"][..], &d(0..3)].concat()), "mismatched replication level: a plain device and raidz1"),
+        (create(&[&["raidz1"][..], &d(0..2), &["small.img"][..]].concat()), "mismatched device sizes in raidz1"),
+        (create(&[&["raidz4"][..], &d(0..6)].concat()), "raidz4"),
+    ];
+    for (args, want) in &refusals {
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let err = e.fails(&args);
+        assert!(err.contains(want), "{:?}: {}", args, err);
+    }
+    assert_eq!(digests(&e), before, "a refused create writes nothing");
+    assert!(!cache_file(&e).contains("\"tank\""), "no pool was made");
+    // The seed's layout, scaled down: two RAID-Z2 groups of six.
+    let args = create(&[&["raidz2"][..], &d(0..6), &["raidz2"][..], &d(6..12)].concat());
+    e.ok(&args.iter().map(|s| s.as_str()).collect::<Vec<_>>());
+    let status = e.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("state: ONLINE"), "{}", status);
+    let at = |s: &str| status.find(s).unwrap_or_else(|| panic!("status lacks {}: {}", s, status));
+    assert!(at("raidz2-0") < at(&e.path("d0.img")) && at(&e.path("d5.img")) < at("raidz2-1") && at("raidz2-1") < at(&e.path("d6.img")), "{}", status);
+    let json = e.ok(&["pool", "status", "--json", "tank"]);
+    let v: serde_json::Value = serde_json::from_str(&json).expect("status json");
+    let tops = v[0]["vdevs"].as_array().expect("vdevs");
+    assert_eq!(tops.len(), 2);
+    for t in tops {
+        assert_eq!(t["kind"], "raidz2");
+        assert_eq!(t["children"].as_array().map(|c| c.len()), Some(6));
+    }
+}

@@ -14,8 +14,9 @@
 //! the operations and `crash/model.rs` for the oracle.
 //!
 //!
-//! The same on redundant layouts (issue 12: 2 × 2-way mirrors and a 3-way
-//! mirror; RAID-Z is one line in `crash/layouts.rs`): every device loses
+//! The same on redundant layouts (issue 12: 2 × 2-way mirrors, a 3-way
+//! mirror, 2 × RAID-Z1 of 3, RAID-Z2 of 5, RAID-Z3 of 6; one line each in
+//! `crash/layouts.rs`): every device loses
 //! power at the cut device's k-th write, and devices are lost around the
 //! cut — absent, blank or with garbled labels at import (the pool must
 //! import DEGRADED), or lost earlier in the run and back stale (resilvered

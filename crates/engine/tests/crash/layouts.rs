@@ -1,7 +1,6 @@
 //! Crash runs on redundant layouts (issue 12, "What must be shown" 2): the
-//! same workloads, cuts and oracle as a stripe's, on mirrors — and on RAID-Z
-//! once its I/O lands: add its line to [`REDUNDANT`] —, with devices lost
-//! around the cut.
+//! same workloads, cuts and oracle as a stripe's, on mirrors and RAID-Z
+//! ([`REDUNDANT`]), with devices lost around the cut.
 //!
 //! Two things differ from a stripe:
 //! - **One power rail.** A stripe's pool stops at its cut device's first
@@ -53,12 +52,13 @@ pub struct Shape {
 }
 
 /// The redundant layouts the crash test runs, each on its share of the
-/// seeds (seed `s` runs `REDUNDANT[s % len]`). RAID-Z joins with one line
-/// here once its reads and writes exist, e.g.
-/// `Shape { layout: Layout::Raidz(2), groups: 1, width: 5 }`.
+/// seeds (seed `s` runs `REDUNDANT[s % len]`).
 pub const REDUNDANT: &[Shape] = &[
     Shape { layout: Layout::Mirror, groups: 2, width: 2 },
     Shape { layout: Layout::Mirror, groups: 1, width: 3 },
+    Shape { layout: Layout::Raidz(1), groups: 2, width: 3 },
+    Shape { layout: Layout::Raidz(2), groups: 1, width: 5 },
+    Shape { layout: Layout::Raidz(3), groups: 1, width: 6 },
 ];
 
 impl Shape {
