@@ -19,7 +19,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, mem_devs, mirror_pool, pattern, put, small_tunables, verified};
+use common::{as_dyn, mem_devs, mirror_pool, pattern, put, resilvered, small_tunables, verified};
 use tarn_engine::pool::vdevs::{Layout, NewTop};
 use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice};
 use tarn_engine::{CreateOptions, OpenOptions, Pool};
@@ -212,13 +212,6 @@ fn layouts_zpool_refuses_are_refused() {
     let forced = CreateOptions { force: true, ..opts.clone() };
     let pool = Pool::create_tops("tank", vec![m(&[named[0].clone(), ("small".into(), small as Arc<dyn BlockDevice>)])], vec![], &forced).expect("forced");
     assert!(pool.status().size < 96 << 20);
-}
-
-/// The bytes each scan copied onto leaves (resilver) once it ends.
-fn resilvered(pool: &Pool) -> tarn_engine::pool::scan::ScanReport {
-    let st = pool.scan_wait();
-    assert_eq!(st.func, tarn_engine::pool::scan::ScanFunc::Resilver, "{st:?}");
-    st.report
 }
 
 #[test]

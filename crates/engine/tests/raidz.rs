@@ -25,7 +25,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, mem_devs, pattern, put, small_tunables, verified, Rng};
+use common::{as_dyn, mem_devs, pattern, put, resilvered, small_tunables, verified, Rng};
 use tarn_engine::pool::vdevs::{Layout, NewTop};
 use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice};
 use tarn_engine::vdev::raidz::{RaidzColumn, RaidzGeometry, RaidzMap};
@@ -289,13 +289,6 @@ fn missing_children_leave_the_pool_degraded_and_working() {
     assert_eq!(rep.bad_copies, 0, "the resilver left nothing for the scrub: {rep:?}");
     assert_eq!(leaf_checksum_errors(&pool), vec![0; 6], "nothing read wrong");
     verified(&pool, "healed after the children came back");
-}
-
-/// The scan that ran at import or after `online`: a resilver; its report.
-fn resilvered(pool: &Pool) -> tarn_engine::pool::scan::ScanReport {
-    let st = pool.scan_wait();
-    assert_eq!(st.func, tarn_engine::pool::scan::ScanFunc::Resilver, "{st:?}");
-    st.report
 }
 
 /// Resilver on RAID-Z (`pool/resilver.rs` through `Vdev::resilver_columns`)

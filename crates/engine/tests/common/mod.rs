@@ -190,6 +190,14 @@ pub fn verified(pool: &Pool, ctx: &str) -> tarn_engine::pool::verify::VerifyRepo
     rep
 }
 
+/// Waits for the scan that import or `online` started, which must be a
+/// resilver, and returns its report (the bytes it copied onto leaves).
+pub fn resilvered(pool: &Pool) -> tarn_engine::pool::scan::ScanReport {
+    let st = pool.scan_wait();
+    assert_eq!(st.func, tarn_engine::pool::scan::ScanFunc::Resilver, "{st:?}");
+    st.report
+}
+
 /// The error of an import that must fail (`Pool` has no `Debug`, so
 /// `expect_err` is not available).
 pub fn refused(r: Result<Pool>, what: &str) -> tarn_engine::Error {
