@@ -284,7 +284,7 @@ fn counters(pool: &Pool) -> Counters {
     let l2 = &pool.core().l2.stats;
     let arc = [&a.demand_data_hits, &a.demand_data_misses, &a.demand_metadata_hits, &a.demand_metadata_misses, &l2.hits, &l2.misses].map(|c| c.load(Ordering::Relaxed));
     let mut c = Counters { arc, synced_txg: pool.core().txg.synced_txg(), w_ops: 0, w_bytes: 0, r_ops: 0, r_bytes: 0, allocated: pool.status().allocated };
-    for l in pool.core().leaves().filter_map(|(_, v)| v.leaf()) {
+    for l in pool.core().leaves().iter().filter_map(|(_, v)| v.leaf()) {
         let s = l.stats();
         c.w_ops += s.write_ops.load(Ordering::Relaxed);
         c.w_bytes += s.write_bytes.load(Ordering::Relaxed);

@@ -50,7 +50,7 @@ fn print_labels(pool: &tarn_engine::Pool) {
         let Some(leaf) = v.leaf() else { continue };
         let l = tarn_engine::pool::label::read_labels(leaf.device().as_ref());
         let bad: Vec<String> = l.bad.iter().map(|(i, why)| format!("label {}: {}", i, why)).collect();
-        println!("device {} ({}): {} of 4 labels valid{}", v.id, v.path, 4 - l.bad.len(), if bad.is_empty() { String::new() } else { format!(" — {}", bad.join("; ")) });
+        println!("device {} ({}): {} of 4 labels valid{}", v.id(), v.path, 4 - l.bad.len(), if bad.is_empty() { String::new() } else { format!(" — {}", bad.join("; ")) });
         let mut by_txg: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
         for ub in &l.uberblocks {
             let e = by_txg.entry(ub.txg).or_insert((ub.timestamp, 0));

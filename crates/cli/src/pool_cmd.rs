@@ -92,6 +92,44 @@ pub enum PoolCmd {
         #[arg(required = true)]
         devices: Vec<String>,
     },
+    /// Attach NEW_DEVICE to DEVICE, as zpool attach: a plain device becomes
+    /// a 2-way mirror, a mirror gains a child; NEW_DEVICE is resilvered
+    Attach {
+        /// Use a device that holds a file system, swap, a partition table or
+        /// an exported pool (never a mounted or busy one, or an imported pool's)
+        #[arg(short, long)]
+        force: bool,
+        /// Wait until the resilver has ended
+        #[arg(short = 'w')]
+        wait: bool,
+        name: String,
+        /// A device of the pool (path as `pool status` shows it, or guid)
+        device: String,
+        new_device: PathBuf,
+    },
+    /// Detach a device from a mirror (or cancel a replacement by detaching
+    /// the new device), as zpool detach
+    Detach {
+        name: String,
+        /// Path as `pool status` shows it, or guid
+        device: String,
+    },
+    /// Replace DEVICE by NEW_DEVICE (DEVICE's path when left out: a new
+    /// disk in the old one's place), as zpool replace: NEW_DEVICE is
+    /// resilvered, then DEVICE leaves the pool
+    Replace {
+        /// Use a device that holds a file system, swap, a partition table or
+        /// an exported pool (never a mounted or busy one, or an imported pool's)
+        #[arg(short, long)]
+        force: bool,
+        /// Wait until the resilver has ended
+        #[arg(short = 'w')]
+        wait: bool,
+        name: String,
+        /// Path as `pool status` shows it, or guid
+        device: String,
+        new_device: Option<PathBuf>,
+    },
     /// Take devices back into service and resilver what they missed, as
     /// zpool online
     Online {
@@ -246,7 +284,17 @@ impl PoolCmd {
             // A device is a path or a guid: a name that exists here is the
             // caller's path.
             PoolCmd::Remove { devices, .. } | PoolCmd::Offline { devices, .. } | PoolCmd::Online { devices, .. } => devices.iter_mut().for_each(absolutize_device_name),
-            PoolCmd::Clear { device: Some(d), .. } => absolutize_device_name(d),
+            PoolCmd::Clear { device: Some(d), .. } | PoolCmd::Detach { device: d, .. } => absolutize_device_name(d),
+            PoolCmd::Attach { device, new_device, .. } => {
+                absolutize_device_name(device);
+                *new_device = cwd.join(&*new_device);
+            }
+            PoolCmd::Replace { device, new_device, .. } => {
+                absolutize_device_name(device);
+                if let Some(n) = new_device {
+                    *n = cwd.join(&*n);
+                }
+            }
             _ => {}
         }
     }

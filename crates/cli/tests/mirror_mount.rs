@@ -37,12 +37,13 @@
 //!   its sibling held everything — the device-loss tests (and, in the
 //!   engine, `mirror.rs`).
 //!
-//! TODO(issue 12, replace): `a_deleted_child_under_load_loses_nothing` and
-//! `a_truncated_child_under_load_loses_nothing` continue (in
-//! `vanish_under_load`) with `tarn pool replace tank <lost> <new>`, the
-//! resilver, and every file equal to its source on the new device alone,
-//! once replace lands; the injected vanish already continues to its
-//! resilver when the device is back.
+//!
+//! A deleted or truncated child is then replaced (`tarn pool replace -w
+//! tank <lost> <new>`): the resilver ends without errors, the pool is
+//! ONLINE with the new device in the lost one's place, `inspect --verify`
+//! is clean, and every file reads back equal to its source from the new
+//! device alone (the other child offline, the daemon restarted). The
+//! injected vanish continues to its resilver when the device is back.
 
 mod common;
 
@@ -430,7 +431,7 @@ fn lost_blocks(e: &Env, p: &MirrorPool, src: &Path, files: &[String], map: &[Cop
 }
 
 /// How a device of the mirror goes away under load.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Vanish {
     /// `rm`: the daemon still holds the file; it is REMOVED.
     Delete,
@@ -517,9 +518,33 @@ fn vanish_under_load(name: &str, how: Vanish) {
     p.reopen(&e);
     check_after_restart(&e, &p, how, name);
     check_files(&format!("{name}, after a restart"));
-    // TODO(issue 12, replace): replace a deleted or truncated b.img, wait
-    // for the resilver, verify, and read every file from the new device
-    // alone (`check_after_restart` does the waiting for `Vanish::Inject`).
+    if how != Vanish::Inject {
+        replace_lost(&e, &p, name);
+        check_files(&format!("{name}, from the replacement alone"));
+    }
+}
+
+/// The lost `b.img` replaced by a new `c.img`: resilvered without errors,
+/// the pool ONLINE with c.img in b.img's place, `inspect --verify` clean;
+/// then `a.img` is taken offline and the daemon restarted, so what is read
+/// next comes from c.img alone.
+fn replace_lost(e: &Env, p: &MirrorPool, ctx: &str) {
+    let c = e.dir.join("devs/c.img").display().to_string();
+    std::fs::File::create(&c).unwrap().set_len(256 << 20).unwrap();
+    e.ok(&["pool", "replace", "-w", "tank", &p.name(1), &c]);
+    let st = p.status_json(e);
+    let paths: Vec<&str> = st["vdevs"][0]["children"].as_array().expect("mirror-0's children").iter().map(|c| c["path"].as_str().unwrap_or("")).collect();
+    assert_eq!(paths, [p.name(0).as_str(), c.as_str()], "{ctx}: c.img took b.img's place: {st}");
+    assert_eq!((st["state"].as_str(), st["scan"]["func"].as_str()), (Some("ONLINE"), Some("Resilver")), "{ctx}: {st}");
+    let rep = &st["scan"]["report"];
+    assert!(rep["errors"].as_array().is_some_and(|a| a.is_empty()) && rep["repaired_bytes"].as_u64() > Some(20 << 20), "{ctx}: c.img got every block: {st}");
+    let verified = e.ok(&["inspect", "tank", "--verify"]);
+    assert!(verified.starts_with("verified txg") && !verified.contains("error"), "{ctx}: {verified}");
+    e.ok(&["pool", "offline", "tank", &p.name(0)]);
+    p.close(e);
+    p.reopen(e);
+    let st = p.status_json(e);
+    assert_eq!(st["vdevs"][0]["children"][0]["state"].as_str(), Some("OFFLINE"), "{ctx}: reads go to c.img alone: {st}");
 }
 
 /// The pool imported again by a restarted daemon: a deleted or truncated

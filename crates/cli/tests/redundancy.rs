@@ -88,3 +88,88 @@ fn bad_layouts_and_devices_get_one_clear_error_and_change_nothing() {
     // `-f` takes mismatched sizes.
     e.ok(&["pool", "create", "-f", "-m", "none", "p", "mirror", "c.img", "small.img"]);
 }
+
+/// `pool attach`, `replace`, `detach` from the command line: a plain
+/// device becomes a mirror, a replacement takes the old device's place,
+/// detach leaves one device; the status tree follows each step.
+#[test]
+fn attach_replace_and_detach_change_the_tree() {
+    let e = env("attach");
+    for f in ["a.img", "b.img", "c.img"] {
+        sparse(&e, f, 256 << 20);
+    }
+    e.ok(&["pool", "create", "-m", "none", "tank", "a.img"]);
+    e.ok(&["create", "tank/fs"]);
+    e.ok(&["pool", "attach", "-w", "tank", "a.img", "b.img"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("mirror-0") && st.contains(&e.path("b.img")) && st.contains("scan: resilvered") && st.contains("with 0 errors"), "{st}");
+    e.ok(&["pool", "replace", "-w", "tank", "a.img", "c.img"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("mirror-0") && st.contains(&e.path("c.img")) && !st.contains(&e.path("a.img")) && !st.contains("replacing"), "a.img left once c.img was whole: {st}");
+    e.ok(&["pool", "detach", "tank", "b.img"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(!st.contains("mirror-0") && st.contains(&e.path("c.img")) && st.contains("state: ONLINE"), "{st}");
+    let events = e.ok(&["pool", "events", "tank"]);
+    assert!(events.contains("sysevent.fs.zfs.vdev_attach") && events.contains("sysevent.fs.zfs.vdev_remove"), "{events}");
+    // The devices that left are free again: a new pool takes them.
+    e.ok(&["pool", "create", "-m", "none", "other", "mirror", "a.img", "b.img"]);
+    e.ok(&["pool", "export", "tank"]);
+    e.ok(&["pool", "import", "-d", &e.dir.display().to_string(), "tank"]);
+    assert!(e.ok(&["list", "-H", "-o", "name", "-r", "tank"]).contains("tank/fs"), "the pool on c.img alone");
+}
+
+/// Each bad attach, replace or detach gets one clear error naming the
+/// thing, and the tree is as it was.
+#[test]
+fn bad_attach_replace_and_detach_get_one_clear_error_and_change_nothing() {
+    let e = env("attach-bad");
+    for f in ["a.img", "b.img", "r0.img", "r1.img", "r2.img", "x.img", "o.img"] {
+        sparse(&e, f, 256 << 20);
+    }
+    sparse(&e, "small.img", 128 << 20);
+    std::fs::create_dir(e.dir.join("dir")).unwrap();
+    e.ok(&["pool", "create", "-f", "-m", "none", "tank", "mirror", "a.img", "b.img", "raidz1", "r0.img", "r1.img", "r2.img"]);
+    e.ok(&["pool", "create", "-m", "none", "other", "o.img"]);
+    let before = e.ok(&["pool", "status", "tank"]);
+    let cases: &[(&[&str], &str)] = &[
+        (&["attach", "tank", "r0.img", "x.img"], "can only attach to mirrors and top-level disks"),
+        (&["attach", "tank", "a.img", "small.img"], "small.img' is too small: 134217728 bytes, mirror-0 needs devices of at least"),
+        (&["replace", "tank", "b.img", "small.img"], "is too small"),
+        (&["attach", "tank", "nosuch.img", "x.img"], "no such device in pool 'tank'"),
+        (&["attach", "tank", "a.img", "o.img"], "part of active pool 'other'"),
+        (&["attach", "tank", "a.img", "b.img"], "part of active pool 'tank'"),
+        (&["attach", "tank", "a.img", "dir"], "not a regular file or block device"),
+        (&["attach", "tank", "a.img", "/"], "not a regular file or block device"),
+        (&["attach", "tank", "a.img", "missing.img"], "cannot use"),
+        (&["replace", "tank", "r1.img", "x.img"], "is still in service"),
+        (&["replace", "tank", "a.img"], "part of active pool 'tank'"),
+        (&["detach", "tank", "r2.img"], "only applicable to mirror and replacing vdevs"),
+        (&["detach", "tank", "nosuch.img"], "no such device in pool 'tank'"),
+        (&["attach", "nopool", "a.img", "x.img"], "nopool"),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["pool"];
+        a.extend_from_slice(args);
+        let err = e.fails(&a);
+        assert!(err.contains(want) && err.lines().count() == 1, "{args:?}: {err}");
+    }
+    e.ok(&["pool", "offline", "tank", "b.img"]);
+    let err = e.fails(&["pool", "detach", "tank", "a.img"]);
+    assert!(err.contains("no valid replicas"), "{err}");
+    e.ok(&["pool", "online", "tank", "b.img"]);
+    e.ok(&["pool", "wait", "-t", "resilver", "tank"]);
+    let after = e.ok(&["pool", "status", "tank"]);
+    // The table's rows under the pool's: name and state.
+    let tree = |s: &str| {
+        s.lines()
+            .filter(|l| l.starts_with("  "))
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w.len() > 1 && ["ONLINE", "DEGRADED", "OFFLINE"].contains(&w[1])).then(|| format!("{} {}", w[0], w[1]))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(tree(&before), tree(&after), "the tree is as it was");
+    let x = std::fs::read(e.dir.join("x.img")).unwrap();
+    assert!(x.iter().all(|b| *b == 0), "x.img was not written");
+}

@@ -271,7 +271,7 @@ fn metadata_written_is_read_back_from_the_arc_not_the_device() {
     let objs: Vec<u64> = (0..8).map(|_| os.create(&tx, ObjectType::PlainData).unwrap()).collect();
     drop(tx);
     pool.sync().unwrap();
-    let reads = || pool.core().vdevs[0].leaf().expect("a plain vdev").stats().read_ops.load(Ordering::Relaxed);
+    let reads = || pool.core().vdevs.get(0).expect("a top-level vdev").leaf().expect("a plain vdev").stats().read_ops.load(Ordering::Relaxed);
     // Each txg changes one more object of the same dnode block.
     for (i, &o) in objs.iter().enumerate() {
         let before = reads();

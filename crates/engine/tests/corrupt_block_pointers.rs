@@ -47,7 +47,7 @@ fn dva_offset_near_u64_max_is_corrupt_not_overflow() {
 #[test]
 fn dva_past_device_end_is_corrupt() {
     let pool = pool();
-    let end = pool.core().vdevs[0].dev_size;
+    let end = pool.core().vdevs.get(0).expect("a top-level vdev").dev_size;
     let err = pool
         .core()
         .read_block(&bp_at(end - 2048), IoClass::SyncRead, &|| "crafted block".into())

@@ -65,7 +65,7 @@ fn read_all(pool: &Pool, o: u64, feed: bool) {
 
 fn main_reads(d: &[Arc<FaultDevice>], pool: &Pool) -> u64 {
     let _ = d;
-    pool.core().vdevs[0].leaf().expect("a plain vdev").stats().read_ops.load(Ordering::Relaxed)
+    pool.core().vdevs.get(0).expect("a top-level vdev").leaf().expect("a plain vdev").stats().read_ops.load(Ordering::Relaxed)
 }
 
 #[test]

@@ -144,7 +144,7 @@ fn a_missing_child_leaves_the_pool_degraded_and_working() {
     }
     let more = put(&pool, &pattern(500_000, 99));
     pool.sync().expect("a degraded pool still syncs");
-    assert!(pool.core().vdevs[0].children[0].dtl.lock().span().is_some(), "the missing child's DTL records what it missed");
+    assert!(pool.core().vdevs.get(0).expect("a top-level vdev").children[0].dtl.lock().span().is_some(), "the missing child's DTL records what it missed");
     verified(&pool, "degraded");
     assert_eq!(pool.root().read(more, 0, 500_000).expect("read"), pattern(500_000, 99));
     pool.export().expect("export degraded");
@@ -174,7 +174,7 @@ fn a_child_whose_writes_fail_faults_and_the_pool_goes_on() {
     let st = pool.status();
     assert_eq!(st.state, "DEGRADED", "{st:?}");
     assert_eq!(st.vdevs[0].children[1].state, "FAULTED", "{st:?}");
-    assert!(!pool.core().vdevs[0].children[1].dtl.lock().is_empty(), "the faulted child's DTL records the txgs it missed");
+    assert!(!pool.core().vdevs.get(0).expect("a top-level vdev").children[1].dtl.lock().is_empty(), "the faulted child's DTL records the txgs it missed");
     verified(&pool, "one child faulted");
     // The device comes back: reads of what it missed fail their checksum
     // there and are served by its sibling.
@@ -228,7 +228,7 @@ fn an_offline_child_resilvers_only_what_it_missed() {
     drop(pool);
     let pool = open(&devs).expect("import");
     assert_eq!(pool.status().vdevs[0].children[1].state, "OFFLINE", "offline is kept across imports");
-    assert!(!pool.core().vdevs[0].children[1].dtl.lock().is_empty(), "so is the DTL");
+    assert!(!pool.core().vdevs.get(0).expect("a top-level vdev").children[1].dtl.lock().is_empty(), "so is the DTL");
     pool.online("mem1").expect("online");
     let rep = resilvered(&pool);
     eprintln!("{rep:?}");
@@ -236,7 +236,7 @@ fn an_offline_child_resilvers_only_what_it_missed() {
     // About the 2 MiB written while it was out (and their metadata), not
     // the 10 MiB the pool holds.
     assert!(rep.repaired_bytes >= 2 << 20 && rep.repaired_bytes < 4 << 20, "resilvered {} bytes for 2 MiB missed: {rep:?}", rep.repaired_bytes);
-    assert!(pool.core().vdevs[0].children[1].dtl.lock().is_empty(), "done: nothing missed any more");
+    assert!(pool.core().vdevs.get(0).expect("a top-level vdev").children[1].dtl.lock().is_empty(), "done: nothing missed any more");
     // The resilvered child alone serves everything.
     pool.export().expect("export");
     drop(pool);

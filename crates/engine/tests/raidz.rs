@@ -102,7 +102,7 @@ fn data_blocks(pool: &Pool, objs: &[u64]) -> Vec<BlockPtr> {
 }
 
 fn geometry(pool: &Pool, vdev: u32) -> RaidzGeometry {
-    match &pool.core().vdevs[vdev as usize].kind {
+    match &pool.core().vdevs.get(vdev as usize).expect("a top-level vdev").kind {
         Kind::Raidz(g) => *g,
         _ => panic!("vdev {vdev} is not raidz"),
     }
@@ -270,7 +270,7 @@ fn missing_children_leave_the_pool_degraded_and_working() {
     let more = pattern(700_000, 77);
     let more_obj = put(&pool, &more);
     pool.sync().expect("a degraded pool still syncs");
-    assert!(pool.core().vdevs[0].children[1].dtl.lock().span().is_some(), "the missing child's DTL records what it missed");
+    assert!(pool.core().vdevs.get(0).expect("a top-level vdev").children[1].dtl.lock().span().is_some(), "the missing child's DTL records what it missed");
     verified(&pool, "degraded");
     assert_eq!(pool.root().read(more_obj, 0, more.len()).expect("read"), more);
     pool.export().expect("export degraded");
@@ -313,7 +313,7 @@ fn an_offline_child_resilvers_its_columns_of_what_it_missed() {
     let rep = resilvered(&pool);
     assert!(rep.errors.is_empty(), "{:?}", rep.errors);
     assert!(rep.repaired_bytes >= 1 << 20 && rep.repaired_bytes < 2 << 20, "resilvered {} bytes for the 1 MiB of columns it missed: {rep:?}", rep.repaired_bytes);
-    assert!(pool.core().vdevs[0].children[3].dtl.lock().is_empty(), "nothing missed any more");
+    assert!(pool.core().vdevs.get(0).expect("a top-level vdev").children[3].dtl.lock().is_empty(), "nothing missed any more");
     assert_eq!(leaf_checksum_errors(&pool), vec![0; 6], "the resilver damaged nothing");
     close(pool);
     // Without two other children every column on mem3 is needed.
@@ -385,7 +385,7 @@ fn more_children_in_a_dtl_than_parity_are_read_after_all() {
     let birth = bps[0].birth;
     close(pool);
     let pool = open(&devs).expect("open");
-    for c in &pool.core().vdevs[0].children[1..3] {
+    for c in &pool.core().vdevs.get(0).expect("a top-level vdev").children[1..3] {
         c.dtl.lock().add(birth);
     }
     assert_eq!(pool.root().read(obj, 0, data.len()).expect("read"), data);
@@ -416,7 +416,7 @@ fn a_child_whose_writes_fail_faults_and_the_pool_goes_on() {
     let st = pool.status();
     assert_eq!(st.state, "DEGRADED", "{st:?}");
     assert_eq!(st.vdevs[0].children[2].state, "FAULTED", "{st:?}");
-    assert!(!pool.core().vdevs[0].children[2].dtl.lock().is_empty(), "the faulted child's DTL records the txgs it missed");
+    assert!(!pool.core().vdevs.get(0).expect("a top-level vdev").children[2].dtl.lock().is_empty(), "the faulted child's DTL records the txgs it missed");
     verified(&pool, "one child faulted");
     assert_eq!(pool.root().read(b_obj, 0, b.len()).expect("read b degraded"), b);
     // The device comes back: what it missed is rebuilt from parity.

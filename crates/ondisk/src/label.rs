@@ -91,6 +91,9 @@ pub enum VdevKind {
     Cache = 5,
     /// A separate intent-log device.
     Log = 6,
+    /// A device being replaced and its replacement (two children), until
+    /// the replacement is resilvered.
+    Replacing = 7,
 }
 
 impl VdevKind {
@@ -104,6 +107,7 @@ impl VdevKind {
             4 => Raidz,
             5 => Cache,
             6 => Log,
+            7 => Replacing,
             _ => return None,
         })
     }
@@ -117,6 +121,7 @@ impl VdevKind {
             Raidz => "raidz",
             Cache => "cache",
             Log => "log",
+            Replacing => "replacing",
         }
     }
     pub fn is_leaf(self) -> bool {

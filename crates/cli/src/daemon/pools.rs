@@ -51,6 +51,21 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let pool = &st.live(&name, out)?.pool;
             devices.iter().try_for_each(|d| pool.offline(d, temporary))
         }
+        PoolCmd::Attach { force, wait: _, name, device, new_device } => {
+            let pool = &st.live(&name, out)?.pool;
+            let res = pool.attach_device(&device, &new_device, force);
+            cache_devices(&name, pool).and(res)
+        }
+        PoolCmd::Detach { name, device } => {
+            let pool = &st.live(&name, out)?.pool;
+            let res = pool.detach_device(&device);
+            cache_devices(&name, pool).and(res)
+        }
+        PoolCmd::Replace { force, wait: _, name, device, new_device } => {
+            let pool = &st.live(&name, out)?.pool;
+            let res = pool.replace_device(&device, new_device.as_deref(), force);
+            cache_devices(&name, pool).and(res)
+        }
         PoolCmd::Online { name, devices } => {
             let pool = &st.live(&name, out)?.pool;
             devices.iter().try_for_each(|d| pool.online(d))
@@ -221,6 +236,19 @@ fn drop_mounts(st: &mut State, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Points the cache file's entry for pool `name` at the devices of its
+/// tree now (after `attach`, `detach`, `replace`), so the next start of the
+/// daemon opens them; unchanged entries are not rewritten.
+fn cache_devices(name: &str, pool: &Pool) -> Result<()> {
+    let mut c = Cache::load()?;
+    let devices: Vec<String> = pool.config().tree.leaves().iter().map(|l| l.path.clone()).collect();
+    match c.pools.iter_mut().find(|p| p.name == name) {
+        Some(entry) if entry.devices != devices => entry.devices = devices,
+        _ => return Ok(()),
+    }
+    c.save().map_err(|e| e.context(format!("pool '{}': recording its devices", name)))
+}
+
 pub(super) fn forget_cached(name: &str) -> Result<()> {
     let mut c = Cache::load()?;
     c.remove(name);
@@ -323,7 +351,14 @@ fn statuses(st: &mut State, names: Vec<String>, out: &mut Out) -> Result<Vec<Poo
     };
     for n in &names {
         match st.live(n, out) {
-            Ok(l) => all.push(l.pool.status()),
+            Ok(l) => {
+                // A replacement that completed since the last command
+                // changed the devices (`pool::vdev_change`).
+                if let Err(e) = cache_devices(n, &l.pool) {
+                    out.warnings.push(e.msg);
+                }
+                all.push(l.pool.status())
+            }
             Err(e) => match (st.faulted.get(n), cached.iter().find(|p| &p.name == n)) {
                 (Some(why), Some(entry)) => all.push(faulted_status(entry, why)),
                 _ if named => return Err(e),
@@ -489,7 +524,14 @@ fn health_lines(s: &PoolStatus) -> Vec<String> {
     let leaves: Vec<&VdevStatus> = s.vdevs.iter().flat_map(status_leaves).collect();
     let down = |st: &str| leaves.iter().any(|l| l.state == st);
     let errors = leaves.iter().any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0);
-    let (status, action) = if down("UNAVAIL") || down("REMOVED") {
+    let resilvering = s.scan.as_ref().is_some_and(|sc| sc.func == ScanFunc::Resilver && sc.state == ScanState::Scanning);
+    let (status, action) = if resilvering {
+        (
+            "One or more devices is currently being resilvered.  The pool will
+        continue to function, possibly in a degraded state.",
+            "Wait for the resilver to complete.".to_string(),
+        )
+    } else if down("UNAVAIL") || down("REMOVED") {
         (
             "One or more devices could not be used because they are missing or were removed.\n        Sufficient replicas exist for the pool to continue functioning in a\n        degraded state.",
             format!("Attach the missing device and online it using 'tarn pool online {}', or\n        replace it using 'tarn pool replace {}'.", s.name, s.name),

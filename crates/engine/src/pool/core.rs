@@ -63,11 +63,11 @@ pub type TopVdev = crate::vdev::Vdev;
 
 /// A leaf device of the pool as the administrator names it: its path (as
 /// `pool status` shows it) and guid, with its I/O object.
-#[derive(Clone, Copy)]
-pub struct LeafRef<'a> {
+#[derive(Clone)]
+pub struct LeafRef {
     pub guid: u64,
-    pub path: &'a str,
-    pub leaf: &'a crate::io::Leaf,
+    pub path: String,
+    pub leaf: Arc<crate::io::Leaf>,
 }
 
 /// Whether `which` — a path, another name of the same file or block
@@ -127,7 +127,7 @@ impl Inflight {
 pub struct PoolCore {
     pub name: String,
     pub guid: u64,
-    pub vdevs: Vec<TopVdev>,
+    pub vdevs: super::vdevs::VdevSet,
     pub alloc: Mutex<Allocator>,
     pub txg: Arc<TxgEngine>,
     pub tunables: RwLock<Tunables>,
@@ -182,8 +182,8 @@ pub struct PrefetchStats {
 
 impl PoolCore {
     /// Every leaf's scheduler with its path and guid (`tarn inject`).
-    pub fn leaf_refs(&self) -> impl Iterator<Item = LeafRef<'_>> {
-        self.leaves().filter_map(|(_, v)| v.leaf().map(|leaf| LeafRef { guid: v.guid, path: &v.path, leaf }))
+    pub fn leaf_refs(&self) -> impl Iterator<Item = LeafRef> {
+        self.leaves().into_iter().filter_map(|(_, v)| v.leaf_arc().map(|leaf| LeafRef { guid: v.guid, path: v.path.clone(), leaf }))
     }
 
     /// Reads and verifies the block `bp` names; `what` names it for errors.
@@ -294,7 +294,7 @@ impl PoolCore {
     /// to read): its top-level vdev is the device to blame.
     fn top_failed(&self, dva: &Dva, e: &Error) -> FailedCopy {
         match self.vdevs.get(dva.vdev as usize) {
-            Some(v) => FailedCopy::on(dva.vdev, v, dva.offset, dva.asize, e),
+            Some(v) => FailedCopy::on(dva.vdev, &v, dva.offset, dva.asize, e),
             None => FailedCopy { vdev: dva.vdev, path: "?".into(), guid: 0, offset: dva.offset, size: dva.asize, kind: e.kind, error: e.to_string() },
         }
     }
@@ -302,7 +302,7 @@ impl PoolCore {
     /// The vdev of a copy and the bytes to read for it (psize in whole
     /// sectors), checked to lie within its allocation and its device (on
     /// RAID-Z, what the block takes there: its asize, parity included).
-    pub(crate) fn copy_extent(&self, bp: &BlockPtr, dva: &Dva) -> Result<(&TopVdev, u64)> {
+    pub(crate) fn copy_extent(&self, bp: &BlockPtr, dva: &Dva) -> Result<(Arc<TopVdev>, u64)> {
         let v = self.vdevs.get(dva.vdev as usize).ok_or_else(|| {
             Error::corrupt(format!("block on vdev {} which the pool does not have", dva.vdev))
         })?;
@@ -412,7 +412,7 @@ impl PoolCore {
         // write retires `retire`, space checks must not count it twice.
         self.txg.dirty_placed(retire);
         for (i, dva) in bp.dva.iter().filter(|d| !d.is_empty()).enumerate() {
-            let v = &self.vdevs[dva.vdev as usize];
+            let v = self.vdevs.top(dva.vdev);
             v.write(IoClass::AsyncWrite, dva.offset, phys.clone(), group, if i == 0 { retire } else { 0 }, txg);
         }
         if let Some(d) = cache_as {

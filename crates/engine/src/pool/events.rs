@@ -129,6 +129,9 @@ pub mod class {
     pub const POOL_DESTROY: &str = "sysevent.fs.zfs.pool_destroy";
     pub const VDEV_ADD: &str = "sysevent.fs.zfs.vdev_add";
     pub const VDEV_REMOVE: &str = "sysevent.fs.zfs.vdev_remove";
+    /// A device attached, or starting to replace another (`pool attach`,
+    /// `pool replace`).
+    pub const VDEV_ATTACH: &str = "sysevent.fs.zfs.vdev_attach";
     /// Device error counts reset (`pool clear`).
     pub const VDEV_CLEAR: &str = "sysevent.fs.zfs.vdev_clear";
     /// The pool's configuration on disk changed (cache devices).

@@ -33,8 +33,8 @@ impl Pool {
     /// `names_device`); its id.
     pub fn inject(&self, device: &str, spec: InjectSpec) -> Result<u64> {
         let core = self.core();
-        let Some(l) = core.leaf_refs().find(|l| names_device(device, l.path, l.guid)) else { return Err(self.not_a_leaf(device)) };
-        l.leaf.injections().add(spec, l.path).map_err(|e| e.context(format!("pool '{}'", core.name)))
+        let Some(l) = core.leaf_refs().find(|l| names_device(device, &l.path, l.guid)) else { return Err(self.not_a_leaf(device)) };
+        l.leaf.injections().add(spec, &l.path).map_err(|e| e.context(format!("pool '{}'", core.name)))
     }
 
     fn not_a_leaf(&self, which: &str) -> Error {
@@ -46,7 +46,7 @@ impl Pool {
                 core.name
             ));
         }
-        let paths: Vec<&str> = core.leaf_refs().map(|l| l.path).collect();
+        let paths: Vec<String> = core.leaf_refs().map(|l| l.path).collect();
         Error::not_found(format!("no device '{}' in pool '{}' (its devices: {})", printable(which), core.name, paths.join(", ")))
     }
 
@@ -56,7 +56,7 @@ impl Pool {
             .core()
             .leaf_refs()
             .flat_map(|l| {
-                l.leaf.injections().handlers().into_iter().map(move |h| Injection { id: h.id, device: l.path.to_string(), guid: l.guid, spec: h.spec, injected: h.injected() })
+                l.leaf.injections().handlers().into_iter().map(move |h| Injection { id: h.id, device: l.path.clone(), guid: l.guid, spec: h.spec, injected: h.injected() })
             })
             .collect();
         v.sort_by_key(|i| i.id);

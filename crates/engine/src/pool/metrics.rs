@@ -180,7 +180,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
     // One entry per leaf (for a pool of plain devices, per top-level
     // vdev, as before): a leaf's space is its top-level vdev's share.
     let mut vdevs = Vec::new();
-    for (v, vs) in core.vdevs.iter().zip(status.vdevs.iter()) {
+    for (v, vs) in core.vdevs.all().iter().zip(status.vdevs.iter()) {
         let leaves = v.leaves();
         let share = match v.kind {
             crate::vdev::Kind::Raidz(_) => leaves.len() as u64,
@@ -199,7 +199,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
                 .collect();
             vdevs.push(VdevMetrics {
                 id: vdevs.len() as u32,
-                top: v.id,
+                top: v.id(),
                 path: leaf.path.clone(),
                 state: leaf.state().name().to_string(),
                 size: vs.size / share,

@@ -67,6 +67,7 @@ pub mod resilver;
 pub mod scan;
 pub mod spacemap;
 pub mod vdev_admin;
+pub mod vdev_change;
 pub mod vdevs;
 pub mod verify;
 pub mod vet;

@@ -135,7 +135,7 @@ fn vdev_status(v: &crate::vdev::Vdev, size: u64, allocated: u64) -> VdevStatus {
     });
     let state = v.state();
     VdevStatus {
-        id: v.id,
+        id: v.id(),
         path: v.path.clone(),
         kind: v.type_name(),
         guid: v.guid,
@@ -240,9 +240,11 @@ pub(crate) struct Shared {
     pub root: Arc<Objset>,
     pub dsl: Arc<Datasets>,
     /// The pool's scan (scrub) and its record.
-    scan: Arc<Scanner>,
+    pub(super) scan: Arc<Scanner>,
     sync: Mutex<SyncState>,
-    config: Mutex<LabelConfig>,
+    pub(super) config: Mutex<LabelConfig>,
+    /// Held while the vdev tree changes (`vdev_change`): one change at a time.
+    pub(super) tree_lock: Mutex<()>,
     /// The pool directory (properties, cache devices, the table): written
     /// by the sync thread only, when `dir_dirty` says it changed.
     pool_props: Mutex<KvMap>,
@@ -251,8 +253,9 @@ pub(crate) struct Shared {
     /// What the import rewound, and what it did without.
     rewound: Mutex<Option<Rewind>>,
     open_warnings: Mutex<Vec<String>>,
-    /// Devices with the open-file lock, kept alive as long as the pool.
-    _locks: Vec<Arc<FileDevice>>,
+    /// Devices with the open-file lock, kept alive as long as the pool
+    /// (or until they leave its tree: `release_lock`).
+    locks: Mutex<Vec<Arc<FileDevice>>>,
 }
 
 /// An open pool.
@@ -592,8 +595,10 @@ impl Pool {
         for (_, d) in &devs {
             ubs.extend(read_labels(d.as_ref()).uberblocks);
         }
-        let guid_sum = config.tree.guid_sum();
-        ubs.retain(|u| u.pool_guid == config.pool_guid && u.guid_sum == guid_sum);
+        // Any of the pool's uberblocks: one written before the tree last
+        // changed (`vdev_change`; a crash before the next sync) has the
+        // old tree's guid sum.
+        ubs.retain(|u| u.pool_guid == config.pool_guid);
         ubs.sort_by_key(|u| std::cmp::Reverse(u.txg));
         ubs.dedup_by(|a, b| a == b);
         if ubs.is_empty() {
@@ -660,7 +665,7 @@ impl Pool {
             }
         }
         *sh.pool_props.lock() = props;
-        for (_, l) in sh.core.leaves().filter(|(top, l)| top.leaf().is_none() && !l.up()) {
+        for (_, l) in sh.core.leaves().into_iter().filter(|(top, l)| top.leaf().is_none() && !l.up()) {
             sh.open_warnings.lock().push(format!("pool '{}': '{}' is {}{}; the pool is DEGRADED", sh.core.name, l.path, l.state().name(), l.reason().map(|r| format!(" ({})", r)).unwrap_or_default()));
         }
         if !opts.readonly {
@@ -722,6 +727,10 @@ impl Pool {
         &self.sh.core
     }
 
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.sh
+    }
+
     pub fn uberblock(&self) -> Uberblock {
         self.sh.sync.lock().ub.clone()
     }
@@ -770,13 +779,14 @@ impl Pool {
         let space = core.alloc.lock().space();
         let vdevs: Vec<VdevStatus> = core
             .vdevs
+            .all()
             .iter()
             .map(|v| {
-                let vs = space.vdevs.iter().find(|(id, _)| *id == v.id).map(|(_, s)| *s).unwrap_or_default();
+                let vs = space.vdevs.iter().find(|(id, _)| *id == v.id()).map(|(_, s)| *s).unwrap_or_default();
                 vdev_status(v, vs.size, vs.allocated)
             })
             .collect();
-        let degraded = core.vdevs.iter().any(|v| v.state() != crate::vdev::State::Online);
+        let degraded = core.vdevs.all().iter().any(|v| v.state() != crate::vdev::State::Online);
         // After the devices' checks, which may have suspended it.
         let error = core.txg.failure();
         PoolStatus {
@@ -995,14 +1005,18 @@ impl Pool {
 
     /// Starts resilvering every leaf that is up and missed txgs (see
     /// `pool::resilver`), cancelling a scrub first (as zpool: a resilver
-    /// goes first). Nothing to resilver: Ok, nothing started.
+    /// goes first) or a resilver under way (it starts again with every
+    /// leaf). Nothing to resilver: Ok, nothing started.
     pub fn resilver_start(&self) -> Result<()> {
         self.scan_allowed()?;
         if super::resilver::targets(&self.sh.core).is_empty() {
             return Ok(());
         }
+        // A scrub gives way to the resilver; a resilver under way starts
+        // again, to cover the leaves that joined it (as OpenZFS restarts a
+        // resilver when a device is attached).
         let st = self.sh.scan.status();
-        if st.state == ScanState::Scanning && st.func == ScanFunc::Scrub {
+        if st.state == ScanState::Scanning {
             self.sh.scan.cancel();
         }
         self.sh.scan.start(ScanFunc::Resilver)?;
@@ -1152,7 +1166,12 @@ fn run_scan(sh: &Shared, func: ScanFunc, paused: &mut dyn FnMut()) {
         ScanFunc::Scrub => super::scan::pass(&sh.core, &sh.scan, &mos, txg, &blocks, paused),
         ScanFunc::Resilver => {
             let targets = super::resilver::targets(&sh.core);
-            let (report, canceled) = super::resilver::resilver(&sh.core, &sh.scan, &mos, txg, &blocks, &targets);
+            let (mut report, canceled) = super::resilver::resilver(&sh.core, &sh.scan, &mos, txg, &blocks, &targets);
+            if !canceled {
+                for e in super::vdev_change::complete_replacements(sh) {
+                    report.error(e);
+                }
+            }
             sh.scan.set_report(report);
             match canceled {
                 true => sh.scan.halted().unwrap_or(PassEnd::Canceled),
@@ -1347,6 +1366,14 @@ fn too_small(config: &LabelConfig, guid: u64, path: &str, dev: &dyn BlockDevice)
     })
 }
 
+/// A leaf's scheduler on device `dev` (known as `path`), with the pool's
+/// queue limits and its dirty-data gauge (for the write queue's depth).
+pub(super) fn new_leaf(path: String, dev: Arc<dyn BlockDevice>, txg: &Arc<TxgEngine>, tunables: &Tunables) -> Leaf {
+    let t2 = txg.clone();
+    let gauge: crate::io::DirtyGauge = Arc::new(move || (t2.dirty_total(), t2.params().dirty_max));
+    Leaf::new(path, dev, queue_limits(tunables), tunables.tarn_vdev_threads, gauge)
+}
+
 impl ShellShared {
     #[allow(clippy::too_many_arguments)]
     fn assemble(config: LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, tunables: &Tunables, arc: Option<Arc<BlockCache>>, readonly: bool, ub: Uberblock) -> Result<ShellShared> {
@@ -1354,7 +1381,6 @@ impl ShellShared {
         // Dirty data bounds the buffers a write stream has in flight; keeping
         // that many free ones lets the stream reuse them.
         crate::sys::buf::set_recycle_limit(((tunables.zfs_dirty_data_max / 4 * 5) as usize).max(64 << 20));
-        let limits = queue_limits(tunables);
         let events = Arc::new(EventLog::new(&config.pool_name, config.pool_guid, EventLimits::from_tunables(tunables)));
         let mut alloc = Allocator::new();
         let mut vdevs = Vec::new();
@@ -1362,14 +1388,12 @@ impl ShellShared {
         let mut devs = devs.into_iter();
         for top in &config.tree.children {
             let redundant = !top.kind.is_leaf();
-            let mut open = |leaf: &VdevNode| -> Result<(crate::vdev::Kind, u64)> {
+            let mut open = |leaf: &VdevNode| -> Result<Arc<crate::vdev::Vdev>> {
                 let (path, dev) = devs.next().ok_or_else(|| Error::invalid(format!("pool '{}': no device for leaf '{}'", config.pool_name, leaf.path)))?;
                 let size = label::usable_device_size(dev.size_bytes());
-                let t2 = txg.clone();
-                let gauge: crate::io::DirtyGauge = Arc::new(move || (t2.dirty_total(), t2.params().dirty_max));
-                let l = Leaf::new(path, dev, limits.clone(), tunables.tarn_vdev_threads, gauge);
+                let l = new_leaf(path, dev, &txg, tunables);
                 l.set_redundant(redundant);
-                Ok((crate::vdev::Kind::Leaf(l), size))
+                Ok(vdevs::leaf_vdev(leaf, Arc::new(l), size))
             };
             let v = vdevs::build(top, &mut open)?;
             alloc
@@ -1381,7 +1405,7 @@ impl ShellShared {
         let core = Arc::new(PoolCore {
             name: config.pool_name.clone(),
             guid: config.pool_guid,
-            vdevs,
+            vdevs: vdevs::VdevSet::new(vdevs),
             alloc: Mutex::new(alloc),
             txg,
             tunables: RwLock::new(tunables.clone()),
@@ -1412,7 +1436,7 @@ impl ShellShared {
         // A faulted leaf degrades its vdev or, when that was its last
         // redundancy, suspends the pool (`PoolCore::leaf_faulted`).
         for (top, leaf) in core.leaves() {
-            let (w, id) = (Arc::downgrade(&core), top.id);
+            let (w, id) = (Arc::downgrade(&core), top.id());
             if let Some(l) = leaf.leaf() {
                 l.set_fault_hook(Box::new(move |name, h| {
                     if let Some(c) = w.upgrade() {
@@ -1424,7 +1448,8 @@ impl ShellShared {
         // Each device says now whether it is whole: a leaf import could not
         // open or use (its `MissingDevice` placeholder) is UNAVAIL before
         // the first read, so none is sent to it or counted against it.
-        for l in core.leaves().filter_map(|(_, leaf)| leaf.leaf()) {
+        for (_, leaf) in core.leaves() {
+            let Some(l) = leaf.leaf() else { continue };
             let _faulted_unless_online = l.check();
         }
         // From now on a second use of these devices in this process is
@@ -1490,10 +1515,11 @@ impl ShellShared {
             config: self.config,
             pool_props: self.pool_props,
             dir_dirty: Default::default(),
+            tree_lock: Mutex::new(()),
             history: Mutex::new(std::collections::VecDeque::with_capacity(TXG_HISTORY)),
             rewound: Mutex::new(None),
             open_warnings: Mutex::new(Vec::new()),
-            _locks: self.locks,
+            locks: Mutex::new(self.locks),
         }
     }
 }
@@ -1562,7 +1588,15 @@ fn write_configs(core: &PoolCore, cfg: &LabelConfig) -> Result<()> {
 }
 
 impl Shared {
-    fn write_configs(&self, cfg: &LabelConfig) -> Result<()> {
+    /// Lets go of the lock the pool took on `dev` when it was opened, once
+    /// the device has left the tree: another pool (or this one, by
+    /// `attach`) may take it now.
+    pub(super) fn release_lock(&self, dev: &Arc<dyn BlockDevice>) {
+        let target = Arc::as_ptr(dev) as *const u8;
+        self.locks.lock().retain(|l| Arc::as_ptr(l) as *const u8 != target);
+    }
+
+    pub(super) fn write_configs(&self, cfg: &LabelConfig) -> Result<()> {
         write_configs(&self.core, cfg)?;
         *self.config.lock() = cfg.clone();
         Ok(())
@@ -1700,6 +1734,9 @@ impl Shared {
             if core.brt.object() != 0 {
                 ub.features_active |= FEATURE_BLOCK_CLONING;
             }
+            // The tree the txg was written to (`pool attach`, `detach`,
+            // `replace` change it).
+            ub.guid_sum = self.config.lock().tree.guid_sum();
             ub
         };
         if brt_created.is_some() {
@@ -1731,8 +1768,10 @@ impl Shared {
             issue_ms: ms(t_issue),
             write_ms: ms(t_wait),
             sync_ms: ms(t0.elapsed()),
-            write_ops: io1.0 - io0.0,
-            write_bytes: io1.1 - io0.1,
+            // A leaf that left the tree meanwhile (`vdev_change`) takes its
+            // counts with it: the record then undercounts, never wraps.
+            write_ops: io1.0.saturating_sub(io0.0),
+            write_bytes: io1.1.saturating_sub(io0.1),
             timing: core.txg.timing(txg),
         });
         core.alloc.lock().txg_synced(txg);
@@ -1747,7 +1786,7 @@ impl Shared {
 
     /// (write ops, write bytes) of all devices so far.
     fn device_writes(&self) -> (u64, u64) {
-        self.core.leaves().filter_map(|(_, v)| v.leaf()).fold((0, 0), |(o, b), l| {
+        self.core.leaves().iter().filter_map(|(_, v)| v.leaf()).fold((0, 0), |(o, b), l| {
             let s = l.stats();
             (o + s.write_ops.load(Ordering::Relaxed), b + s.write_bytes.load(Ordering::Relaxed))
         })
@@ -1794,7 +1833,7 @@ impl Shared {
     /// fault found elsewhere meanwhile. A device that fails faults (and
     /// suspends the pool through its hook); the txg is not written.
     fn check_devices(&self) -> Result<()> {
-        for v in &self.core.vdevs {
+        for v in self.core.vdevs.all().iter() {
             if let Some(l) = v.leaf() {
                 let h = l.check();
                 if h != Health::Online {

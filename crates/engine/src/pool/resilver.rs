@@ -30,6 +30,7 @@
 //! "resilver in progress"; a scrub asked for meanwhile is refused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tarn_ondisk::bp::BlockPtr;
@@ -50,10 +51,11 @@ pub struct Target {
 /// The leaves of the pool that are up and missed txgs.
 pub fn targets(core: &PoolCore) -> Vec<Target> {
     core.leaves()
+        .into_iter()
         .filter(|(top, l)| top.leaf().is_none() && l.writable())
         .filter_map(|(top, l)| {
             let dtl = l.dtl.lock().clone();
-            (!dtl.is_empty()).then_some(Target { top: top.id, guid: l.guid, dtl })
+            (!dtl.is_empty()).then_some(Target { top: top.id(), guid: l.guid, dtl })
         })
         .collect()
 }
@@ -130,15 +132,15 @@ fn jobs(core: &PoolCore, blocks: &[BlockPtr], targets: &[Target], rep: &mut Scan
     out
 }
 
-fn target_leaf(top: &Vdev, guid: u64) -> Option<&Vdev> {
-    top.leaves().into_iter().find(|l| l.guid == guid)
+fn target_leaf(top: &Arc<Vdev>, guid: u64) -> Option<Arc<Vdev>> {
+    top.leaf_arcs().into_iter().find(|l| l.guid == guid)
 }
 
 /// Reads one block through its vdev (from a child that did not miss it)
 /// and writes it onto the target; false when it could not.
 fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut ScanReport) -> bool {
-    let top = &core.vdevs[job.vdev as usize];
-    let Some(leaf) = target_leaf(top, target.guid) else { return false };
+    let top = core.vdevs.top(job.vdev);
+    let Some(leaf) = target_leaf(&top, target.guid) else { return false };
     let Some(io) = leaf.leaf() else { return false };
     let check = |raw: &[u8]| block::verify(bp, raw).is_ok();
     r.reads += 1;
@@ -181,7 +183,7 @@ fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut Scan
 /// `txg` from its DTL.
 fn finish(core: &PoolCore, targets: &[Target], failed: &[u64], txg: u64, rep: &mut ScanReport) {
     for (t, &failed) in targets.iter().zip(failed) {
-        let Some(leaf) = core.vdevs.get(t.top as usize).and_then(|top| target_leaf(top, t.guid)) else { continue };
+        let Some(leaf) = core.vdevs.get(t.top as usize).and_then(|top| target_leaf(&top, t.guid)) else { continue };
         let ok = leaf.leaf().is_some_and(|io| io.flush().is_ok()) && leaf.writable();
         if !ok {
             rep.error(format!("{} went down during the resilver; it resilvers again when back", leaf.path));

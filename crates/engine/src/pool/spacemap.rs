@@ -54,7 +54,7 @@ fn write_raw(core: &PoolCore, txg: u64, otype: ObjectType, places: &[(u32, u64, 
     bp.fill = 1;
     for (i, &(vdev, offset, asize)) in places.iter().enumerate() {
         bp.dva[i] = Dva { vdev, asize, offset };
-        core.vdevs[vdev as usize].write(IoClass::AsyncWrite, offset, buf.clone(), group, 0, txg);
+        core.vdevs.top(vdev).write(IoClass::AsyncWrite, offset, buf.clone(), group, 0, txg);
     }
     Ok(bp)
 }

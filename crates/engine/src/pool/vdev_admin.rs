@@ -87,7 +87,7 @@ pub(crate) fn load_state(core: &PoolCore, bytes: &[u8]) -> Result<()> {
             }
             ranges.push((a, b));
         }
-        if let Some((_, l)) = core.leaves().find(|(_, l)| l.guid == guid) {
+        if let Some((_, l)) = core.leaves().into_iter().find(|(_, l)| l.guid == guid) {
             l.offline.store(offline, Ordering::Relaxed);
             l.offline_persist.store(offline, Ordering::Relaxed);
             let mut d = l.dtl.lock();
@@ -106,11 +106,12 @@ pub(crate) fn newest_uberblock(dev: &dyn BlockDevice, pool_guid: u64) -> Option<
 /// uberblock up to `txg` (see the module docs). `newest` is in the order
 /// of `core.leaves()`.
 pub(crate) fn derive_dtls(core: &PoolCore, newest: &[Option<u64>], txg: u64) {
-    for ((top, l), n) in core.leaves().zip(newest) {
-        if let (true, Some(n)) = (top.leaf().is_none(), *n) {
-            if n < txg {
-                l.dtl.lock().add_range(n + 1, txg);
-            }
+    for ((top, l), n) in core.leaves().into_iter().zip(newest) {
+        // A leaf with no uberblock of this pool (attached or replacing,
+        // and the pool stopped before its first sync) missed everything.
+        let first = n.map_or(1, |n| n + 1);
+        if top.leaf().is_none() && first <= txg {
+            l.dtl.lock().add_range(first, txg);
         }
     }
 }
@@ -118,7 +119,7 @@ pub(crate) fn derive_dtls(core: &PoolCore, newest: &[Option<u64>], txg: u64) {
 impl Pool {
     /// The leaf named `dev` (path or guid) and its top-level vdev, or an
     /// error naming it.
-    fn leaf_for(&self, dev: &str, verb: &str) -> Result<(&Vdev, &Vdev)> {
+    pub(super) fn leaf_for(&self, dev: &str, verb: &str) -> Result<(Arc<Vdev>, Arc<Vdev>)> {
         let core = self.core();
         core.leaf_named(dev).ok_or_else(|| Error::not_found(format!("cannot {} '{}': no such device in pool '{}'", verb, dev, core.name)))
     }
@@ -149,10 +150,10 @@ impl Pool {
         self.core().check_writable()?;
         let (_, leaf) = self.leaf_for(dev, "online")?;
         let was = leaf.state().name();
-        self.bring_back(leaf, "online")?;
+        self.bring_back(&leaf, "online")?;
         leaf.offline.store(false, Ordering::Relaxed);
         leaf.offline_persist.store(false, Ordering::Relaxed);
-        self.post_online(leaf, was);
+        self.post_online(&leaf, was);
         self.update_pool_dir(|_| Ok(()))?;
         self.resilver_start()
     }
@@ -210,9 +211,9 @@ impl Pool {
     /// takes faulted leaves (of `dev`, or all) whose devices are whole
     /// again back into service, resilvering what they missed.
     pub fn clear(&self, dev: Option<&str>) -> Result<u64> {
-        let leaves: Vec<&Vdev> = match dev {
+        let leaves: Vec<Arc<Vdev>> = match dev {
             Some(d) => vec![self.leaf_for(d, "clear")?.1],
-            None => self.core().leaves().map(|(_, l)| l).collect(),
+            None => self.core().leaves().into_iter().map(|(_, l)| l).collect(),
         };
         for l in &leaves {
             if let Some(io) = l.leaf() {

@@ -30,6 +30,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use parking_lot::RwLock;
+
 use tarn_ondisk::label::{self, LabelConfig, VdevKind, VdevNode};
 
 use super::alloc::metaslab::AllocConfig;
@@ -39,6 +41,62 @@ use crate::error::{Error, Result};
 use crate::sys::device::{BlockDevice, Health};
 use crate::vdev::raidz::RaidzGeometry;
 use crate::vdev::{Kind, MissingDevice, Vdev};
+
+/// The pool's top-level vdevs, changeable while the pool runs (`pool
+/// attach`, `detach`, `replace`, `add`): readers take a snapshot (an
+/// `Arc` of the list, or of one vdev) and keep using it while a change
+/// swaps in a new list; a vdev taken out of the tree lives until its last
+/// reader lets go. Changes are made one at a time (`vdev_admin`).
+#[derive(Default)]
+pub struct VdevSet {
+    tops: RwLock<Arc<Vec<Arc<Vdev>>>>,
+}
+
+impl VdevSet {
+    pub fn new(tops: Vec<Arc<Vdev>>) -> VdevSet {
+        VdevSet { tops: RwLock::new(Arc::new(tops)) }
+    }
+
+    /// The top-level vdevs now.
+    pub fn all(&self) -> Arc<Vec<Arc<Vdev>>> {
+        self.tops.read().clone()
+    }
+
+    /// Top-level vdev `id` (a DVA's vdev number), if there is one.
+    pub fn get(&self, id: usize) -> Option<Arc<Vdev>> {
+        self.tops.read().get(id).cloned()
+    }
+
+    /// Top-level vdev `id`, which must exist: a number the allocator gave
+    /// or a block pointer's that `copy_extent` checked (vdevs are never
+    /// taken out of the list).
+    pub fn top(&self, id: u32) -> Arc<Vdev> {
+        self.get(id as usize).unwrap_or_else(|| panic!("top-level vdev {} of {}", id, self.len()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.tops.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Puts `v` in place of top-level vdev `v.id`, or after the last when
+    /// `v.id` is the next number.
+    pub(crate) fn install(&self, v: Arc<Vdev>) {
+        let mut g = self.tops.write();
+        let mut tops: Vec<Arc<Vdev>> = g.as_ref().clone();
+        let id = v.id() as usize;
+        assert!(id <= tops.len(), "top-level vdev {} after {} vdevs", id, tops.len());
+        if id == tops.len() {
+            tops.push(v);
+        } else {
+            tops[id] = v;
+        }
+        *g = Arc::new(tops);
+    }
+}
 
 /// What one top-level vdev of a new pool is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,18 +209,12 @@ fn same_redundancy(a: (Layout, usize), b: (Layout, usize)) -> bool {
 
 /// The config nodes of new top-level vdevs, numbered from `first_id`.
 pub fn new_nodes(tops: &[NewTop], first_id: u32, ashift: u8, guid: &dyn Fn(&str) -> u64) -> Result<Vec<VdevNode>> {
-    let sector = 1u64 << ashift;
     let mut out = Vec::new();
     for (i, t) in tops.iter().enumerate() {
         let id = first_id + i as u32;
         let mut leaves = Vec::new();
         for (j, (path, dev)) in t.devices.iter().enumerate() {
-            let size = label::usable_device_size(dev.size_bytes());
-            if size < label::MIN_DEVICE_BYTES {
-                return Err(Error::invalid(format!("'{}' is too small: {} bytes, a device needs at least {}", path, size, label::MIN_DEVICE_BYTES)));
-            }
-            let asize = (size - label::LABELS_FRONT - label::LABELS_BACK) / sector * sector;
-            leaves.push(leaf_node(j as u32, guid(path), ashift, asize, path));
+            leaves.push(new_leaf_node(j as u32, guid(path), ashift, path, dev.as_ref())?);
         }
         let node = match t.layout {
             Layout::Plain => {
@@ -185,6 +237,18 @@ pub fn new_nodes(tops: &[NewTop], first_id: u32, ashift: u8, guid: &dyn Fn(&str)
     Ok(out)
 }
 
+/// The config node of a new leaf on `dev`, known as `path`: its
+/// allocatable bytes are the device's past the labels, in whole sectors.
+pub fn new_leaf_node(id: u32, guid: u64, ashift: u8, path: &str, dev: &dyn BlockDevice) -> Result<VdevNode> {
+    let size = label::usable_device_size(dev.size_bytes());
+    if size < label::MIN_DEVICE_BYTES {
+        return Err(Error::invalid(format!("'{}' is too small: {} bytes, a device needs at least {}", path, size, label::MIN_DEVICE_BYTES)));
+    }
+    let sector = 1u64 << ashift;
+    let asize = (size - label::LABELS_FRONT - label::LABELS_BACK) / sector * sector;
+    Ok(leaf_node(id, guid, ashift, asize, path))
+}
+
 fn leaf_node(id: u32, guid: u64, ashift: u8, asize: u64, path: &str) -> VdevNode {
     VdevNode {
         kind: VdevKind::File,
@@ -199,7 +263,7 @@ fn leaf_node(id: u32, guid: u64, ashift: u8, asize: u64, path: &str) -> VdevNode
     }
 }
 
-fn interior(kind: VdevKind, id: u32, guid: u64, ashift: u8, nparity: u8, asize: u64, children: Vec<VdevNode>) -> VdevNode {
+pub(super) fn interior(kind: VdevKind, id: u32, guid: u64, ashift: u8, nparity: u8, asize: u64, children: Vec<VdevNode>) -> VdevNode {
     VdevNode { kind, id, guid, ashift, nparity, asize, metaslab_shift: AllocConfig::for_vdev(asize, ashift).metaslab_shift, path: String::new(), children }
 }
 
@@ -207,6 +271,7 @@ fn interior(kind: VdevKind, id: u32, guid: u64, ashift: u8, nparity: u8, asize: 
 pub fn display_name(n: &VdevNode) -> String {
     match n.kind {
         VdevKind::Mirror => format!("mirror-{}", n.id),
+        VdevKind::Replacing => format!("replacing-{}", n.id),
         VdevKind::Raidz => format!("raidz{}-{}", n.nparity, n.id),
         _ => n.path.clone(),
     }
@@ -275,16 +340,17 @@ pub fn missing_device(top: &VdevNode, leaf: &VdevNode, why: &str) -> Arc<dyn Blo
     Arc::new(MissingDevice { path: leaf.path.clone(), size, why: why.to_string() })
 }
 
-/// Builds one top-level vdev from its config node; `open` makes each
-/// leaf's scheduler, taking the leaves' devices in tree order.
-pub fn build(node: &VdevNode, open: &mut dyn FnMut(&VdevNode) -> Result<(Kind, u64)>) -> Result<Vdev> {
+/// Builds one top-level vdev from its config node; `open` gives each leaf
+/// (import makes them, in tree order; a change of the tree reuses the
+/// leaves it keeps).
+pub fn build(node: &VdevNode, open: &mut dyn FnMut(&VdevNode) -> Result<Arc<Vdev>>) -> Result<Arc<Vdev>> {
     if node.kind.is_leaf() {
-        let (kind, dev_size) = open(node)?;
-        return Ok(Vdev::new(node.id, node.guid, node.ashift, node.path.clone(), (dev_size, node.asize), kind, vec![]));
+        return open(node);
     }
     let children = node.children.iter().map(|c| build(c, open)).collect::<Result<Vec<_>>>()?;
     let kind = match node.kind {
         VdevKind::Mirror => Kind::Mirror,
+        VdevKind::Replacing => Kind::Replacing,
         VdevKind::Raidz => {
             let g = RaidzGeometry::new(node.children.len(), node.nparity as usize, node.ashift as u32)
                 .map_err(|e| Error::corrupt(format!("{}: {}", display_name(node), e)))?;
@@ -298,7 +364,12 @@ pub fn build(node: &VdevNode, open: &mut dyn FnMut(&VdevNode) -> Result<(Kind, u
         Kind::Raidz(_) => node.asize,
         _ => label::LABELS_FRONT + node.asize,
     };
-    Ok(Vdev::new(node.id, node.guid, node.ashift, display_name(node), (end, node.asize), kind, children))
+    Ok(Arc::new(Vdev::new(node.id, node.guid, node.ashift, display_name(node), (end, node.asize), kind, children)))
+}
+
+/// A leaf of the tree built on its scheduler.
+pub fn leaf_vdev(node: &VdevNode, leaf: Arc<crate::io::Leaf>, dev_size: u64) -> Arc<Vdev> {
+    Arc::new(Vdev::new(node.id, node.guid, node.ashift, node.path.clone(), (dev_size, node.asize), Kind::Leaf(leaf), vec![]))
 }
 
 /// Where a top-level vdev's allocatable space starts in its address space.
@@ -319,16 +390,17 @@ pub fn alloc_config(node: &VdevNode, v: &Vdev) -> AllocConfig {
 }
 
 impl PoolCore {
-    /// Every leaf of the pool, with its top-level vdev.
-    pub fn leaves(&self) -> impl Iterator<Item = (&Vdev, &Vdev)> {
-        self.vdevs.iter().flat_map(|t| t.leaves().into_iter().map(move |l| (t, l)))
+    /// Every leaf of the pool, with its top-level vdev (a snapshot of the
+    /// tree: see [`VdevSet`]).
+    pub fn leaves(&self) -> Vec<(Arc<Vdev>, Arc<Vdev>)> {
+        self.vdevs.all().iter().flat_map(|t| t.leaf_arcs().into_iter().map(move |l| (t.clone(), l))).collect()
     }
 
     /// The leaf named `name` (see `core::names_device`: its path or
     /// another name of the same device, or its guid in decimal or `0x`
     /// hex).
-    pub fn leaf_named(&self, name: &str) -> Option<(&Vdev, &Vdev)> {
-        self.leaves().find(|(_, l)| super::core::names_device(name, &l.path, l.guid))
+    pub fn leaf_named(&self, name: &str) -> Option<(Arc<Vdev>, Arc<Vdev>)> {
+        self.leaves().into_iter().find(|(_, l)| super::core::names_device(name, &l.path, l.guid))
     }
 
     /// What happens when a leaf faults: the txg being synced is added to

@@ -3,7 +3,7 @@
 //! picture and the rules).
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -17,10 +17,16 @@ use crate::sys::device::{BlockDevice, Health};
 
 /// What a vdev is.
 pub enum Kind {
-    /// A device: a file or a block device, with its scheduler.
-    Leaf(Leaf),
+    /// A device: a file or a block device, with its scheduler (shared, so
+    /// a leaf keeps its scheduler when the tree is rebuilt around it).
+    Leaf(Arc<Leaf>),
     /// Every child holds every block, at the same offset.
     Mirror,
+    /// A device being replaced and its replacement (`pool replace`): a
+    /// mirror of the two until the replacement's resilver completes, when
+    /// the old device leaves the tree. The only interior vdev that may sit
+    /// under another (a mirror or a RAID-Z vdev).
+    Replacing,
     /// Each block spread over the children with parity (`vdev/raidz`).
     Raidz(RaidzGeometry),
 }
@@ -28,8 +34,10 @@ pub enum Kind {
 /// One node of the tree. A top-level vdev is the root of its own subtree
 /// (for a pool of plain devices, a leaf).
 pub struct Vdev {
-    /// Position among its siblings; a top-level vdev's is its DVA vdev number.
-    pub id: u32,
+    /// Position among its siblings; a top-level vdev's is its DVA vdev
+    /// number (`id()`). A leaf keeps its node when the tree changes
+    /// around it, and may move (`set_id`).
+    pos: AtomicU32,
     pub guid: u64,
     pub ashift: u8,
     /// A leaf: the path it was opened at. Otherwise its name in `status`
@@ -42,7 +50,7 @@ pub struct Vdev {
     /// Allocatable bytes, as the label records them.
     pub asize: u64,
     pub kind: Kind,
-    pub children: Vec<Vdev>,
+    pub children: Vec<Arc<Vdev>>,
     /// Taken offline by the administrator: not read, not written, no fault.
     pub offline: AtomicBool,
     /// The offline mark is kept across imports (`pool offline` without -t).
@@ -158,10 +166,10 @@ struct Bad<'a> {
 
 impl Vdev {
     /// A node; `sizes` is (`dev_size`, `asize`).
-    pub fn new(id: u32, guid: u64, ashift: u8, path: String, sizes: (u64, u64), kind: Kind, children: Vec<Vdev>) -> Vdev {
+    pub fn new(id: u32, guid: u64, ashift: u8, path: String, sizes: (u64, u64), kind: Kind, children: Vec<Arc<Vdev>>) -> Vdev {
         let (dev_size, asize) = sizes;
         Vdev {
-            id,
+            pos: AtomicU32::new(id),
             guid,
             ashift,
             path,
@@ -176,6 +184,15 @@ impl Vdev {
         }
     }
 
+    /// Position among its siblings (a top-level vdev's DVA vdev number).
+    pub fn id(&self) -> u32 {
+        self.pos.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_id(&self, id: u32) {
+        self.pos.store(id, Ordering::Relaxed);
+    }
+
     /// The leaf's scheduler, if this is a leaf.
     pub fn leaf(&self) -> Option<&Leaf> {
         match &self.kind {
@@ -184,11 +201,47 @@ impl Vdev {
         }
     }
 
+    /// The leaf's scheduler as a shared handle, if this is a leaf.
+    pub fn leaf_arc(&self) -> Option<Arc<Leaf>> {
+        match &self.kind {
+            Kind::Leaf(l) => Some(l.clone()),
+            _ => None,
+        }
+    }
+
+    /// Records that this vdev missed txg `txg`: every leaf under it adds
+    /// it to its DTL.
+    pub fn missed(&self, txg: u64) {
+        match &self.kind {
+            Kind::Leaf(_) => self.dtl.lock().add(txg),
+            _ => self.children.iter().for_each(|c| c.missed(txg)),
+        }
+    }
+
+    /// Whether this vdev may lack the blocks born in txg `birth`: a leaf
+    /// whose DTL holds it, a mirror all of whose children may, a RAID-Z
+    /// vdev with more such children than parity.
+    pub fn missed_txg(&self, birth: u64) -> bool {
+        match &self.kind {
+            Kind::Leaf(_) => self.dtl.lock().contains(birth),
+            Kind::Mirror | Kind::Replacing => self.children.iter().all(|c| c.missed_txg(birth)),
+            Kind::Raidz(g) => self.children.iter().filter(|c| c.missed_txg(birth)).count() > g.nparity(),
+        }
+    }
+
     /// Every leaf under this vdev (itself if it is one), in tree order.
     pub fn leaves(&self) -> Vec<&Vdev> {
         let mut out = Vec::new();
         self.collect_leaves(&mut out);
         out
+    }
+
+    /// As `leaves`, as shared handles (`self` must be one, for a leaf).
+    pub fn leaf_arcs(self: &Arc<Vdev>) -> Vec<Arc<Vdev>> {
+        match &self.kind {
+            Kind::Leaf(_) => vec![self.clone()],
+            _ => self.children.iter().flat_map(|c| c.leaf_arcs()).collect(),
+        }
     }
 
     fn collect_leaves<'a>(&'a self, out: &mut Vec<&'a Vdev>) {
@@ -208,6 +261,7 @@ impl Vdev {
         match &self.kind {
             Kind::Leaf(_) => "leaf".into(),
             Kind::Mirror => "mirror".into(),
+            Kind::Replacing => "replacing".into(),
             Kind::Raidz(g) => format!("raidz{}", g.nparity()),
         }
     }
@@ -226,7 +280,7 @@ impl Vdev {
     pub fn redundancy(&self) -> usize {
         match &self.kind {
             Kind::Leaf(_) => 0,
-            Kind::Mirror => self.children.len().saturating_sub(1),
+            Kind::Mirror | Kind::Replacing => self.children.len().saturating_sub(1),
             Kind::Raidz(g) => g.nparity(),
         }
     }
@@ -308,7 +362,7 @@ impl Vdev {
                 (rc.failed)(self, offset, &e);
                 Err(e)
             }
-            Kind::Mirror => self.mirror_read(class, offset, len, birth, rc),
+            Kind::Mirror | Kind::Replacing => self.mirror_read(class, offset, len, birth, rc),
             Kind::Raidz(g) => raidz::io::read(self, *g, class, offset, len, birth, rc),
         }
     }
@@ -350,9 +404,9 @@ impl Vdev {
     fn read_order(&self, offset: u64, birth: u64) -> Vec<&Vdev> {
         let n = self.children.len();
         let start = ((offset >> 20) as usize) % n.max(1);
-        let mut order: Vec<&Vdev> = (0..n).map(|i| &self.children[(start + i) % n]).collect();
+        let mut order: Vec<&Vdev> = (0..n).map(|i| &*self.children[(start + i) % n]).collect();
         order.retain(|c| c.up());
-        order.sort_by_key(|c| c.dtl.lock().contains(birth));
+        order.sort_by_key(|c| c.missed_txg(birth));
         order
     }
 
@@ -384,14 +438,14 @@ impl Vdev {
     pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
         match &self.kind {
             Kind::Leaf(l) => l.write(class, offset, buf, group, retire),
-            Kind::Mirror => {
+            Kind::Mirror | Kind::Replacing => {
                 let mut retire = retire;
                 for c in &self.children {
-                    if c.leaf_up() {
+                    if c.up() {
                         c.write(class, offset, buf.clone(), group, retire, txg);
                         retire = 0;
                     } else {
-                        c.dtl.lock().add(txg);
+                        c.missed(txg);
                     }
                 }
                 if retire > 0 {
@@ -414,7 +468,7 @@ impl Vdev {
                 l.read_async(class, offset, len, done);
                 true
             }
-            Kind::Mirror => match self.read_order(offset, birth).first() {
+            Kind::Mirror | Kind::Replacing => match self.read_order(offset, birth).first() {
                 Some(c) => c.read_async(class, offset, len, birth, done),
                 None => false,
             },
@@ -423,22 +477,23 @@ impl Vdev {
     }
 
     /// The leaves a scan reads this top-level vdev's copies from, by index
-    /// (`scan_leaf`): the leaf itself, or each child of a mirror that is up.
+    /// (`scan_leaf`): the leaf itself, or each leaf of a mirror (and of a
+    /// replacing vdev under it) that is up.
     /// A RAID-Z vdev's copy is scanned once, as a whole (index 0, no leaf
     /// of its own): its columns are checked together (`scrub_columns`).
     pub fn scan_leaves(&self) -> Vec<usize> {
         match &self.kind {
             Kind::Leaf(_) => vec![0],
-            Kind::Mirror => (0..self.children.len()).filter(|&i| self.children[i].leaf_up()).collect(),
+            Kind::Mirror | Kind::Replacing => self.leaves().iter().enumerate().filter(|(_, l)| l.leaf_up()).map(|(i, _)| i).collect(),
             Kind::Raidz(_) => vec![0],
         }
     }
 
     /// Leaf `i` of `scan_leaves` (none for RAID-Z).
-    pub fn scan_leaf(&self, i: usize) -> Option<&Vdev> {
+    pub fn scan_leaf(self: &Arc<Vdev>, i: usize) -> Option<Arc<Vdev>> {
         match &self.kind {
-            Kind::Leaf(_) => (i == 0).then_some(self),
-            Kind::Mirror => self.children.get(i).filter(|c| c.leaf().is_some()),
+            Kind::Leaf(_) => (i == 0).then(|| self.clone()),
+            Kind::Mirror | Kind::Replacing => self.leaf_arcs().get(i).cloned(),
             Kind::Raidz(_) => None,
         }
     }

@@ -14,6 +14,7 @@
 //! again, finds the copy good, and the repair goes uncounted.)
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -57,9 +58,10 @@ impl Copy {
 
     /// The leaf's vdev and its scheduler (None: no such leaf, or not a
     /// leaf).
-    fn leaf<'a>(&self, core: &'a PoolCore) -> Option<(&'a Vdev, &'a Leaf)> {
+    fn leaf(&self, core: &PoolCore) -> Option<(Arc<Vdev>, Arc<Leaf>)> {
         let v = core.vdevs.get(self.vdev as usize)?.scan_leaf(self.child as usize)?;
-        Some((v, v.leaf()?))
+        let l = v.leaf_arc()?;
+        Some((v, l))
     }
 }
 
@@ -211,7 +213,7 @@ fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner) 
 /// A RAID-Z vdev's copies are checked whole, one by one.
 fn check_run(core: &PoolCore, blocks: &Blocks, run: &[Copy]) -> RunFigures {
     let mut fig = RunFigures::default();
-    match core.vdevs[run[0].vdev as usize].kind {
+    match core.vdevs.top(run[0].vdev).kind {
         Kind::Raidz(_) => run.iter().for_each(|c| check_columns(core, blocks, c, &mut fig.counts)),
         _ => check_extent(core, blocks, run, &mut fig.counts),
     }
@@ -253,7 +255,7 @@ fn check_columns(core: &PoolCore, blocks: &Blocks, c: &Copy, fig: &mut ScanRepor
         core.copy_failed(&FailedCopy::on(c.vdev, leaf, offset, c.len, e), "found by a scrub of its RAID-Z columns", at.as_ref(), &|| block_name(bp));
     };
     let rc = ReadCheck { check: &check, repair: !core.readonly, failed: &failed };
-    let Some(v) = core.vdevs[c.vdev as usize].scrub_columns(c.offset, c.len, bp.birth, &rc) else {
+    let Some(v) = core.vdevs.top(c.vdev).scrub_columns(c.offset, c.len, bp.birth, &rc) else {
         return checked(core, blocks, c, false, fig);
     };
     fig.reads += v.reads;
@@ -313,7 +315,7 @@ fn checked(core: &PoolCore, blocks: &Blocks, c: &Copy, ok: bool, fig: &mut ScanR
 fn report_bad_copy(core: &PoolCore, bp: &BlockPtr, c: &Copy, at: Option<&Bookmark>, outcome: &str) {
     let Some((v, _)) = c.leaf(core) else { return };
     let e = crate::error::Error::corrupt("failed verification or could not be read (scrub)");
-    core.copy_failed(&FailedCopy::on(c.vdev, v, c.offset, c.len, &e), outcome, at, &|| block_name(bp));
+    core.copy_failed(&FailedCopy::on(c.vdev, &v, c.offset, c.len, &e), outcome, at, &|| block_name(bp));
 }
 
 enum Unrepaired {
@@ -344,7 +346,7 @@ fn repair(core: &PoolCore, bp: &BlockPtr, bad: &Copy) -> Result<u64, Unrepaired>
         })
     });
     let data = good.ok_or(Unrepaired::NoGoodCopy)?;
-    let top = &core.vdevs[bad.vdev as usize];
+    let top = core.vdevs.top(bad.vdev);
     // On a device of another sector size the good copy's bytes would
     // spill past the bad copy's allocation.
     if bad.len != data.len() as u64 {
