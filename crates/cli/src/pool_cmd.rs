@@ -214,16 +214,19 @@ pub enum PoolCmd {
         assignment: String,
         name: String,
     },
-    /// Add cache devices (L2ARC): `pool add POOL cache DEVICE...`
+    /// Grow the pool by top-level vdevs (`mirror`, `raidz[1-3]` or a device,
+    /// as for create; -f for mismatched redundancy) and cache devices (after
+    /// `cache`), as zpool add
     Add {
         /// Use devices that hold a file system, swap, a partition table or an
         /// exported pool (never a mounted or busy one, or an imported pool's)
         #[arg(short, long)]
         force: bool,
         name: String,
-        /// The vdev type; only `cache` is supported
-        #[arg(value_name = "cache")]
+        /// The first vdev: `mirror`, `raidz[1-3]`, `cache` or a device
+        #[arg(value_name = "VDEV")]
         kind: String,
+        /// The rest of the vdevs, as for `create`
         devices: Vec<PathBuf>,
     },
     /// Remove cache devices (by path or guid)
@@ -279,7 +282,14 @@ impl PoolCmd {
         let cwd = Absolute(here);
         match self {
             // Vdev keywords stay words; `./mirror` is a file.
-            PoolCmd::Create { devices, .. } | PoolCmd::Add { devices, .. } => devices.iter_mut().filter(|d| vdev_keyword(d).is_none()).for_each(|d| *d = cwd.join(&*d)),
+            PoolCmd::Create { devices, .. } => devices.iter_mut().filter(|d| vdev_keyword(d).is_none()).for_each(|d| *d = cwd.join(&*d)),
+            PoolCmd::Add { kind, devices, .. } => {
+                // The first vdev is a device when it is no keyword.
+                if vdev_keyword(std::path::Path::new(kind.as_str())).is_none() {
+                    *kind = cwd.join(std::path::Path::new(kind.as_str())).display().to_string();
+                }
+                devices.iter_mut().filter(|d| vdev_keyword(d).is_none()).for_each(|d| *d = cwd.join(&*d))
+            }
             PoolCmd::Import { dirs, .. } => dirs.iter_mut().for_each(|d| *d = cwd.join(&*d)),
             // A device is a path or a guid: a name that exists here is the
             // caller's path.

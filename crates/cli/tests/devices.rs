@@ -424,9 +424,9 @@ fn vdev_keywords_are_keywords() {
     let status = e.ok(&["pool", "status", "p"]);
     assert!(status.contains("cache:") && status.contains(&e.path("b.img")), "{}", status);
     let err = e.fails(&["pool", "add", "p", "mirror", "raidz"]);
-    assert!(err.contains("only cache devices"), "{}", err);
+    assert!(err.contains("a mirror needs at least 2 devices, 0 given"), "{}", err);
     let err = e.fails(&["pool", "add", "p", "a.img"]);
-    assert!(err.contains("cache"), "{}", err);
+    assert!(err.contains("part of active pool 'p'"), "{}", err);
     // A file named like a keyword is reachable as a path.
     e.ok(&["pool", "create", "-m", "none", "q", "./mirror", "./spare"]);
     assert!(e.ok(&["pool", "status", "q"]).contains(&e.path("mirror")));

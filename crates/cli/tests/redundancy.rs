@@ -173,3 +173,32 @@ fn bad_attach_replace_and_detach_get_one_clear_error_and_change_nothing() {
     let x = std::fs::read(e.dir.join("x.img")).unwrap();
     assert!(x.iter().all(|b| *b == 0), "x.img was not written");
 }
+
+/// `pool add` of data vdevs from the command line: a second mirror joins
+/// the live pool (relative paths are the caller's), the pool grows and
+/// imports with it; a plain device beside mirrors needs -f.
+#[test]
+fn pool_add_grows_a_live_pool_by_a_mirror() {
+    let e = env("add");
+    for f in ["a.img", "b.img", "c.img", "d.img", "p.img"] {
+        sparse(&e, f, 256 << 20);
+    }
+    e.ok(&["pool", "create", "-m", "none", "tank", "mirror", "a.img", "b.img"]);
+    e.ok(&["create", "tank/fs"]);
+    let size = |e: &Env| e.ok(&["pool", "get", "-H", "-p", "-o", "value", "size", "tank"]).trim().parse::<u64>().expect("size");
+    let before = size(&e);
+    e.ok(&["pool", "add", "tank", "mirror", "c.img", "d.img"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("mirror-1") && st.contains(&e.path("d.img")) && st.contains("state: ONLINE"), "{st}");
+    assert!(size(&e) > before * 3 / 2, "the pool grew: {} -> {}", before, size(&e));
+    let err = e.fails(&["pool", "add", "tank", "p.img"]);
+    assert!(err.contains("mismatched replication level") && err.contains("use -f") && err.lines().count() == 1, "{err}");
+    assert!(!e.ok(&["pool", "status", "tank"]).contains(&e.path("p.img")), "nothing added");
+    let events = e.ok(&["pool", "events", "tank"]);
+    assert!(events.contains("sysevent.fs.zfs.vdev_add"), "{events}");
+    e.ok(&["pool", "export", "tank"]);
+    e.ok(&["pool", "import", "-d", &e.dir.display().to_string(), "tank"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("mirror-1") && st.contains("state: ONLINE"), "imported with the added mirror: {st}");
+    assert!(e.ok(&["list", "-H", "-o", "name", "-r", "tank"]).contains("tank/fs"));
+}

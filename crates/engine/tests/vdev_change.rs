@@ -20,7 +20,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, mem_devs, pattern, put, resilvered, small_tunables, verified};
+use common::{as_dyn, filled, mem_devs, reads_back, resilvered, small_tunables, verified};
 use tarn_engine::pool::vdevs::{Layout, NewTop};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::{CreateOptions, OpenOptions, Pool};
@@ -54,18 +54,7 @@ fn paths(pool: &Pool) -> Vec<String> {
 
 /// Objects of known contents, synced.
 fn fill(pool: &Pool, n: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
-    let files: Vec<(u64, Vec<u8>)> = (0..n).map(|i| {
-        let d = pattern(len, 100 + i);
-        (put(pool, &d), d)
-    }).collect();
-    pool.sync().expect("sync");
-    files
-}
-
-fn reads_back(pool: &Pool, files: &[(u64, Vec<u8>)], ctx: &str) {
-    for (obj, data) in files {
-        assert!(pool.root().read(*obj, 0, data.len()).expect("read") == *data, "{ctx}: object {obj} reads back exactly");
-    }
+    filled(pool, n, len, 100)
 }
 
 fn has_pool_label(d: &FaultDevice) -> bool {
@@ -220,6 +209,8 @@ fn bad_changes_are_refused_and_change_nothing() {
     refused(pool.attach_device_on("a", "small", small.clone(), false), "a device too small", "'small' is too small");
     refused(pool.replace_device_on("a", "small", small.clone(), false), "a replacement too small", "'small' is too small");
     refused(pool.attach_device_on("nosuch", "x", devs[5].clone(), false), "no such device", "no such device in pool 'tank'");
+    refused(pool.attach_device_on("a", "r0 again", devs[2].clone(), true), "a leaf of this pool, forced", "'r0 again' is part of active pool 'tank' (as 'r0')");
+    refused(pool.replace_device_on("b", "a again", devs[0].clone(), true), "a leaf of this pool as its own replacement", "'a again' is part of active pool 'tank' (as 'a')");
     refused(pool.detach_device("r1"), "detach a RAID-Z member", "only applicable to mirror and replacing vdevs");
     refused(pool.attach_device_on("a", "b again", devs[1].clone(), false), "a device of this pool", "part of active pool 'tank'");
     pool.offline("b", true).expect("offline b");

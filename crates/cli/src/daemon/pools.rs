@@ -108,14 +108,17 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         PoolCmd::Add { force, name, kind, devices } => {
             let spec: Vec<PathBuf> = std::iter::once(PathBuf::from(&kind)).chain(devices).collect();
             let (data, cache) = split_vdevs(&spec)?;
-            if let Some(t) = data.first() {
-                let what = t.devices.first().map_or_else(|| format!("{:?} vdevs", t.layout).to_lowercase(), |d| format!("'{}'", d.display()));
-                return Err(Error::invalid(format!("cannot add {} to pool '{}': tarn can add only cache devices so far (pool add POOL cache DEVICE...)", what, name)));
-            }
-            if cache.is_empty() {
-                return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL cache DEVICE...)", name)));
+            if data.is_empty() && cache.is_empty() {
+                return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL [mirror|raidzN] DEVICE... [cache DEVICE...])", name)));
             }
             let pool = &st.live(&name, out)?.pool;
+            if !data.is_empty() {
+                let res = pool.add_vdevs(&data, force).map_err(|e| e.context(format!("cannot add to pool '{}'", name)));
+                cache_devices(&name, pool).and(res)?;
+            }
+            if cache.is_empty() {
+                return Ok(());
+            }
             pool.add_caches(&cache, force).map_err(|e| e.context(format!("cannot add to pool '{}'", name)))
         }
         PoolCmd::Remove { name, devices } => st.live(&name, out)?.pool.remove_caches(&devices),

@@ -135,6 +135,7 @@ impl Pool {
     fn attach_opened(&self, existing: &str, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
         let sh = self.shared();
         sh.core.check_writable()?;
+        super::vdev_add::refuse_own_device(&sh.core, name, &dev)?;
         {
             let _g = sh.tree_lock.lock();
             let (top, leaf) = self.leaf_for(existing, "attach")?;
@@ -168,6 +169,7 @@ impl Pool {
     fn replace_opened(&self, old: &str, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
         let sh = self.shared();
         sh.core.check_writable()?;
+        super::vdev_add::refuse_own_device(&sh.core, name, &dev)?;
         let (how, gone) = {
             let _g = sh.tree_lock.lock();
             let (top, leaf) = self.leaf_for(old, "replace")?;

@@ -43,7 +43,8 @@ use crate::vdev::raidz::RaidzGeometry;
 use crate::vdev::{Kind, MissingDevice, Vdev};
 
 /// The pool's top-level vdevs, changeable while the pool runs (`pool
-/// attach`, `detach`, `replace`, `add`): readers take a snapshot (an
+/// attach`, `detach`, `replace`, `add`; never fewer: a DVA's vdev number
+/// stays valid): readers take a snapshot (an
 /// `Arc` of the list, or of one vdev) and keep using it while a change
 /// swaps in a new list; a vdev taken out of the tree lives until its last
 /// reader lets go. Changes are made one at a time (`vdev_admin`).
@@ -65,6 +66,15 @@ impl VdevSet {
     /// Top-level vdev `id` (a DVA's vdev number), if there is one.
     pub fn get(&self, id: usize) -> Option<Arc<Vdev>> {
         self.tops.read().get(id).cloned()
+    }
+
+    /// Takes out the top-level vdevs from `len` on (an add that failed
+    /// before the allocator took them).
+    pub(crate) fn truncate(&self, len: usize) {
+        let mut g = self.tops.write();
+        let mut tops: Vec<Arc<Vdev>> = g.as_ref().clone();
+        tops.truncate(len);
+        *g = Arc::new(tops);
     }
 
     /// Top-level vdev `id`, which must exist: a number the allocator gave

@@ -158,6 +158,24 @@ pub fn put(pool: &Pool, data: &[u8]) -> u64 {
     obj
 }
 
+/// `n` objects of `len` bytes of known contents (seeded from `seed`),
+/// synced: (object, contents).
+pub fn filled(pool: &Pool, n: u64, len: usize, seed: u64) -> Vec<(u64, Vec<u8>)> {
+    let files: Vec<(u64, Vec<u8>)> = (0..n).map(|i| {
+        let d = pattern(len, seed + i);
+        (put(pool, &d), d)
+    }).collect();
+    pool.sync().expect("sync");
+    files
+}
+
+/// Each object of `files` reads back exactly its contents.
+pub fn reads_back(pool: &Pool, files: &[(u64, Vec<u8>)], ctx: &str) {
+    for (obj, data) in files {
+        assert!(pool.root().read(*obj, 0, data.len()).expect("read") == *data, "{ctx}: object {obj} reads back exactly");
+    }
+}
+
 /// Every block pointer of object `obj` of the root data set (0: its dnode
 /// array), holes and embedded blocks left out.
 pub fn blocks(pool: &Pool, obj: u64) -> Vec<tarn_ondisk::bp::BlockPtr> {
