@@ -63,6 +63,10 @@ pub enum PoolCmd {
         /// could be read), from the pool's error log
         #[arg(short = 'v')]
         verbose: bool,
+        /// Only pools with errors or not ONLINE ("all pools are healthy"
+        /// when there are none), as zpool status -x
+        #[arg(short = 'x')]
+        unhealthy: bool,
         #[arg(long)]
         json: bool,
         names: Vec<String>,

@@ -447,3 +447,49 @@ fn a_paused_scrub_stays_paused_across_export_and_import() {
     assert!(status.contains("scan: scrub repaired 0B in ") && status.contains(" with 0 errors on "), "the last scrub's result is kept: {status}");
     assert_eq!(scan_json(&e, "tank")["end_time"], done["end_time"]);
 }
+
+/// Issue 12, "What must be shown" item 6 (resilver): a resilver survives
+/// `kill -9` of the daemon. A mirror child offline while 48 MiB were
+/// written is brought back and resilvers at 4 MiB/s; the daemon is killed
+/// part way. The next command's daemon imports the pool from its cache
+/// file and resilvers again from the child's DTL (kept in the pool; a
+/// resilver keeps no position), which ends without errors, and a scrub
+/// then finds every copy on the child good.
+#[test]
+fn a_resilver_continues_after_the_daemon_is_killed() {
+    let Some(e) = Env::real("resilverkill") else { return };
+    let (a, b) = (e.path("a.img"), e.path("b.img"));
+    let mnt = e.path("mnt");
+    e.ok(&["pool", "create", "-m", &mnt, "tank", "mirror", &a, &b, "--size", "256M"]);
+    e.ok(&["pool", "offline", "tank", &b]);
+    for i in 0..48u64 {
+        std::fs::write(format!("{mnt}/f{i}"), content(1 << 20, 300 + i)).unwrap();
+    }
+    e.ok(&["pool", "sync", "tank"]);
+    e.ok(&["tunable", "set", "tarn_scan_limit_bytes_per_sec=4M"]);
+    e.ok(&["pool", "online", "tank", &b]);
+    common::wait_for("the resilver to copy something", || scan_json(&e, "tank")["examined"].as_u64().unwrap_or(0) > 0);
+    let first = scan_json(&e, "tank");
+    assert!(first["func"] == "Resilver" && first["state"] == "Scanning" && first["examined"].as_u64() < Some(24 << 20), "part way: {first}");
+    let pid = e.pid().expect("pid");
+    // SAFETY: killing our test's own daemon.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    e.wait_killed(pid);
+
+    let again = scan_json(&e, "tank");
+    assert!(again["func"] == "Resilver" && again["state"] == "Scanning", "the import resilvers again: {again}");
+    e.ok(&["tunable", "set", "tarn_scan_limit_bytes_per_sec=0"]);
+    let mut wait = e.cmd();
+    wait.args(["pool", "wait", "-t", "resilver", "tank"]);
+    assert!(common::within(wait, 120).status.success(), "pool wait returns");
+    let done = scan_json(&e, "tank");
+    assert!(done["state"] == "Finished" && done["report"]["error_count"] == 0 && done["report"]["repaired_bytes"].as_u64() >= Some(48 << 20), "{done}");
+    let status = e.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("state: ONLINE") && status.contains("scan: resilvered"), "{status}");
+    e.ok(&["pool", "scrub", "-w", "tank"]);
+    let scrub = scan_json(&e, "tank");
+    assert_eq!(scrub["report"]["bad_copies"], 0, "b.img holds every block: {scrub}");
+    for i in [0u64, 23, 47] {
+        assert!(std::fs::read(format!("{mnt}/f{i}")).unwrap() == content(1 << 20, 300 + i), "f{i}");
+    }
+}

@@ -202,3 +202,21 @@ fn pool_add_grows_a_live_pool_by_a_mirror() {
     assert!(st.contains("mirror-1") && st.contains("state: ONLINE"), "imported with the added mirror: {st}");
     assert!(e.ok(&["list", "-H", "-o", "name", "-r", "tank"]).contains("tank/fs"));
 }
+
+/// `pool status -x`: healthy pools are left out (with zpool's words when
+/// all are), a degraded one is shown.
+#[test]
+fn status_x_shows_only_pools_with_problems() {
+    let e = env("status-x");
+    for f in ["a.img", "b.img", "c.img"] {
+        sparse(&e, f, 256 << 20);
+    }
+    e.ok(&["pool", "create", "-m", "none", "tank", "mirror", "a.img", "b.img"]);
+    e.ok(&["pool", "create", "-m", "none", "other", "c.img"]);
+    assert_eq!(e.ok(&["pool", "status", "-x"]).trim(), "all pools are healthy");
+    assert_eq!(e.ok(&["pool", "status", "-x", "tank"]).trim(), "pool 'tank' is healthy");
+    e.ok(&["pool", "offline", "tank", "b.img"]);
+    let st = e.ok(&["pool", "status", "-x"]);
+    assert!(st.contains("pool: tank") && st.contains("DEGRADED") && !st.contains("pool: other"), "{st}");
+    assert!(e.fails(&["pool", "status", "-x", "nosuch"]).contains("nosuch"));
+}

@@ -216,7 +216,7 @@ tunables! {
     /// Space-log blocks between two space checkpoints.
     tarn_space_checkpoint_interval: u64 = 64;
     range 0, 10_000;
-    /// Most bytes a second a scrub reads, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
+    /// Most bytes a second a scrub reads or a resilver copies, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
     tarn_scan_limit_bytes_per_sec: u64 = 0;
     range 0, 1 << 40;
     /// Events each pool's ring keeps (`pool events`); the oldest go first. At most 10,000: the ring is rewritten whole in each txg that changes it.

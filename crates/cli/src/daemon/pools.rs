@@ -36,8 +36,20 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let statuses = statuses(st, names, out)?;
             list(&statuses, scripted, parsable, fields, json, out)
         }
-        PoolCmd::Status { verbose, json, names } => {
-            let all = statuses(st, names, out)?;
+        PoolCmd::Status { verbose, unhealthy, json, names } => {
+            let named = names.len();
+            let mut all = statuses(st, names, out)?;
+            if unhealthy {
+                let before: Vec<String> = all.iter().map(|s| s.name.clone()).collect();
+                all.retain(|s| !healthy(s));
+                if all.is_empty() && !json {
+                    out.line(match (named, before.as_slice()) {
+                        (1, [one]) => format!("pool '{}' is healthy", one),
+                        _ => "all pools are healthy".to_string(),
+                    });
+                    return Ok(());
+                }
+            }
             let shown: Vec<Shown> = all.iter().map(|s| shown(st, s, verbose || json)).collect();
             status(&all, &shown, verbose, json, out)
         }
@@ -511,6 +523,14 @@ fn vdev_rows(v: &VdevStatus, depth: usize, rows: &mut Vec<Vec<String>>, faults: 
     for c in &v.children {
         vdev_rows(c, depth + 1, rows, faults);
     }
+}
+
+/// Whether `status -x` leaves the pool out: ONLINE, no device errors, no
+/// permanent errors, nothing being resilvered (as zpool's).
+fn healthy(s: &PoolStatus) -> bool {
+    let leaves: Vec<&VdevStatus> = s.vdevs.iter().flat_map(status_leaves).collect();
+    let errors = leaves.iter().any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0 || l.state != "ONLINE");
+    s.state == "ONLINE" && !errors && s.data_errors == 0 && health_lines(s).is_empty()
 }
 
 /// The leaves under `v` (itself if it is one).

@@ -98,6 +98,8 @@ pub(crate) fn resilver(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: 
                         if !copy(core, &blocks[jobs[i].block], &jobs[i], &targets[jobs[i].target], &mut r) {
                             failed[jobs[i].target].fetch_add(1, Ordering::Relaxed);
                         }
+                        // `tarn_scan_limit_bytes_per_sec` holds for resilvers too.
+                        scanner.pace(core, jobs[i].len);
                         scanner.set_examined(examined.fetch_add(jobs[i].len, Ordering::Relaxed) + jobs[i].len);
                     }
                 })

@@ -668,7 +668,7 @@ impl Scanner {
     /// most `SCAN_EXTENT` ahead, is no longer negative; pause and halt cut
     /// the wait short (the debt stays). The limit is read anew every
     /// slice, so a change applies at once.
-    fn pace(&self, core: &PoolCore, bytes: u64) {
+    pub(crate) fn pace(&self, core: &PoolCore, bytes: u64) {
         let mut charge = bytes as f64;
         loop {
             let limit = core.tunables.read().tarn_scan_limit_bytes_per_sec as f64;
