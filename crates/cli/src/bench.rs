@@ -103,7 +103,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub cache_device: Option<std::path::PathBuf>,
     /// --cache-device: use a device that holds a file system, swap, a partition table or
-    /// an exported pool, as `pool add -f` (never a mounted or busy one, or an imported pool's)
+    /// an exported pool, as `pool add -f` (never a mounted or busy one, or an imported pool's);
+    /// --simulate: allow groups of different redundancy, as `pool create -f`
     #[arg(short, long)]
     pub force: bool,
     /// rand*/seqread: untimed operations first, to warm the caches
@@ -197,6 +198,11 @@ pub struct SimReport {
     /// data_devices × device_iops, and the run's operations/s as % of it.
     pub data_iops: f64,
     pub pct_of_data_iops: f64,
+    /// The bytes the devices moved (data, parity, copies, metadata) per
+    /// second as % of all devices' bandwidth: how busy they were. A RAID-Z
+    /// read can pass 100 % of its data devices (its data columns rotate
+    /// over all children) but never this.
+    pub pct_of_device_bandwidth: f64,
     /// Memory the simulated devices held at the end.
     pub memory_bytes: u64,
 }
@@ -217,6 +223,7 @@ fn sim_report(sim: &Sim, r: &Report) -> SimReport {
         pct_of_data_bandwidth: r.mib_per_s * 100.0 / data_mib_per_s,
         data_iops,
         pct_of_data_iops: r.ops_per_s * 100.0 / data_iops,
+        pct_of_device_bandwidth: (r.device_read_bytes + r.device_write_bytes) as f64 / r.seconds * 100.0 / (sim.devices() as u64 * sim.shape.bandwidth) as f64,
         memory_bytes: sim.memory_bytes(),
     }
 }
@@ -318,14 +325,15 @@ fn total_size(a: &BenchArgs) -> Result<u64> {
     size_arg(a.size.as_deref().unwrap_or(default), "--size")
 }
 
-/// Bytes a run lays down (what the simulated devices must hold).
-fn data_bytes(a: &BenchArgs) -> Result<u64> {
+/// Bytes a run lays down (what the simulated devices must hold), and the
+/// options that asked for them.
+fn data_bytes(a: &BenchArgs) -> Result<(u64, String)> {
     if a.workload == "smallobj" {
         // Each object takes at least a 4 KiB sector and its dnode.
         let per = size_arg(&a.object_size, "--object-size")?.next_multiple_of(4096) + 1024;
-        return Ok(a.objects.saturating_mul(per));
+        return Ok((a.objects.saturating_mul(per), format!("--objects {} of --object-size {}", a.objects, a.object_size)));
     }
-    total_size(a)
+    Ok((total_size(a)?, format!("--size {}", a.size.as_deref().unwrap_or("512M"))))
 }
 
 fn target(a: &BenchArgs, t: &Tunables) -> Result<Target> {
@@ -343,7 +351,8 @@ fn target(a: &BenchArgs, t: &Tunables) -> Result<Target> {
         iops: iops.unwrap_or(simulate::DEFAULT_IOPS),
     };
     let available = tarn_engine::arc::host_memory().available;
-    Ok(Target::Simulated(Sim::build(spec, shape, data_bytes(a)?, available, t)?))
+    let (bytes, asked) = data_bytes(a)?;
+    Ok(Target::Simulated(Sim::build(spec, shape, (bytes, &asked), available, a.force, t)?))
 }
 
 fn open(a: &BenchArgs, env: &Env) -> Result<Pool> {
@@ -798,14 +807,15 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
             crate::fmt::size(s.memory_bytes)
         );
         println!(
-            "data devices  {} ({} for {}): {:.0} MiB/s, {:.0} IOPS; this run {:.1} % of the bandwidth, {:.1} % of the IOPS",
+            "data devices  {} ({} for {}): {:.0} MiB/s, {:.0} IOPS; this run {:.1} % of the bandwidth, {:.1} % of the IOPS; devices {:.1} % busy",
             s.data_devices,
             if r.workload.ends_with("read") { "reading" } else { "writing" },
             r.workload,
             s.data_mib_per_s,
             s.data_iops,
             s.pct_of_data_bandwidth,
-            s.pct_of_data_iops
+            s.pct_of_data_iops,
+            s.pct_of_device_bandwidth
         );
     }
     println!("throughput    {:.1} MiB/s, {:.0} ops/s ({} ops, {} bytes in {:.2} s)", r.mib_per_s, r.ops_per_s, r.ops, r.bytes, r.seconds);

@@ -62,7 +62,7 @@ const MAX_DEVICES: usize = 256;
 const BANDWIDTH_RANGE: (u64, u64) = (1 << 20, 1 << 40);
 const IOPS_RANGE: (u64, u64) = (10, 100_000_000);
 /// Smallest simulated device (a pool device needs 65 MiB).
-const MIN_DEVICE_BYTES: u64 = 128 << 20;
+const MIN_DEVICE_BYTES: u64 = 80 << 20;
 /// What each device's labels, uberblocks and metadata take, at most.
 const DEVICE_OVERHEAD_BYTES: u64 = 8 << 20;
 
@@ -194,10 +194,12 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// Builds the devices for `data_bytes` of data and creates the pool
-    /// on them (closed again: `open` opens it). `available` is the memory
-    /// the host can give; half of it is the devices' budget.
-    pub fn build(spec: &str, shape: Shape, data_bytes: u64, available: u64, t: &Tunables) -> Result<Sim> {
+    /// Builds the devices for `data_bytes` of data (asked for by the
+    /// options `asked`, named in a refusal) and creates the pool on them
+    /// (closed again: `open` opens it). `available` is the memory
+    /// the host can give; half of it is the devices' budget. `force`
+    /// allows groups of different redundancy, as `pool create -f`.
+    pub fn build(spec: &str, shape: Shape, (data_bytes, asked): (u64, &str), available: u64, force: bool, t: &Tunables) -> Result<Sim> {
         let groups = parse_layout(spec)?;
         check_shape(&shape)?;
         let ndev: usize = groups.iter().map(|g| g.width).sum();
@@ -206,8 +208,8 @@ impl Sim {
         let budget_bytes = available / 2;
         if need > budget_bytes {
             return Err(Error::invalid(format!(
-                "--size {} on --simulate '{}' needs about {} of memory for the simulated devices; {} is available to them (half the host's available memory): give a smaller --size",
-                crate::fmt::size(data_bytes),
+                "{} on --simulate '{}' needs about {} of memory for the simulated devices; {} is available to them (half the host's available memory): ask for less",
+                asked,
                 spec.trim(),
                 crate::fmt::size(need),
                 crate::fmt::size(budget_bytes)
@@ -228,7 +230,7 @@ impl Sim {
             tops.push(NewTop { layout: g.layout, devices: (0..g.width).map(|_| device()).collect::<Result<_>>()? });
         }
         let devices = tops.iter().flat_map(|t| t.devices.iter().cloned()).collect();
-        let opts = CreateOptions { tunables: t.clone(), ..Default::default() };
+        let opts = CreateOptions { tunables: t.clone(), force, ..Default::default() };
         Pool::create_tops("sim", tops, vec![], &opts)?.close()?;
         Ok(Sim { spec: spec.trim().to_string(), groups, shape, devices, budget })
     }
@@ -311,8 +313,8 @@ mod tests {
     #[test]
     fn a_data_set_past_the_memory_is_refused_naming_size() {
         let shape = Shape { bandwidth: DEFAULT_BANDWIDTH, latency: Duration::ZERO, iops: DEFAULT_IOPS };
-        let e = Sim::build("2x raidz2 12", shape, 8 << 30, 4 << 30, &Tunables::default()).err().expect("refused").to_string();
-        assert!(e.contains("--size 8") && e.contains("--simulate '2x raidz2 12'") && e.contains("memory"), "{}", e);
+        let e = Sim::build("2x raidz2 12", shape, (8 << 30, "--size 8G"), 4 << 30, false, &Tunables::default()).err().expect("refused").to_string();
+        assert!(e.contains("--size 8G on") && e.contains("--simulate '2x raidz2 12'") && e.contains("memory"), "{}", e);
         // A mirror of 2 stores every byte twice, on each of its devices.
         assert!(device_bytes(&parse_layout("mirror 2").unwrap(), 1 << 30) >= 1 << 30);
     }
