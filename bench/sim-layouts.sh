@@ -5,7 +5,8 @@
 #
 #   bench/sim-layouts.sh            (REPS=3 THREADS=4 by default)
 #   SWEEP=1 bench/sim-layouts.sh    also: 2 × RAID-Z2 of 12 at rising
-#                                   device bandwidth, to find where the CPU
+#                                   device bandwidth (SWEEP_BW, 1T = devices
+#                                   without limits), to find where the CPU
 #                                   becomes the limit
 #
 # Every measurement is repeated REPS times, the repeats interleaved (one
@@ -52,9 +53,13 @@ for rep in $(seq "$REPS"); do
     done
   done
   if [ -n "${SWEEP:-}" ]; then
-    for bw in 26M 40M 60M 90M 1T; do
+    for bw in ${SWEEP_BW:-20M 26M 40M 60M 1T}; do
       for wl in seqwrite seqread; do
-        run "2x raidz2 12" "$wl" --device-bandwidth "$bw"
+        if [ "$bw" = 1T ]; then
+          run "2x raidz2 12" "$wl" --device-bandwidth 1T --device-iops 100000000 --device-latency 0us
+        else
+          run "2x raidz2 12" "$wl" --device-bandwidth "$bw"
+        fi
       done
     done
   fi
@@ -74,9 +79,11 @@ print('| layout | devices | workload | data devices | their MiB/s | MiB/s | % of
 print('|---|---:|---|---:|---:|---:|---:|---:|---:|')
 for (layout, wl, bw), rs in groups.items():
     r0 = rs[0]
-    bwtxt = '' if bw == 26 << 20 else ' @ %s MiB/s' % (bw >> 20 if bw < 1 << 40 else '1T')
+    bwtxt = '' if bw == 13 << 20 else ' @ %s' % ('%d MiB/s' % (bw >> 20) if bw < 1 << 40 else 'no device limits')
     iops = cell(rs, 'iops') if wl == 'randread' else ''
     mib = cell(rs, 'mib') if wl != 'randread' else ''
     pct = cell(rs, 'pct', '%.1f') if wl != 'randread' else ''
-    print('| %s%s | %d | %s | %d | %.0f | %s | %s | %s | %s |' % (layout, bwtxt, r0['devices'], wl, r0['data_devices'], r0['data_mib'], mib, pct, cell(rs, 'busy', '%.1f'), iops))
+    lim = bw < 1 << 40
+    print('| %s%s | %d | %s | %d | %s | %s | %s | %s | %s |' % (layout, bwtxt, r0['devices'], wl, r0['data_devices'], '%.0f' % r0['data_mib'] if lim else '—',
+        mib, pct if lim else '—', cell(rs, 'busy', '%.1f') if lim else '—', iops))
 EOF

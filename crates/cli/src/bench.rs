@@ -47,8 +47,8 @@ pub struct BenchArgs {
     pub pool: Option<String>,
     /// Measure a throwaway pool of in-memory devices of this layout instead, e.g.
     /// '2x raidz2 12', '12x mirror 2', 'raidz2 6 raidz2 6', '6x disk' (zpool's vdev types
-    /// with a device count). Each device has --device-bandwidth (default 26M),
-    /// --device-iops (4000) and --device-latency (80us): an NVMe drive scaled down 256×
+    /// with a device count). Each device has --device-bandwidth (default 13M),
+    /// --device-iops (2000) and --device-latency (80us): an NVMe drive scaled down 512×
     #[arg(long, value_name = "LAYOUT")]
     pub simulate: Option<String>,
     /// seqwrite, seqread, randwrite, randread or smallobj

@@ -15,8 +15,10 @@
 //! occupying it for 1/IOPS plus its bytes / bandwidth, then completing
 //! after a further latency that overlaps other operations (an NVMe drive
 //! keeps many commands in flight). The defaults model a current NVMe drive
-//! (about 7 GB/s, 1 M random-read IOPS, 80 µs) divided by 256 in bandwidth
-//! and IOPS, so that 24 of them ask less of the CPU than two cores give:
+//! (about 7 GB/s, 1 M random-read IOPS, 80 µs) divided by 512 in bandwidth
+//! and IOPS, so that 24 of them ask less of the CPU than two cores give
+//! (measured in docs/benchmarks.md: at 26 MiB/s, ÷ 256, 24 devices read
+//! faster than tarn could on this project's 2 shared cores):
 //! [`DEFAULT_BANDWIDTH`], [`DEFAULT_IOPS`], [`DEFAULT_LATENCY_US`]; each is
 //! overridable (`--device-bandwidth`, `--device-iops`, `--device-latency`).
 //!
@@ -47,10 +49,10 @@ use tarn_engine::pool::{CreateOptions, OpenOptions};
 use tarn_engine::sys::{BlockDevice, RamBudget, RamDevice, ThrottledDevice};
 use tarn_engine::{Error, Pool, Result, Tunables};
 
-/// 7 GB/s / 256, in bytes per second.
-pub const DEFAULT_BANDWIDTH: u64 = 26 << 20;
-/// 1 M IOPS / 256.
-pub const DEFAULT_IOPS: u64 = 4000;
+/// 7 GB/s / 512, in bytes per second.
+pub const DEFAULT_BANDWIDTH: u64 = 13 << 20;
+/// 1 M IOPS / 512.
+pub const DEFAULT_IOPS: u64 = 2000;
 /// An NVMe drive's read latency, unscaled: it is paid once per operation
 /// whatever the drive's speed.
 pub const DEFAULT_LATENCY_US: u64 = 80;
