@@ -72,11 +72,14 @@ impl RamBudget {
     }
 }
 
+/// One chunk of a device: absent until first written.
+type Chunk = RwLock<Option<Box<[u8]>>>;
+
 /// A sparse in-memory `BlockDevice` (see the module docs).
 pub struct RamDevice {
     name: String,
     size_bytes: u64,
-    chunks: Box<[RwLock<Option<Box<[u8]>>>]>,
+    chunks: Box<[Chunk]>,
     budget: Arc<RamBudget>,
 }
 
