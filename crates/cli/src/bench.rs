@@ -15,6 +15,11 @@
 //! Data is incompressible (random) unless --compressible (then lz4 keeps
 //! about 45 % of it, see `Gen`). Objects are freed at
 //! the end unless --keep.
+//!
+//! With --simulate LAYOUT instead of a pool, the workload runs on a
+//! throwaway pool of in-memory devices shaped like disks (`simulate`), and
+//! the report sets the result against the bandwidth and IOPS of the
+//! layout's data devices.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +30,7 @@ use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use serde::Serialize;
 use tarn_engine::io::{CompressSetting, RedundantMetadata};
+use tarn_engine::object::CachePolicy;
 use tarn_engine::pool::parse_recordsize;
 use tarn_engine::sys::{BlockDevice, ThrottledDevice};
 use tarn_engine::tunables::parse_size;
@@ -32,16 +38,25 @@ use tarn_engine::{Error, Objset, Pool, Result, Tunables};
 use tarn_ondisk::{ChecksumType, ObjectType};
 
 use crate::pool_cmd;
+use crate::simulate::{self, Sim};
 
 #[derive(Args, Clone)]
 pub struct BenchArgs {
-    pub pool: String,
+    /// The pool to measure (not with --simulate)
+    #[arg(required_unless_present = "simulate", conflicts_with = "simulate")]
+    pub pool: Option<String>,
+    /// Measure a throwaway pool of in-memory devices of this layout instead, e.g.
+    /// '2x raidz2 12', '12x mirror 2', 'raidz2 6 raidz2 6', '6x disk' (zpool's vdev types
+    /// with a device count). Each device has --device-bandwidth (default 13M),
+    /// --device-iops (2000) and --device-latency (80us): an NVMe drive scaled down 512×
+    #[arg(long, value_name = "LAYOUT")]
+    pub simulate: Option<String>,
     /// seqwrite, seqread, randwrite, randread or smallobj
     #[arg(long, default_value = "seqwrite")]
     pub workload: String,
-    /// Total bytes (seq*/rand*), e.g. 4G
-    #[arg(long, default_value = "1G")]
-    pub size: String,
+    /// Total bytes (seq*/rand*), e.g. 4G [default: 1G, 512M with --simulate]
+    #[arg(long)]
+    pub size: Option<String>,
     /// Record size of the objects (default: the dataset's)
     #[arg(long)]
     pub recordsize: Option<String>,
@@ -77,11 +92,19 @@ pub struct BenchArgs {
     /// Add this latency to every device operation (e.g. 2ms, 500us): a slow disk
     #[arg(long)]
     pub device_latency: Option<String>,
+    /// Each device operation also occupies the device for 1/N s: a device of N IOPS
+    #[arg(long, value_name = "N")]
+    pub device_iops: Option<u64>,
+    /// Override the primarycache property for the run (all, metadata, none):
+    /// metadata makes every data read reach the devices
+    #[arg(long)]
+    pub primarycache: Option<String>,
     /// Use this file or device as an L2ARC cache device (added to the pool if it is not one yet)
     #[arg(long)]
     pub cache_device: Option<std::path::PathBuf>,
     /// --cache-device: use a device that holds a file system, swap, a partition table or
-    /// an exported pool, as `pool add -f` (never a mounted or busy one, or an imported pool's)
+    /// an exported pool, as `pool add -f` (never a mounted or busy one, or an imported pool's);
+    /// --simulate: allow groups of different redundancy, as `pool create -f`
     #[arg(short, long)]
     pub force: bool,
     /// rand*/seqread: untimed operations first, to warm the caches
@@ -152,6 +175,57 @@ pub struct Report {
     /// L2ARC feeds and bytes written to cache devices since the pool opened.
     pub l2_feeds: u64,
     pub l2_write_bytes: u64,
+    /// With --simulate: the layout, its devices and the ratios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<SimReport>,
+}
+
+/// A simulated run set against what its data devices can do (`simulate`).
+#[derive(Serialize, Clone)]
+pub struct SimReport {
+    pub layout: String,
+    pub devices: usize,
+    pub device_bandwidth: u64,
+    pub device_iops: u64,
+    pub device_latency_us: u64,
+    /// Devices carrying distinct data in this workload's direction: a
+    /// RAID-Z group's width less parity; a mirror's children for reads,
+    /// one for writes; a plain device.
+    pub data_devices: usize,
+    /// data_devices × device_bandwidth, and the run's throughput as % of it.
+    pub data_mib_per_s: f64,
+    pub pct_of_data_bandwidth: f64,
+    /// data_devices × device_iops, and the run's operations/s as % of it.
+    pub data_iops: f64,
+    pub pct_of_data_iops: f64,
+    /// The bytes the devices moved (data, parity, copies, metadata) per
+    /// second as % of all devices' bandwidth: how busy they were. A RAID-Z
+    /// read can pass 100 % of its data devices (its data columns rotate
+    /// over all children) but never this.
+    pub pct_of_device_bandwidth: f64,
+    /// Memory the simulated devices held at the end.
+    pub memory_bytes: u64,
+}
+
+fn sim_report(sim: &Sim, r: &Report) -> SimReport {
+    let writing = r.workload.ends_with("write") || r.workload == "smallobj";
+    let data_devices = simulate::data_devices(&sim.groups, writing);
+    let data_mib_per_s = (data_devices as u64 * sim.shape.bandwidth) as f64 / (1 << 20) as f64;
+    let data_iops = (data_devices as u64 * sim.shape.iops) as f64;
+    SimReport {
+        layout: sim.spec.clone(),
+        devices: sim.devices(),
+        device_bandwidth: sim.shape.bandwidth,
+        device_iops: sim.shape.iops,
+        device_latency_us: sim.shape.latency.as_micros() as u64,
+        data_devices,
+        data_mib_per_s,
+        pct_of_data_bandwidth: r.mib_per_s * 100.0 / data_mib_per_s,
+        data_iops,
+        pct_of_data_iops: r.ops_per_s * 100.0 / data_iops,
+        pct_of_device_bandwidth: (r.device_read_bytes + r.device_write_bytes) as f64 / r.seconds * 100.0 / (sim.devices() as u64 * sim.shape.bandwidth) as f64,
+        memory_bytes: sim.memory_bytes(),
+    }
 }
 
 struct Gen {
@@ -215,14 +289,91 @@ fn duration_arg(s: &str, what: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn open(a: &BenchArgs, t: &Tunables) -> Result<Pool> {
+/// What a run measures: a pool by name, or a simulated one.
+enum Target {
+    Named(String),
+    Simulated(Sim),
+}
+
+/// The run's tunables and target, which every (re)opening needs.
+struct Env<'a> {
+    t: &'a Tunables,
+    target: Target,
+}
+
+impl Env<'_> {
+    fn sim(&self) -> Option<&Sim> {
+        match &self.target {
+            Target::Simulated(s) => Some(s),
+            Target::Named(_) => None,
+        }
+    }
+}
+
+/// The devices' shaping options as given: (bandwidth, latency, IOPS).
+fn shaping(a: &BenchArgs) -> Result<(Option<u64>, Option<Duration>, Option<u64>)> {
     let bw = a.device_bandwidth.as_deref().map(|b| size_arg(b, "--device-bandwidth")).transpose()?;
     let lat = a.device_latency.as_deref().map(|l| duration_arg(l, "--device-latency")).transpose()?;
-    let pool = if bw.is_some() || lat.is_some() {
+    if a.device_iops == Some(0) {
+        return Err(Error::invalid("--device-iops 0: a device does at least one operation per second"));
+    }
+    Ok((bw, lat, a.device_iops))
+}
+
+fn total_size(a: &BenchArgs) -> Result<u64> {
+    let default = if a.simulate.is_some() { "512M" } else { "1G" };
+    size_arg(a.size.as_deref().unwrap_or(default), "--size")
+}
+
+/// Bytes a run lays down (what the simulated devices must hold), and the
+/// options that asked for them.
+fn data_bytes(a: &BenchArgs) -> Result<(u64, String)> {
+    if a.workload == "smallobj" {
+        // Each object takes at least a 4 KiB sector and its dnode.
+        let per = size_arg(&a.object_size, "--object-size")?.next_multiple_of(4096) + 1024;
+        return Ok((a.objects.saturating_mul(per), format!("--objects {} of --object-size {}", a.objects, a.object_size)));
+    }
+    Ok((total_size(a)?, format!("--size {}", a.size.as_deref().unwrap_or("512M"))))
+}
+
+fn target(a: &BenchArgs, t: &Tunables) -> Result<Target> {
+    let Some(spec) = &a.simulate else {
+        let name = a.pool.clone().ok_or_else(|| Error::invalid("give a pool to measure, or --simulate LAYOUT"))?;
+        return Ok(Target::Named(name));
+    };
+    if a.cache_device.is_some() {
+        return Err(Error::invalid("--cache-device: a simulated pool has no cache devices (drop --simulate or --cache-device)"));
+    }
+    let (bw, lat, iops) = shaping(a)?;
+    let shape = simulate::Shape {
+        bandwidth: bw.unwrap_or(simulate::DEFAULT_BANDWIDTH),
+        latency: lat.unwrap_or(Duration::from_micros(simulate::DEFAULT_LATENCY_US)),
+        iops: iops.unwrap_or(simulate::DEFAULT_IOPS),
+    };
+    let available = tarn_engine::arc::host_memory().available;
+    let (bytes, asked) = data_bytes(a)?;
+    Ok(Target::Simulated(Sim::build(spec, shape, (bytes, &asked), available, a.force, t)?))
+}
+
+fn open(a: &BenchArgs, env: &Env) -> Result<Pool> {
+    let t = env.t;
+    let name = match &env.target {
+        Target::Simulated(sim) => return sim.open(t),
+        Target::Named(name) => name,
+    };
+    let (bw, lat, iops) = shaping(a)?;
+    let pool = if bw.is_some() || lat.is_some() || iops.is_some() {
         let (bw, lat) = (bw.unwrap_or(u64::MAX / 4), lat.unwrap_or(Duration::ZERO));
-        pool_cmd::open_wrapped(&a.pool, t, &|d| Arc::new(ThrottledDevice::new(d, bw, lat)) as Arc<dyn BlockDevice>)?
+        let wrap = |d| {
+            let dev = ThrottledDevice::new(d, bw, lat);
+            Arc::new(match iops {
+                Some(n) => dev.with_iops(n),
+                None => dev,
+            }) as Arc<dyn BlockDevice>
+        };
+        pool_cmd::open_wrapped(name, t, &wrap)?
     } else {
-        pool_cmd::open(&a.pool, false, t)?
+        pool_cmd::open(name, false, t)?
     };
     if let Some(c) = &a.cache_device {
         let name = c.display().to_string();
@@ -252,6 +403,9 @@ fn apply_overrides(os: &Objset, a: &BenchArgs) -> Result<()> {
         p.write.redundant_metadata = RedundantMetadata::parse(r)
             .ok_or_else(|| Error::invalid(format!("bad --redundant-metadata '{}': all, most, some or none", r)))?;
     }
+    if let Some(c) = &a.primarycache {
+        p.primarycache = CachePolicy::parse(c).ok_or_else(|| Error::invalid(format!("bad --primarycache '{}': all, metadata or none", c)))?;
+    }
     os.set_props(p);
     Ok(())
 }
@@ -260,11 +414,15 @@ pub fn run(a: BenchArgs, t: &Tunables) -> Result<()> {
     if a.threads == 0 || a.threads > 1024 {
         return Err(Error::invalid("--threads must be 1..=1024"));
     }
-    let rep = match a.workload.as_str() {
-        "seqwrite" | "randwrite" | "randread" | "seqread" => run_stream(&a, t)?,
-        "smallobj" => run_smallobj(&a, t)?,
-        w => return Err(Error::invalid(format!("unknown workload '{}': seqwrite, seqread, randwrite, randread, smallobj", w))),
+    if !["seqwrite", "randwrite", "randread", "seqread", "smallobj"].contains(&a.workload.as_str()) {
+        return Err(Error::invalid(format!("unknown workload '{}': seqwrite, seqread, randwrite, randread, smallobj", a.workload)));
+    }
+    let env = Env { t, target: target(&a, t)? };
+    let mut rep = match a.workload.as_str() {
+        "smallobj" => run_smallobj(&a, &env)?,
+        _ => run_stream(&a, &env)?,
     };
+    rep.simulated = env.sim().map(|s| sim_report(s, &rep));
     print_report(&rep, a.json)
 }
 
@@ -342,21 +500,21 @@ fn fill(os: &Objset, objs: &[u64], per_obj: u64, bs: usize, gen: &Gen) -> Result
     })
 }
 
-fn run_stream(a: &BenchArgs, t: &Tunables) -> Result<Report> {
-    let total = size_arg(&a.size, "--size")?;
+fn run_stream(a: &BenchArgs, env: &Env) -> Result<Report> {
+    let total = total_size(a)?;
     let seq = a.workload.starts_with("seq");
     let bs = size_arg(a.bs.as_deref().unwrap_or(if seq { "1M" } else { "4K" }), "--bs")? as usize;
     let per_obj = (total / a.threads as u64).max(bs as u64);
     let gen = Gen::new(a.compressible);
-    let pool = open(a, t)?;
+    let pool = open(a, env)?;
     let os = pool.root().clone();
     apply_overrides(&os, a)?;
     let objs = make_objects(&os, a.threads)?;
     drop(os);
-    let res = stream_phases(a, t, pool, &objs, per_obj, bs, &gen);
+    let res = stream_phases(a, env, pool, &objs, per_obj, bs, &gen);
     if let Err(e) = res {
         // Leave no bench objects behind when the run fails part way.
-        if let Ok(pool) = open(a, t) {
+        if let Ok(pool) = open(a, env) {
             let _ = cleanup(&pool, pool.root(), &objs, a.keep);
         }
         return Err(e);
@@ -364,7 +522,7 @@ fn run_stream(a: &BenchArgs, t: &Tunables) -> Result<Report> {
     res
 }
 
-fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_obj: u64, bs: usize, gen: &Gen) -> Result<Report> {
+fn stream_phases(a: &BenchArgs, env: &Env, mut pool: Pool, objs: &[u64], per_obj: u64, bs: usize, gen: &Gen) -> Result<Report> {
     let seq = a.workload.starts_with("seq");
     let reading = a.workload.ends_with("read");
     if reading || a.workload == "randwrite" {
@@ -376,8 +534,10 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
         // page cache out of the way; drop it too in case a device is buffered).
         pool.close()?;
         drop(pool);
-        drop_host_cache(&a.pool);
-        pool = open(a, t)?;
+        if let Target::Named(name) = &env.target {
+            drop_host_cache(name);
+        }
+        pool = open(a, env)?;
     }
     let mut os = pool.root().clone();
     apply_overrides(&os, a)?;
@@ -400,7 +560,7 @@ fn stream_phases(a: &BenchArgs, t: &Tunables, mut pool: Pool, objs: &[u64], per_
             drop(os);
             pool.close()?;
             drop(pool);
-            pool = open(a, t)?;
+            pool = open(a, env)?;
             os = pool.root().clone();
             apply_overrides(&os, a)?;
         }
@@ -479,10 +639,10 @@ fn stream_thread(os: &Objset, o: u64, i: u64, wl: &str, nops: u64, per_obj: u64,
     hist.lock().add(&h).map_err(|e| Error::invalid(format!("histogram: {}", e)))
 }
 
-fn run_smallobj(a: &BenchArgs, t: &Tunables) -> Result<Report> {
+fn run_smallobj(a: &BenchArgs, env: &Env) -> Result<Report> {
     let osz = size_arg(&a.object_size, "--object-size")? as usize;
     let gen = Gen::new(a.compressible);
-    let pool = open(a, t)?;
+    let pool = open(a, env)?;
     let os = pool.root().clone();
     apply_overrides(&os, a)?;
     pool.sync()?;
@@ -569,6 +729,7 @@ fn report(a: &BenchArgs, pool: &Pool, ops: u64, bytes: u64, secs: f64, h: &Histo
         l2_size: pool.core().l2.size_bytes(),
         l2_feeds: pool.core().l2.stats.feeds.load(Ordering::Relaxed),
         l2_write_bytes: pool.core().l2.stats.write_bytes.load(Ordering::Relaxed),
+        simulated: None,
     }
 }
 
@@ -635,6 +796,28 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         return Ok(());
     }
     println!("workload      {} ({} thread{})", r.workload, r.threads, if r.threads == 1 { "" } else { "s" });
+    if let Some(s) = &r.simulated {
+        println!(
+            "simulated     '{}': {} devices of {}/s, {} IOPS, {} us; {} memory held",
+            s.layout,
+            s.devices,
+            crate::fmt::size(s.device_bandwidth),
+            s.device_iops,
+            s.device_latency_us,
+            crate::fmt::size(s.memory_bytes)
+        );
+        println!(
+            "data devices  {} ({} for {}): {:.0} MiB/s, {:.0} IOPS; this run {:.1} % of the bandwidth, {:.1} % of the IOPS; devices {:.1} % busy",
+            s.data_devices,
+            if r.workload.ends_with("read") { "reading" } else { "writing" },
+            r.workload,
+            s.data_mib_per_s,
+            s.data_iops,
+            s.pct_of_data_bandwidth,
+            s.pct_of_data_iops,
+            s.pct_of_device_bandwidth
+        );
+    }
     println!("throughput    {:.1} MiB/s, {:.0} ops/s ({} ops, {} bytes in {:.2} s)", r.mib_per_s, r.ops_per_s, r.ops, r.bytes, r.seconds);
     println!("latency (us)  p50 {}  p99 {}  p99.9 {}  max {}", r.lat_us_p50, r.lat_us_p99, r.lat_us_p999, r.lat_us_max);
     println!("device        {} writes ({} bytes), {} reads ({} bytes)", r.device_write_ops, r.device_write_bytes, r.device_read_ops, r.device_read_bytes);

@@ -35,6 +35,7 @@ mod inspect;
 mod observe;
 mod observe_cmd;
 mod pool_cmd;
+mod simulate;
 mod tunables_conf;
 
 use clap::{Parser, Subcommand};

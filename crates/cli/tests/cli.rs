@@ -161,3 +161,65 @@ fn a_held_pool_names_its_holder() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `bench --simulate`: a small simulated run reads back through the
+/// pool's checksums what it wrote (a wrong block fails the run), every
+/// byte read reached the simulated devices, and the ratios are the
+/// measured figures set against the layout's data devices.
+#[test]
+fn a_simulated_pool_is_benched_in_memory() {
+    let e = Env::new("sim");
+    let json = e.ok(&[
+        "bench", "--simulate", "2x raidz2 4", "--workload", "seqread", "--size", "16M", "--recordsize", "128K", "--threads", "2", "--device-bandwidth", "400M", "--json",
+    ]);
+    let r: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let s = &r["simulated"];
+    let num = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {} in {}", v, json));
+    assert_eq!(r["bytes"], 16 << 20, "{}", json);
+    assert!(num(&r["device_read_bytes"]) >= (16 << 20) as f64, "every block read reached the devices: {}", json);
+    assert_eq!(num(&r["arc_data_miss_pct"]), 100.0, "{}", json);
+    assert_eq!((s["layout"].as_str(), s["devices"].as_u64(), s["data_devices"].as_u64()), (Some("2x raidz2 4"), Some(8), Some(4)), "{}", json);
+    let data_mib = 4.0 * 400.0;
+    assert_eq!(num(&s["data_mib_per_s"]), data_mib);
+    let pct = num(&r["mib_per_s"]) * 100.0 / data_mib;
+    assert!((num(&s["pct_of_data_bandwidth"]) - pct).abs() < 1e-6 * pct.max(1.0), "{}", json);
+    assert!(num(&s["memory_bytes"]) >= (16 << 20) as f64, "{}", json);
+    // Writing: a mirror's data device is one of its children.
+    let json = e.ok(&["bench", "--simulate", "2x mirror 2", "--workload", "seqwrite", "--size", "8M", "--device-bandwidth", "400M", "--json"]);
+    let r: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(r["simulated"]["data_devices"], 2, "{}", json);
+    assert!(num(&r["device_write_bytes"]) >= (16 << 20) as f64, "both children wrote every byte: {}", json);
+    assert!(!Path::new(&e.path("tarn.cache")).exists(), "a simulated pool is not recorded in the pool cache");
+}
+
+#[test]
+fn simulated_bench_bad_input_gets_clear_errors() {
+    let e = Env::new("simbad");
+    let sim = |layout: &str, extra: &[&str]| {
+        let mut args = vec!["bench", "--simulate", layout];
+        args.extend_from_slice(extra);
+        e.fails(&args)
+    };
+    for (layout, says) in [
+        ("raid5 6", "unknown vdev type 'raid5'"),
+        ("raidz2 2", "raidz2 needs at least 3 devices, 2 given"),
+        ("raidz2", "'raidz2' needs a device count"),
+        ("0x mirror 2", "a group repeats 1 to 256 times"),
+        ("100x mirror 3", "300 devices; at most 256"),
+        ("", "no vdevs"),
+    ] {
+        let err = sim(layout, &[]);
+        assert!(err.contains("--simulate") && err.contains(says), "{}: {}", layout, err);
+    }
+    assert!(sim("2x raidz2 12", &["--device-bandwidth", "0"]).contains("--device-bandwidth"));
+    assert!(sim("2x raidz2 12", &["--device-bandwidth", "1K"]).contains("--device-bandwidth"));
+    assert!(sim("2x raidz2 12", &["--device-bandwidth", "9000T"]).contains("--device-bandwidth"));
+    assert!(sim("2x raidz2 12", &["--device-iops", "0"]).contains("--device-iops"));
+    assert!(sim("2x raidz2 12", &["--device-latency", "5 parsecs"]).contains("--device-latency"));
+    assert!(sim("2x raidz2 12", &["--size", "100T"]).contains("--size 100T"));
+    assert!(sim("2x raidz2 12", &["--cache-device", &e.path("c.img")]).contains("--cache-device"));
+    assert!(sim("mirror 2 raidz2 4", &[]).contains("mismatched replication level"));
+    // A pool and a simulation at once, or neither: clap's usage errors.
+    assert_eq!(e.run(&["bench", "tank", "--simulate", "mirror 2"]).status.code(), Some(2));
+    assert_eq!(e.run(&["bench"]).status.code(), Some(2));
+}

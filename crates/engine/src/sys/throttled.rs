@@ -3,9 +3,17 @@
 //! whatever the real disk under it can do.
 //!
 //! Model: a single server. An operation of n bytes starts when the device is
-//! free (`busy_until`), takes n / bandwidth, and completes `latency` after
-//! that; the caller sleeps until then. Concurrent callers therefore share the
-//! bandwidth rather than each getting all of it.
+//! free (`busy_until`), occupies it for `op_time + n / bandwidth`, and
+//! completes `latency` after that; the caller sleeps until then. Concurrent
+//! callers therefore share the bandwidth rather than each getting all of it.
+//!
+//! `op_time` (1 / the device's IOPS, `with_iops`) is what each command costs
+//! the device whatever its size — why small random reads reach a drive's
+//! IOPS limit long before its bandwidth. `latency` does not occupy the
+//! server: an NVMe drive has many commands in flight, so a command's
+//! latency overlaps the others' transfers (the fault device's model, where
+//! the latency is part of the service time, is a drive with one command in
+//! flight).
 
 use std::io;
 use std::sync::Arc;
@@ -20,16 +28,23 @@ pub struct ThrottledDevice {
     inner: Arc<dyn BlockDevice>,
     bytes_per_sec: u64,
     latency: Duration,
+    op_time: Duration,
     busy_until: Mutex<Instant>,
 }
 
 impl ThrottledDevice {
     pub fn new(inner: Arc<dyn BlockDevice>, bytes_per_sec: u64, latency: Duration) -> Self {
-        ThrottledDevice { inner, bytes_per_sec: bytes_per_sec.max(1), latency, busy_until: Mutex::new(Instant::now()) }
+        ThrottledDevice { inner, bytes_per_sec: bytes_per_sec.max(1), latency, op_time: Duration::ZERO, busy_until: Mutex::new(Instant::now()) }
+    }
+
+    /// Each operation also occupies the device for 1 / `iops` seconds.
+    pub fn with_iops(mut self, iops: u64) -> Self {
+        self.op_time = Duration::from_secs_f64(1.0 / iops.max(1) as f64);
+        self
     }
 
     fn wait(&self, bytes: usize) {
-        let service = Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec as f64);
+        let service = self.op_time + Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec as f64);
         let done = {
             let mut b = self.busy_until.lock();
             let start = (*b).max(Instant::now());
@@ -99,5 +114,17 @@ mod tests {
         }
         // 4 MiB at 40 MiB/s is 100 ms however many threads share it.
         assert!(start.elapsed() >= Duration::from_millis(95), "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn each_operation_costs_its_op_time() {
+        // 200 IOPS: 40 ops of 512 bytes take at least 200 ms at a bandwidth
+        // that would move them in under a millisecond.
+        let d = ThrottledDevice::new(Arc::new(FaultDevice::new(1 << 20, 1)), 1 << 30, Duration::ZERO).with_iops(200);
+        let start = Instant::now();
+        for i in 0..40u64 {
+            d.read_at(&mut [0u8; 512], i * 512).unwrap();
+        }
+        assert!(start.elapsed() >= Duration::from_millis(195), "{:?}", start.elapsed());
     }
 }
