@@ -20,7 +20,11 @@
 //!   on a child the position has passed is not read again, one after it
 //!   is repaired from the other child;
 //! - a finished resilver is kept as the pool's last scan across export and
-//!   import, and a scrub can start after it.
+//!   import, and a scrub can start after it;
+//! - a scrub in logical order (`zfs_scan_legacy`), which keeps no position,
+//!   starts over at import: every copy checked again, its figures from
+//!   zero; a scrub keeps the order it started with whatever the tunable
+//!   says at import.
 
 mod common;
 
@@ -28,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{blocks, corrupt, durable, mirror_pool, new_pool, open, pattern, put, verified};
-use tarn_engine::pool::scan::{ScanFunc, ScanPosition, ScanState, ScanStatus};
+use tarn_engine::pool::scan::{ScanFunc, ScanOrder, ScanPosition, ScanState, ScanStatus};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::Pool;
 use tarn_ondisk::bp::Dva;
@@ -325,4 +329,62 @@ fn a_finished_resilver_is_the_last_scan_after_import() {
     assert_eq!(st.report.repaired_bytes, done.report.repaired_bytes);
     let rep = pool.scrub().expect("a scrub after it");
     assert_eq!((rep.bad_copies, rep.error_count), (0, 0), "{rep:?}");
+}
+
+/// A scrub in logical order knows which copies it checked only by their
+/// place in a walk of a tree that changes, so it keeps no position: one
+/// stopped by an export starts over at import (imported with the sorted
+/// default: the record keeps its order). Its figures start from zero and
+/// it checks every copy again — each copy damaged before the export is
+/// damaged again, including those the first pass had repaired, and the
+/// second pass finds and repairs them all.
+#[test]
+fn a_scrub_in_logical_order_starts_over_after_import() {
+    let (devs, pool, objs) = pool_of_objects();
+    let damaged = damage_second_copies(&devs, &pool, &objs);
+    pool.set_tunable("zfs_scan_legacy", "1").expect("legacy");
+    let mid = scrub_until(&pool, "8M", 30);
+    assert!(mid.order == ScanOrder::Logical && mid.position.is_none(), "{mid:?}");
+    pool.export().expect("export");
+    let saved = pool.scan_status();
+    assert!(saved.state == ScanState::Scanning && saved.examined >= mid.examined && saved.examined < saved.to_examine, "stopped part way: {saved:?}");
+    let first = saved.report.repaired_copies;
+    assert!(first > 0 && first < damaged, "the first pass repaired some of the damage, not all: {saved:?}");
+    assert!(saved.position.is_none(), "no position in logical order: {saved:?}");
+    assert_eq!(damage_second_copies(&devs, &pool, &objs), damaged, "the same copies damaged again");
+    drop(pool);
+
+    let pool = open(&devs).expect("import");
+    let done = pool.scan_wait();
+    let r = &done.report;
+    assert!(done.state == ScanState::Finished && done.order == ScanOrder::Logical && done.resumes == 1 && done.start_time == saved.start_time, "{done:?}");
+    assert!(r.txg >= saved.report.txg && done.position.is_none(), "{done:?}");
+    assert_eq!((r.bad_copies, r.repaired_copies, r.error_count), (damaged, damaged, 0), "every damaged copy found by the new pass, once: {r:?}");
+    assert!(done.examined == done.to_examine && r.copies >= 2 * OBJECTS, "figures of one whole pass: {done:?}");
+    let again = pool.scrub().expect("scrub");
+    assert_eq!(again.bad_copies, 0, "{again:?}");
+    read_back(&pool, &objs);
+    verified(&pool, "after a scrub in logical order started over");
+}
+
+/// The order is the scan's, fixed when it starts: a sorted scrub stopped
+/// by an export continues sorted from its position after an import with
+/// `zfs_scan_legacy` 1 (a logical pass would have no use for the position).
+#[test]
+fn a_scrub_keeps_its_order_across_import() {
+    let (devs, pool, objs) = pool_of_objects();
+    scrub_until(&pool, "8M", 30);
+    pool.export().expect("export");
+    let saved = pool.scan_status();
+    let pos = saved.position.expect("a sorted scrub has a position");
+    drop(pool);
+
+    let pool = common::open_legacy(&devs, 1);
+    let done = pool.scan_wait();
+    assert!(done.state == ScanState::Finished && done.order == ScanOrder::Sorted && done.resumes == 1, "{done:?}");
+    assert!(done.position.is_some_and(|p| p > pos) && done.report.txg == saved.report.txg, "continued from its position: {done:?} {saved:?}");
+    assert_eq!(done.examined, done.to_examine, "{done:?}");
+    assert_eq!(pool.scrub().expect("scrub").bad_copies, 0);
+    assert_eq!(pool.scan_status().order, ScanOrder::Logical, "a new scrub takes the tunable");
+    read_back(&pool, &objs);
 }

@@ -287,6 +287,19 @@ impl ScanFunc {
     }
 }
 
+/// The order in which a scrub reads its copies, fixed when it starts
+/// (`zfs_scan_legacy`) and kept in its record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScanOrder {
+    /// By (vdev, child, offset): the device sees ascending offsets, and
+    /// the position says how far the scan got.
+    #[default]
+    Sorted,
+    /// As the walk of the tree finds the blocks (OpenZFS's legacy scan):
+    /// no position; a pass that continues the scan starts it over.
+    Logical,
+}
+
 /// A copy's place in the scan's order: (vdev, child, offset). `child` is
 /// the leaf's place in `Vdev::scan_leaves` (0 for a plain device).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -304,6 +317,9 @@ pub struct ScanStatus {
     #[serde(default)]
     pub func: ScanFunc,
     pub state: ScanState,
+    /// How a scrub orders its reads (a resilver: `Sorted`).
+    #[serde(default)]
+    pub order: ScanOrder,
     /// When the running scan was paused (0: it is not).
     #[serde(default)]
     pub paused_since: u64,
@@ -482,17 +498,38 @@ impl Scanner {
     }
 
     /// The pass about to walk the tree of `tree_txg`: the txg the scan
-    /// covers (set now for a new scan) and where it continues from.
-    fn plan(&self, tree_txg: u64) -> (u64, Option<ScanPosition>) {
+    /// covers, its order and where it continues from. A new scan takes
+    /// this txg, and the order `legacy` says; a scan in logical order
+    /// that was stopped starts over on this tree (it has no position).
+    fn plan(&self, tree_txg: u64, legacy: bool) -> (u64, ScanOrder, Option<ScanPosition>) {
         let mut st = self.st.lock();
         assert!(st.running, "scan of pool '{}' planned without a pass", self.pool);
         if st.status.report.txg == 0 {
             st.status.report.txg = tree_txg;
+            st.status.order = if legacy { ScanOrder::Logical } else { ScanOrder::Sorted };
         } else {
             st.status.resumes += 1;
+            if st.status.order == ScanOrder::Logical {
+                self.start_over(&mut st, tree_txg);
+            }
         }
         st.dirty = true;
-        (st.status.report.txg, st.status.position)
+        assert!(st.status.order == ScanOrder::Sorted || st.status.position.is_none(), "scan of pool '{}' in logical order with a position", self.pool);
+        (st.status.report.txg, st.status.order, st.status.position)
+    }
+
+    /// A scan in logical order continues in a new pass (after an import):
+    /// it knows which copies it checked only by their place in the walk of
+    /// a tree that has changed since, so it checks them all again, on the
+    /// tree of `tree_txg`, with its figures and time from zero (counting
+    /// none twice). Its start time stays; `resumes` counts the pass.
+    fn start_over(&self, st: &mut Inner, tree_txg: u64) {
+        let s = &mut st.status;
+        let line = format!("{} in logical order starts over on the tree of txg {}: it had checked {} bytes, but keeps no position", s.func.name(), tree_txg, s.examined);
+        s.report = ScanReport { txg: tree_txg, ..Default::default() };
+        (s.examined, s.to_examine, s.position) = (0, 0, None);
+        st.pass = Some(Pass::new(0, 0.0));
+        self.events.post(Post::new(class::SCRUB_START).dec("scan_txg", tree_txg).line(line));
     }
 
     /// The pass gathered its blocks: this walk's errors replace the last
