@@ -118,14 +118,14 @@ pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg:
     // `pool::scan` for why the position stays sound.
     let (bps, marks): (Vec<BlockPtr>, Vec<Option<Bookmark>>) = gathered.into_iter().filter(|(bp, _)| bp.physical_birth() <= scan_txg).unzip();
     paused();
-    let (mut copies, first) = copies_of(core, &bps, &mut walk_errors);
+    let (mut copies, first) = copies_of(core, &bps, order, &mut walk_errors);
     let blocks = Blocks { bps, marks, first };
-    if order == ScanOrder::Sorted {
-        copies.sort_by_key(Copy::key);
+    if order != ScanOrder::Logical {
+        copies.sort_by_key(|c| order.key(&c.key()));
     }
     if let Some(p) = after {
-        assert_eq!(order, ScanOrder::Sorted, "a position in a scan of logical order");
-        copies.retain(|c| c.key() > p);
+        assert_ne!(order, ScanOrder::Logical, "a position in a scan of logical order");
+        copies.retain(|c| order.key(&c.key()) > order.key(&p));
     }
     scanner.pass_gathered(walk_errors, copies.iter().map(|c| c.len).sum(), blocks.bps.len() as u64);
     let runs = runs(&copies);
@@ -138,10 +138,11 @@ pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg:
 }
 
 /// Every copy of every block on every leaf that holds it, in the order of
-/// `bps` (the walk's), and each block's first copy's key: the least, so
-/// that in either order one copy of each block is its first. A copy that
-/// lies outside its device is an error, not read.
-fn copies_of(core: &PoolCore, bps: &[BlockPtr], errors: &mut Vec<String>) -> (Vec<Copy>, Vec<ScanPosition>) {
+/// `bps` (the walk's), and each block's first copy in `order` (the one
+/// that reports it lost; any fixed one would do: it is checked by
+/// exactly one pass). A copy that lies outside its device is an error,
+/// not read.
+fn copies_of(core: &PoolCore, bps: &[BlockPtr], order: ScanOrder, errors: &mut Vec<String>) -> (Vec<Copy>, Vec<ScanPosition>) {
     let mut out = Vec::with_capacity(bps.len() * 2);
     let mut first = vec![ScanPosition { vdev: u32::MAX, child: u32::MAX, offset: u64::MAX }; bps.len()];
     for (i, bp) in bps.iter().enumerate() {
@@ -150,7 +151,7 @@ fn copies_of(core: &PoolCore, bps: &[BlockPtr], errors: &mut Vec<String>) -> (Ve
                 Ok((v, len)) => {
                     for child in v.scan_leaves() {
                         let c = Copy { vdev: dva.vdev, child: child as u32, offset: dva.offset, len, block: i };
-                        first[i] = first[i].min(c.key());
+                        first[i] = std::cmp::min_by_key(first[i], c.key(), |p| order.key(p));
                         out.push(c);
                     }
                 }

@@ -29,8 +29,9 @@ const FUNC_RESILVER: u64 = 2;
 const STATE_SCANNING: u64 = 1;
 const STATE_FINISHED: u64 = 2;
 const STATE_CANCELED: u64 = 3;
-const ORDER_SORTED: u64 = 0;
+const ORDER_CHILD_BY_CHILD: u64 = 0;
 const ORDER_LOGICAL: u64 = 1;
+const ORDER_SORTED: u64 = 2;
 
 /// The record of `s` (never of `ScanState::None`, which is not written).
 pub(crate) fn encode(s: &ScanStatus) -> KvMap {
@@ -48,7 +49,14 @@ pub(crate) fn encode(s: &ScanStatus) -> KvMap {
     let fields = [
         ("func", if s.func == ScanFunc::Scrub { FUNC_SCRUB } else { FUNC_RESILVER }),
         ("state", state),
-        ("order", if s.order == ScanOrder::Logical { ORDER_LOGICAL } else { ORDER_SORTED }),
+        (
+            "order",
+            match s.order {
+                ScanOrder::ChildByChild => ORDER_CHILD_BY_CHILD,
+                ScanOrder::Logical => ORDER_LOGICAL,
+                ScanOrder::Sorted => ORDER_SORTED,
+            },
+        ),
         ("paused_since", s.paused_since),
         ("txg", r.txg),
         ("start_time", s.start_time),
@@ -92,8 +100,9 @@ pub(crate) fn decode(m: &KvMap) -> std::result::Result<ScanStatus, String> {
         s => return Err(format!("unknown scan state {}", s)),
     };
     let order = match get("order") {
-        ORDER_SORTED => ScanOrder::Sorted,
+        ORDER_CHILD_BY_CHILD => ScanOrder::ChildByChild,
         ORDER_LOGICAL => ScanOrder::Logical,
+        ORDER_SORTED => ScanOrder::Sorted,
         o => return Err(format!("unknown scan order {}", o)),
     };
     let small = |what: &str, v: u64| u32::try_from(v).map_err(|_| format!("position on {} {}", what, v));
@@ -215,7 +224,9 @@ mod tests {
         assert_eq!(decode(&encode(&logical)).expect("decode").order, ScanOrder::Logical);
         let mut old = encode(&none);
         old.remove("order");
-        assert_eq!(decode(&old).expect("a record from before the order key").order, ScanOrder::Sorted);
+        assert_eq!(decode(&old).expect("a record from before the order key").order, ScanOrder::ChildByChild, "it continues in its order");
+        let by_child = ScanStatus { order: ScanOrder::ChildByChild, ..sample() };
+        assert_eq!(decode(&encode(&by_child)).expect("decode").order, ScanOrder::ChildByChild);
     }
 
     #[test]
@@ -236,8 +247,8 @@ mod tests {
         kv::put_u64(&mut m, "repaired_copies", 3);
         assert!(decode(&m).unwrap_err().contains("3 copies repaired of 2 bad"));
         let mut m = encode(&sample());
-        kv::put_u64(&mut m, "order", 2);
-        assert!(decode(&m).unwrap_err().contains("unknown scan order 2"));
+        kv::put_u64(&mut m, "order", 3);
+        assert!(decode(&m).unwrap_err().contains("unknown scan order 3"));
         let mut m = encode(&sample());
         kv::put_u64(&mut m, "order", 1);
         assert!(decode(&m).unwrap_err().contains("a scan in logical order with a position"));
