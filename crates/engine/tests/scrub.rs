@@ -189,14 +189,17 @@ fn a_paused_scrub_reads_nothing_until_resumed() {
     assert!(st.state == ScanState::Finished && st.paused_since == 0, "{st:?}");
 }
 
+/// Objects with the data each holds.
+type Files = Vec<(u64, Vec<u8>)>;
+
 /// A pool with damaged copies, exported: on a mirror, child 1's copies
 /// of the first three objects' data and child 0's of the others'; on one
 /// device with `copies=2`, copy 0 of every block of the first three
 /// objects (and of the dnode array) and copy 1 of the others'. Its
 /// devices, the objects with their data, and how many copies were damaged.
-fn damaged_pool(mirror: bool) -> (Vec<Arc<FaultDevice>>, Vec<(u64, Vec<u8>)>, u64) {
+fn damaged_pool(mirror: bool) -> (Vec<Arc<FaultDevice>>, Files, u64) {
     let (devs, pool) = if mirror { common::mirror_pool(1, "1") } else { new_pool(1, &[("copies", "2")]) };
-    let files: Vec<(u64, Vec<u8>)> = (0..6u64).map(|i| {
+    let files: Files = (0..6u64).map(|i| {
         let d = pattern(300_000 + 40_000 * i as usize, i);
         (put(&pool, &d), d)
     }).collect();
