@@ -219,6 +219,9 @@ tunables! {
     /// Most bytes a second a scrub reads or a resilver copies, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
     tarn_scan_limit_bytes_per_sec: u64 = 0;
     range 0, 1 << 40;
+    /// 1: a scrub reads its copies in logical order, as the walk of the pool's tree finds them (OpenZFS's legacy scan), not sorted by device offset; for comparison only. A scrub keeps the order it started with; in logical order it keeps no position, so one stopped by an export starts over at import.
+    zfs_scan_legacy: u32 = 0;
+    range 0, 1;
     /// Events each pool's ring keeps (`pool events`); the oldest go first. At most 10,000: the ring is rewritten whole in each txg that changes it.
     zfs_zevent_len_max: u64 = 512;
     range 1, 10_000;
@@ -460,6 +463,23 @@ mod tests {
         assert!(t.set("tarn_scan_limit_bytes_per_sec", "2T").is_err(), "above its range");
         let bad = Tunables { tarn_scan_limit_bytes_per_sec: 5, ..Tunables::default() };
         assert!(bad.validate().expect_err("5 B/s").msg.contains("at least 64K"));
+    }
+
+    #[test]
+    fn the_legacy_scan_order_is_zero_or_one() {
+        let mut t = Tunables::default();
+        assert_eq!(t.zfs_scan_legacy, 0, "sorted scans by default");
+        for bad in ["2", "yes", "-1", "1.5", ""] {
+            let err = t.set("zfs_scan_legacy", bad).expect_err(bad);
+            assert!(err.msg.contains("'zfs_scan_legacy'") && err.msg.contains(&format!("'{}'", bad)), "{bad}: {err}");
+            assert_eq!(t.zfs_scan_legacy, 0, "{bad}: nothing changed");
+        }
+        assert!(t.set("zfs_scan_legacy", "2").unwrap_err().msg.contains("out of its range 0 to 1"));
+        t.set("zfs_scan_legacy", "1").expect("1");
+        assert_eq!(t.zfs_scan_legacy, 1);
+        t.set("zfs_scan_legacy", "0").expect("0");
+        let bad = Tunables { zfs_scan_legacy: 3, ..Tunables::default() };
+        assert!(bad.validate().expect_err("3").msg.contains("'zfs_scan_legacy' is 3, out of its range 0 to 1"));
     }
 
     #[test]

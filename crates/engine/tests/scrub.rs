@@ -6,14 +6,16 @@
 //!   copy, and a second scrub finds nothing (every copy verifies again);
 //! - a block with no good copy is reported, not "repaired";
 //! - frees and new writes during a scrub never meet a repair: the checker
-//!   is clean and every object reads back exactly afterwards.
+//!   is clean and every object reads back exactly afterwards;
+//! - a scrub in logical order (`zfs_scan_legacy` 1) finds and repairs
+//!   exactly what a sorted one does, reading its copies unmerged.
 
 mod common;
 
 use std::sync::Arc;
 
 use common::{blocks, corrupt, new_pool, pattern, put, verified};
-use tarn_engine::sys::FaultDevice;
+use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::Pool;
 
 /// Damages copy `k` of every block of each object (and of the dnode
@@ -185,4 +187,81 @@ fn a_paused_scrub_reads_nothing_until_resumed() {
     });
     let st = pool.scan_status();
     assert!(st.state == ScanState::Finished && st.paused_since == 0, "{st:?}");
+}
+
+/// Objects with the data each holds.
+type Files = Vec<(u64, Vec<u8>)>;
+
+/// A pool with damaged copies, exported: on a mirror, child 1's copies
+/// of the first three objects' data and child 0's of the others'; on one
+/// device with `copies=2`, copy 0 of every block of the first three
+/// objects (and of the dnode array) and copy 1 of the others'. Its
+/// devices, the objects with their data, and how many copies were damaged.
+fn damaged_pool(mirror: bool) -> (Vec<Arc<FaultDevice>>, Files, u64) {
+    let (devs, pool) = if mirror { common::mirror_pool(1, "1") } else { new_pool(1, &[("copies", "2")]) };
+    let files: Files = (0..6u64).map(|i| {
+        let d = pattern(300_000 + 40_000 * i as usize, i);
+        (put(&pool, &d), d)
+    }).collect();
+    pool.sync().expect("sync");
+    let objs: Vec<u64> = files.iter().map(|f| f.0).collect();
+    let damaged = if mirror {
+        // Data copies only: the walk reads metadata through the mirror,
+        // which heals what it reads.
+        let mut n = 0;
+        for (k, &o) in objs.iter().enumerate() {
+            for bp in blocks(&pool, o).into_iter().filter(|bp| bp.level == 0) {
+                let d = &devs[usize::from(k < 3)];
+                d.write_at(&[0x5Au8; 512], bp.dva[0].offset).expect("damage");
+                d.flush().expect("flush");
+                n += 1;
+            }
+        }
+        n
+    } else {
+        damage_copy(&devs, &pool, &objs[..3], 0) + damage_copy(&devs, &pool, &objs[3..], 1)
+    };
+    pool.export().expect("export");
+    (devs, files, damaged)
+}
+
+/// The report of one scrub in the order `legacy` says of a pool on `devs`;
+/// a second scrub finds nothing and every object reads back.
+fn scrubbed_in_order(devs: &[Arc<FaultDevice>], files: &[(u64, Vec<u8>)], legacy: u32) -> tarn_engine::pool::scan::ScanReport {
+    use tarn_engine::pool::scan::ScanOrder;
+    let pool = common::open_legacy(devs, legacy);
+    let rep = pool.scrub().expect("scrub");
+    let want = if legacy == 1 { ScanOrder::Logical } else { ScanOrder::Sorted };
+    assert_eq!(pool.scan_status().order, want, "the scrub's recorded order");
+    let again = pool.scrub().expect("scrub");
+    assert_eq!((again.bad_copies, again.error_count), (0, 0), "legacy {legacy}: the first scrub left nothing: {again:?}");
+    for (obj, data) in files {
+        assert!(pool.root().read(*obj, 0, data.len()).expect("read") == *data, "object {obj} reads back exactly");
+    }
+    verified(&pool, "after scrubs in either order");
+    rep
+}
+
+/// `zfs_scan_legacy` 1: the scrub reads copies as the walk found their
+/// blocks, so copies that the sorted scrub merges into one read (adjacent
+/// blocks of a file) are read one by one — on a mirror exactly one read
+/// per copy, its children alternating — and it finds and repairs the same
+/// damage: every damaged copy, each from a good one, same figures. (Both
+/// scrubs run on copies of the same damaged devices.)
+#[test]
+fn both_scan_orders_find_and_repair_the_same_damage() {
+    for mirror in [false, true] {
+        let (devs, files, damaged) = damaged_pool(mirror);
+        let sorted = scrubbed_in_order(&common::durable(&devs), &files, 0);
+        let logical = scrubbed_in_order(&common::durable(&devs), &files, 1);
+        for (what, r) in [("sorted", &sorted), ("logical", &logical)] {
+            assert_eq!((r.bad_copies, r.repaired_copies, r.error_count), (damaged, damaged, 0), "mirror {mirror}, {what}: every damaged copy found and repaired: {r:?}");
+        }
+        let figures = |r: &tarn_engine::pool::scan::ScanReport| (r.blocks, r.copies, r.bytes, r.repaired_bytes);
+        assert_eq!(figures(&sorted), figures(&logical), "mirror {mirror}: the same copies checked and bytes repaired: {sorted:?} {logical:?}");
+        assert!(sorted.reads < sorted.copies && logical.reads > sorted.reads, "mirror {mirror}: sorted reads merge, logical ones do not: {sorted:?} {logical:?}");
+        if mirror {
+            assert_eq!(logical.reads, logical.copies, "in logical order a mirror's children alternate: {logical:?}");
+        }
+    }
 }

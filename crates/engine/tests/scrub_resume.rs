@@ -20,7 +20,11 @@
 //!   on a child the position has passed is not read again, one after it
 //!   is repaired from the other child;
 //! - a finished resilver is kept as the pool's last scan across export and
-//!   import, and a scrub can start after it.
+//!   import, and a scrub can start after it;
+//! - a scrub in logical order (`zfs_scan_legacy`), which keeps no position,
+//!   starts over at import: every copy checked again, its figures from
+//!   zero; a scrub keeps the order it started with whatever the tunable
+//!   says at import.
 
 mod common;
 
@@ -28,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{blocks, corrupt, durable, mirror_pool, new_pool, open, pattern, put, verified};
-use tarn_engine::pool::scan::{ScanFunc, ScanPosition, ScanState, ScanStatus};
+use tarn_engine::pool::scan::{ScanFunc, ScanOrder, ScanPosition, ScanState, ScanStatus};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
 use tarn_engine::Pool;
 use tarn_ondisk::bp::Dva;
@@ -44,6 +48,11 @@ fn pool_of_objects() -> (Vec<Arc<FaultDevice>>, Pool, Vec<u64>) {
     let objs = (0..OBJECTS).map(|i| put(&pool, &pattern(OBJECT_BYTES, i))).collect();
     pool.sync().expect("sync");
     (devs, pool, objs)
+}
+
+/// Whether `a` comes after `pos` in the order of a sorted scrub.
+fn passed(a: &ScanPosition, pos: &ScanPosition) -> bool {
+    ScanOrder::Sorted.key(a) > ScanOrder::Sorted.key(pos)
 }
 
 fn until(what: &str, cond: impl Fn() -> bool) {
@@ -128,8 +137,8 @@ fn a_scrub_stopped_by_export_continues_from_its_position_after_import() {
     let pos = saved.position.expect("a position once copies were checked");
     // Between the passes: one copy the first pass checked is damaged, and
     // one copy of another block that it did not reach.
-    let before = *spare.iter().find(|c| c.key() <= pos).expect("a copy of the second half at or before the position");
-    let after = *spare.iter().find(|c| c.key() > pos && c.block != before.block).expect("a copy of another block after the position");
+    let before = *spare.iter().find(|c| !passed(&c.key(), &pos)).expect("a copy of the second half at or before the position");
+    let after = *spare.iter().find(|c| passed(&c.key(), &pos) && c.block != before.block).expect("a copy of another block after the position");
     corrupt(&devs, &before.dva);
     corrupt(&devs, &after.dva);
     drop(pool);
@@ -284,8 +293,8 @@ fn a_mirror_scrub_continues_child_by_child() {
     let saved = pool.scan_status();
     let pos = saved.position.expect("a position");
     assert!(saved.state == ScanState::Scanning && saved.examined < saved.to_examine, "{saved:?}");
-    let before = *copies.iter().find(|c| c.0 <= pos).expect("a copy at or before the position");
-    let after = *copies.iter().find(|c| c.0 > pos && c.1 != before.1).expect("a copy of another block after it");
+    let before = *copies.iter().find(|c| !passed(&c.0, &pos)).expect("a copy at or before the position");
+    let after = *copies.iter().find(|c| passed(&c.0, &pos) && c.1 != before.1).expect("a copy of another block after it");
     for (key, _) in [before, after] {
         let d = &devs[2 * key.vdev as usize + key.child as usize];
         d.write_at(&[0x5Au8; 512], key.offset).expect("damage");
@@ -325,4 +334,87 @@ fn a_finished_resilver_is_the_last_scan_after_import() {
     assert_eq!(st.report.repaired_bytes, done.report.repaired_bytes);
     let rep = pool.scrub().expect("a scrub after it");
     assert_eq!((rep.bad_copies, rep.error_count), (0, 0), "{rep:?}");
+}
+
+/// A scrub in logical order knows which copies it checked only by their
+/// place in a walk of a tree that changes, so it keeps no position: one
+/// stopped by an export starts over at import (imported with the sorted
+/// default: the record keeps its order). Its figures start from zero and
+/// it checks every copy again — each copy damaged before the export is
+/// damaged again, including those the first pass had repaired, and the
+/// second pass finds and repairs them all.
+#[test]
+fn a_scrub_in_logical_order_starts_over_after_import() {
+    let (devs, pool, objs) = pool_of_objects();
+    let damaged = damage_second_copies(&devs, &pool, &objs);
+    pool.set_tunable("zfs_scan_legacy", "1").expect("legacy");
+    let mid = scrub_until(&pool, "8M", 30);
+    assert!(mid.order == ScanOrder::Logical && mid.position.is_none(), "{mid:?}");
+    pool.export().expect("export");
+    let saved = pool.scan_status();
+    assert!(saved.state == ScanState::Scanning && saved.examined >= mid.examined && saved.examined < saved.to_examine, "stopped part way: {saved:?}");
+    let first = saved.report.repaired_copies;
+    assert!(first > 0 && first < damaged, "the first pass repaired some of the damage, not all: {saved:?}");
+    assert!(saved.position.is_none(), "no position in logical order: {saved:?}");
+    assert_eq!(damage_second_copies(&devs, &pool, &objs), damaged, "the same copies damaged again");
+    drop(pool);
+
+    let pool = open(&devs).expect("import");
+    let done = pool.scan_wait();
+    let r = &done.report;
+    assert!(done.state == ScanState::Finished && done.order == ScanOrder::Logical && done.resumes == 1 && done.start_time == saved.start_time, "{done:?}");
+    assert!(r.txg >= saved.report.txg && done.position.is_none(), "{done:?}");
+    let restarts = pool.events().since(None).0.into_iter().filter(|e| e.class == tarn_engine::pool::events::class::SCRUB_START && e.number("scan_txg") == Some(r.txg)).count();
+    assert_eq!(restarts, 1, "the new pass says it starts over, on the tree of txg {}", r.txg);
+    assert_eq!((r.bad_copies, r.repaired_copies, r.error_count), (damaged, damaged, 0), "every damaged copy found by the new pass, once: {r:?}");
+    assert!(done.examined == done.to_examine && r.copies >= 2 * OBJECTS, "figures of one whole pass: {done:?}");
+    let again = pool.scrub().expect("scrub");
+    assert_eq!(again.bad_copies, 0, "{again:?}");
+    read_back(&pool, &objs);
+    verified(&pool, "after a scrub in logical order started over");
+}
+
+/// The order is the scan's, fixed when it starts: a sorted scrub stopped
+/// by an export continues sorted from its position after an import with
+/// `zfs_scan_legacy` 1 (a logical pass would have no use for the position).
+#[test]
+fn a_scrub_keeps_its_order_across_import() {
+    let (devs, pool, objs) = pool_of_objects();
+    scrub_until(&pool, "8M", 30);
+    pool.export().expect("export");
+    let saved = pool.scan_status();
+    let pos = saved.position.expect("a sorted scrub has a position");
+    drop(pool);
+
+    let pool = common::open_legacy(&devs, 1);
+    let done = pool.scan_wait();
+    assert!(done.state == ScanState::Finished && done.order == ScanOrder::Sorted && done.resumes == 1, "{done:?}");
+    assert!(done.position.is_some_and(|p| passed(&p, &pos)) && done.report.txg == saved.report.txg, "continued from its position: {done:?} {saved:?}");
+    assert_eq!(done.examined, done.to_examine, "{done:?}");
+    assert_eq!(pool.scrub().expect("scrub").bad_copies, 0);
+    assert_eq!(pool.scan_status().order, ScanOrder::Logical, "a new scrub takes the tunable");
+    read_back(&pool, &objs);
+}
+
+/// A sorted scrub reads every leaf at once, each in ascending offsets
+/// (1 MiB windows of offsets, each on every leaf in turn): when a mirror's
+/// scrub has checked 30 %, both children have given about as many bytes.
+/// (Leaf after leaf, child 1 would have given none yet: a scrub of a
+/// mirror of two disks kept one of them idle.)
+#[test]
+fn a_sorted_scrub_reads_the_children_of_a_mirror_at_once() {
+    let (devs, pool) = mirror_pool(1, "1");
+    (0..OBJECTS).for_each(|i| {
+        put(&pool, &pattern(OBJECT_BYTES, i));
+    });
+    pool.sync().expect("sync");
+    let read = || devs.iter().map(|d| d.stats().bytes_read).collect::<Vec<u64>>();
+    let before = read();
+    let mid = scrub_until(&pool, "8M", 30);
+    let after = read();
+    let (a, b) = (after[0] - before[0], after[1] - before[1]);
+    assert!(a.min(b) * 3 >= a.max(b) && a + b >= mid.examined, "both children read alike: {a} and {b} bytes, {mid:?}");
+    pool.set_tunable(LIMIT, "0").expect("no limit");
+    let done = pool.scan_wait();
+    assert!(done.state == ScanState::Finished && done.order == ScanOrder::Sorted && done.report.bad_copies == 0, "{done:?}");
 }

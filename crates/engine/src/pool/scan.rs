@@ -12,8 +12,10 @@
 //!                     metadata read on the way, every block noted once;
 //!                     keep the blocks born (physically) by txg N
 //!  3. sort            one entry per copy and leaf (a mirror holds each
-//!                     copy once per child), by (vdev, child, offset);
-//!                     drop the copies at or before the saved position
+//!                     copy once per child), by (offset / SCAN_EXTENT,
+//!                     vdev, child, offset) — each leaf in ascending
+//!                     offsets, all leaves at once (`ScanOrder`); drop the
+//!                     copies at or before the saved position
 //!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
 //!                     SCAN_WORKERS extents in flight, each copy checked on
 //!                     its own; IoClass::Scrub, so the scheduler gives
@@ -50,9 +52,9 @@
 //! function (scrub, or resilver), state (scanning, finished, canceled),
 //! when paused, the txg N it covers, start and end time, bytes to examine
 //! and examined, copies, reads, bad and repaired copies, errors, time
-//! spent, and — for a scrub — the *position*: the greatest (vdev, child,
-//! offset) such that every copy at or before it has been checked and, if
-//! bad, repaired. The
+//! spent, its order, and — for a scrub — the *position*: the greatest
+//! (vdev, child, offset), in the scan's order, such that every copy at or
+//! before it has been checked and, if bad, repaired. The
 //! sync thread writes it in every txg in which it changed (a pass changes
 //! it with every run it commits), so an idle pool syncs every
 //! `zfs_txg_timeout` while a scan runs; never per I/O.
@@ -91,6 +93,19 @@
 //! scrub) — a child that was down in the first pass and is back is skipped
 //! where the position has passed it, its resilver's business.
 //!
+//! ## Logical order (`zfs_scan_legacy`)
+//! For comparison, a scrub can read its copies as the walk found their
+//! blocks (OpenZFS's scan before sorted issue): step 3 keeps the walk's
+//! order and drops nothing; runs still merge copies that happen to be
+//! adjacent. The order is chosen when the scan starts and kept in the
+//! record, so a change of the tunable applies to the next scrub. Such a
+//! scan commits no position — a place in the walk is no resume key, since
+//! the tree the next pass walks differs — so a pass that continues it
+//! after an import starts over (`Scanner::start_over`): the same scan
+//! (start time kept, `resumes` counted), figures from zero, the tree of
+//! the txg now synced, every copy checked again. Honest, and no copy is
+//! counted twice; what the first pass did is lost except its repairs.
+//!
 //! A pool runs at most one scan at a time, on a thread of its own
 //! (`Scanner`): `tarn pool scrub` starts it (or resumes a paused one), `-p`
 //! pauses it and `-s` cancels it (both take effect between extents; a
@@ -115,6 +130,14 @@
 //! - bad ≤ copies checked, for a scrub repaired ≤ bad, walk errors ≤
 //!   errors (`record::check`, before every write and after every read);
 //! - a pass never covers a txg newer than the tree it walks (`issue::pass`).
+//!
+//! Why all leaves at once: sorted leaf after leaf (vdev, child, offset),
+//! the workers all read the same leaf, so a scrub of a mirror of two
+//! disks kept one idle and took twice the time its disks allow; windows
+//! of `SCAN_EXTENT` of offsets interleave the leaves while each still
+//! sees ascending offsets. Scans recorded before this order (no `order`
+//! in the record) continue leaf after leaf (`ScanOrder::ChildByChild`):
+//! their position means nothing in another order.
 //!
 //! A RAID-Z copy is checked whole, once (child 0 in its key): its vdev
 //! reads every column, parity included, verifies the block, rebuilds wrong
@@ -287,9 +310,41 @@ impl ScanFunc {
     }
 }
 
-/// A copy's place in the scan's order: (vdev, child, offset). `child` is
-/// the leaf's place in `Vdev::scan_leaves` (0 for a plain device).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+/// The order in which a scrub reads its copies, fixed when it starts
+/// (`zfs_scan_legacy`) and kept in its record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScanOrder {
+    /// By (offset / SCAN_EXTENT, vdev, child, offset): every device sees
+    /// ascending offsets, and all of them are read at once — each 1 MiB
+    /// window of offsets on every leaf in turn, so the workers spread over
+    /// the leaves; the position says how far the scan got.
+    #[default]
+    Sorted,
+    /// By (vdev, child, offset): one leaf after the other. The order of
+    /// scans recorded before `Sorted` (their record has no `order`), which
+    /// continue in it.
+    ChildByChild,
+    /// As the walk of the tree finds the blocks (OpenZFS's legacy scan):
+    /// no position; a pass that continues the scan starts it over.
+    Logical,
+}
+
+impl ScanOrder {
+    /// Where the copy at `p` comes in this order (for `Logical`, which has
+    /// no position, the key of `ChildByChild`: only to pick one copy of a
+    /// block).
+    pub fn key(self, p: &ScanPosition) -> (u64, u32, u32, u64) {
+        match self {
+            ScanOrder::Sorted => (p.offset / SCAN_EXTENT, p.vdev, p.child, p.offset),
+            ScanOrder::ChildByChild | ScanOrder::Logical => (0, p.vdev, p.child, p.offset),
+        }
+    }
+}
+
+/// A copy's place: (vdev, child, offset). `child` is the leaf's place in
+/// `Vdev::scan_leaves` (0 for a plain device). Compared only through the
+/// scan's order (`ScanOrder::key`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScanPosition {
     pub vdev: u32,
     #[serde(default)]
@@ -304,6 +359,9 @@ pub struct ScanStatus {
     #[serde(default)]
     pub func: ScanFunc,
     pub state: ScanState,
+    /// How a scrub orders its reads (a resilver: `Sorted`).
+    #[serde(default)]
+    pub order: ScanOrder,
     /// When the running scan was paused (0: it is not).
     #[serde(default)]
     pub paused_since: u64,
@@ -482,17 +540,38 @@ impl Scanner {
     }
 
     /// The pass about to walk the tree of `tree_txg`: the txg the scan
-    /// covers (set now for a new scan) and where it continues from.
-    fn plan(&self, tree_txg: u64) -> (u64, Option<ScanPosition>) {
+    /// covers, its order and where it continues from. A new scan takes
+    /// this txg, and the order `legacy` says; a scan in logical order
+    /// that was stopped starts over on this tree (it has no position).
+    fn plan(&self, tree_txg: u64, legacy: bool) -> (u64, ScanOrder, Option<ScanPosition>) {
         let mut st = self.st.lock();
         assert!(st.running, "scan of pool '{}' planned without a pass", self.pool);
         if st.status.report.txg == 0 {
             st.status.report.txg = tree_txg;
+            st.status.order = if legacy { ScanOrder::Logical } else { ScanOrder::Sorted };
         } else {
             st.status.resumes += 1;
+            if st.status.order == ScanOrder::Logical {
+                self.start_over(&mut st, tree_txg);
+            }
         }
         st.dirty = true;
-        (st.status.report.txg, st.status.position)
+        assert!(st.status.order != ScanOrder::Logical || st.status.position.is_none(), "scan of pool '{}' in logical order with a position", self.pool);
+        (st.status.report.txg, st.status.order, st.status.position)
+    }
+
+    /// A scan in logical order continues in a new pass (after an import):
+    /// it knows which copies it checked only by their place in the walk of
+    /// a tree that has changed since, so it checks them all again, on the
+    /// tree of `tree_txg`, with its figures and time from zero (counting
+    /// none twice). Its start time stays; `resumes` counts the pass.
+    fn start_over(&self, st: &mut Inner, tree_txg: u64) {
+        let s = &mut st.status;
+        let line = format!("{} in logical order starts over on the tree of txg {}: it had checked {} bytes, but keeps no position", s.func.name(), tree_txg, s.examined);
+        s.report = ScanReport { txg: tree_txg, ..Default::default() };
+        (s.examined, s.to_examine, s.position) = (0, 0, None);
+        st.pass = Some(Pass::new(0, 0.0));
+        self.events.post(Post::new(class::SCRUB_START).dec("scan_txg", tree_txg).line(line));
     }
 
     /// The pass gathered its blocks: this walk's errors replace the last
@@ -516,7 +595,7 @@ impl Scanner {
         let mut st = self.st.lock();
         let s = &mut st.status;
         if let (Some(old), Some(new)) = (s.position, f.last) {
-            assert!(new > old, "scan position of pool '{}' moving back from {:?} to {:?}", self.pool, old, new);
+            assert!(s.order.key(&new) > s.order.key(&old), "scan position of pool '{}' moving back from {:?} to {:?}", self.pool, old, new);
         }
         s.position = f.last.or(s.position);
         s.report.add(f.counts);

@@ -100,6 +100,13 @@ pub fn open(devs: &[Arc<FaultDevice>]) -> Result<Pool> {
     Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
 }
 
+/// As `open`, with `zfs_scan_legacy` at `legacy` (scrubs in logical order
+/// when 1).
+pub fn open_legacy(devs: &[Arc<FaultDevice>], legacy: u32) -> Pool {
+    let tunables = Tunables { zfs_scan_legacy: legacy, ..small_tunables() };
+    Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables, ..Default::default() }).expect("import")
+}
+
 /// As `open`, allowed to rewind past txgs that cannot be opened (`import -F`).
 pub fn open_rewinding(devs: &[Arc<FaultDevice>]) -> Result<Pool> {
     Pool::open_on(as_dyn(devs), vec![], &OpenOptions { tunables: small_tunables(), rewind: true, ..Default::default() })

@@ -1,6 +1,8 @@
 //! One pass of a scan: gather, filter, sort, skip what an earlier pass
 //! checked, and read in device order, repairing as it goes (the steps of
-//! `pool::scan`'s module docs).
+//! `pool::scan`'s module docs). A scrub in logical order
+//! (`zfs_scan_legacy`) skips the sort and the skip: it reads the copies in
+//! the order the walk found their blocks, and commits no position.
 //!
 //! Workers take runs in order but finish them out of order; a run's
 //! figures reach the scanner (and so the record) only when every run
@@ -20,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tarn_ondisk::bp::BlockPtr;
 
-use super::{block_name, ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
+use super::{block_name, ScanOrder, ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
 use crate::io::block;
 use crate::io::{IoClass, Leaf};
 use crate::pool::core::{FailedCopy, PoolCore};
@@ -78,7 +80,8 @@ struct Blocks {
 #[derive(Default)]
 pub(super) struct RunFigures {
     pub counts: ScanReport,
-    /// The run's last copy: with every earlier run, the new position.
+    /// The run's last copy: with every earlier run, the new position
+    /// (None in logical order, which has no position).
     pub last: Option<ScanPosition>,
 }
 
@@ -102,10 +105,12 @@ impl Progress {
 
 /// Scans the tree of synced txg `tree_txg` (its MOS root and space
 /// blocks) as the scanner's plan says: only blocks born by the scan's txg,
-/// only copies after its position. The caller holds frees after
-/// `tree_txg`. `paused` runs after the gather, before any read (tests).
+/// only copies after its position, in its order. The caller holds frees
+/// after `tree_txg`. `paused` runs after the gather, before any read
+/// (tests).
 pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg: u64, space_blocks: &[BlockPtr], paused: &mut dyn FnMut()) -> PassEnd {
-    let (scan_txg, after) = scanner.plan(tree_txg);
+    let legacy = core.tunables.read().zfs_scan_legacy != 0;
+    let (scan_txg, order, after) = scanner.plan(tree_txg, legacy);
     assert!(scan_txg <= tree_txg, "scan of txg {} resumed on the older tree of txg {}", scan_txg, tree_txg);
     let (gathered, mut walk_errors) = crate::pool::verify::gather(core, mos, tree_txg, space_blocks);
     // Blocks written after the scan began are not its business (their
@@ -113,14 +118,18 @@ pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg:
     // `pool::scan` for why the position stays sound.
     let (bps, marks): (Vec<BlockPtr>, Vec<Option<Bookmark>>) = gathered.into_iter().filter(|(bp, _)| bp.physical_birth() <= scan_txg).unzip();
     paused();
-    let (mut copies, first) = sorted_copies(core, &bps, &mut walk_errors);
+    let (mut copies, first) = copies_of(core, &bps, order, &mut walk_errors);
     let blocks = Blocks { bps, marks, first };
+    if order != ScanOrder::Logical {
+        copies.sort_by_key(|c| order.key(&c.key()));
+    }
     if let Some(p) = after {
-        copies.retain(|c| c.key() > p);
+        assert_ne!(order, ScanOrder::Logical, "a position in a scan of logical order");
+        copies.retain(|c| order.key(&c.key()) > order.key(&p));
     }
     scanner.pass_gathered(walk_errors, copies.iter().map(|c| c.len).sum(), blocks.bps.len() as u64);
     let runs = runs(&copies);
-    let done = issue(core, &blocks, &runs, scanner);
+    let done = issue(core, &blocks, &runs, scanner, order);
     match scanner.halted() {
         _ if done == runs.len() => PassEnd::Finished,
         Some(end) => end,
@@ -128,10 +137,12 @@ pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg:
     }
 }
 
-/// Every copy of every block on every leaf that holds it, by (vdev,
-/// child, offset), and each block's first copy's key. A copy that lies
-/// outside its device is an error, not read.
-fn sorted_copies(core: &PoolCore, bps: &[BlockPtr], errors: &mut Vec<String>) -> (Vec<Copy>, Vec<ScanPosition>) {
+/// Every copy of every block on every leaf that holds it, in the order of
+/// `bps` (the walk's), and each block's first copy in `order` (the one
+/// that reports it lost; any fixed one would do: it is checked by
+/// exactly one pass). A copy that lies outside its device is an error,
+/// not read.
+fn copies_of(core: &PoolCore, bps: &[BlockPtr], order: ScanOrder, errors: &mut Vec<String>) -> (Vec<Copy>, Vec<ScanPosition>) {
     let mut out = Vec::with_capacity(bps.len() * 2);
     let mut first = vec![ScanPosition { vdev: u32::MAX, child: u32::MAX, offset: u64::MAX }; bps.len()];
     for (i, bp) in bps.iter().enumerate() {
@@ -140,7 +151,7 @@ fn sorted_copies(core: &PoolCore, bps: &[BlockPtr], errors: &mut Vec<String>) ->
                 Ok((v, len)) => {
                     for child in v.scan_leaves() {
                         let c = Copy { vdev: dva.vdev, child: child as u32, offset: dva.offset, len, block: i };
-                        first[i] = first[i].min(c.key());
+                        first[i] = std::cmp::min_by_key(first[i], c.key(), |p| order.key(p));
                         out.push(c);
                     }
                 }
@@ -148,13 +159,15 @@ fn sorted_copies(core: &PoolCore, bps: &[BlockPtr], errors: &mut Vec<String>) ->
             }
         }
     }
-    out.sort_by_key(Copy::key);
     (out, first)
 }
 
-/// Splits sorted copies into runs read as one extent: same vdev, each
-/// starting where the previous one's read ended, at most `SCAN_EXTENT`
-/// (a single larger copy is a run of its own).
+/// Splits copies into runs read as one extent: same vdev, each starting
+/// where the previous one's read ended, at most `SCAN_EXTENT` (a single
+/// larger copy is a run of its own). Sorted copies of adjacent blocks
+/// merge; in logical order only blocks the walk found one after the other
+/// that also lie one after the other on the same leaf do (a plain
+/// device's; a mirror's children alternate).
 fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
     let mut out = Vec::new();
     let mut first = 0;
@@ -172,11 +185,12 @@ fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
 }
 
 /// Reads the runs with `SCAN_WORKERS` workers (each takes the next run in
-/// order, so the device still sees ascending offsets), paced by
-/// `tarn_scan_limit_bytes_per_sec`, waiting while the scan is paused and
-/// taking no more runs once it is halted. Returns how many runs were
-/// committed: all of those taken.
-fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner) -> usize {
+/// order, so in sorted order the device still sees ascending offsets),
+/// paced by `tarn_scan_limit_bytes_per_sec`, waiting while the scan is
+/// paused and taking no more runs once it is halted. Returns how many runs
+/// were committed: all of those taken. In logical order a run moves no
+/// position.
+fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner, order: ScanOrder) -> usize {
     let next = AtomicU64::new(0);
     let progress = Mutex::new(Progress { next: 0, pending: BTreeMap::new() });
     std::thread::scope(|s| {
@@ -195,7 +209,10 @@ fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner) 
                 if i >= runs.len() {
                     return;
                 }
-                let fig = check_run(core, blocks, runs[i]);
+                let mut fig = check_run(core, blocks, runs[i]);
+                if order == ScanOrder::Logical {
+                    fig.last = None;
+                }
                 let bytes = fig.counts.bytes;
                 progress.lock().finished(i, fig, scanner);
                 scanner.pace(core, bytes);

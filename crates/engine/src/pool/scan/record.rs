@@ -13,13 +13,14 @@
 //! - the function and state are ones this tarn knows (`func` 1 scrub, 2
 //!   resilver; `state` 1 scanning, 2 finished, 3 canceled);
 //! - a scan that has a position or has checked anything covers a txg;
+//! - a scan in logical order is a scrub, and has no position;
 //! - bad copies ≤ copies checked, and for a scrub repaired ≤ bad (a
 //!   resilver's repaired copies are those it wrote); the errors of the last
 //!   walk ≤ all errors.
 
 use tarn_ondisk::kv::{self, KvMap};
 
-use super::{ScanFunc, ScanPosition, ScanReport, ScanState, ScanStatus};
+use super::{ScanFunc, ScanOrder, ScanPosition, ScanReport, ScanState, ScanStatus};
 use crate::error::{Error, Result};
 use crate::object::Objset;
 
@@ -28,6 +29,9 @@ const FUNC_RESILVER: u64 = 2;
 const STATE_SCANNING: u64 = 1;
 const STATE_FINISHED: u64 = 2;
 const STATE_CANCELED: u64 = 3;
+const ORDER_CHILD_BY_CHILD: u64 = 0;
+const ORDER_LOGICAL: u64 = 1;
+const ORDER_SORTED: u64 = 2;
 
 /// The record of `s` (never of `ScanState::None`, which is not written).
 pub(crate) fn encode(s: &ScanStatus) -> KvMap {
@@ -45,6 +49,14 @@ pub(crate) fn encode(s: &ScanStatus) -> KvMap {
     let fields = [
         ("func", if s.func == ScanFunc::Scrub { FUNC_SCRUB } else { FUNC_RESILVER }),
         ("state", state),
+        (
+            "order",
+            match s.order {
+                ScanOrder::ChildByChild => ORDER_CHILD_BY_CHILD,
+                ScanOrder::Logical => ORDER_LOGICAL,
+                ScanOrder::Sorted => ORDER_SORTED,
+            },
+        ),
         ("paused_since", s.paused_since),
         ("txg", r.txg),
         ("start_time", s.start_time),
@@ -87,6 +99,12 @@ pub(crate) fn decode(m: &KvMap) -> std::result::Result<ScanStatus, String> {
         STATE_CANCELED => ScanState::Canceled,
         s => return Err(format!("unknown scan state {}", s)),
     };
+    let order = match get("order") {
+        ORDER_CHILD_BY_CHILD => ScanOrder::ChildByChild,
+        ORDER_LOGICAL => ScanOrder::Logical,
+        ORDER_SORTED => ScanOrder::Sorted,
+        o => return Err(format!("unknown scan order {}", o)),
+    };
     let small = |what: &str, v: u64| u32::try_from(v).map_err(|_| format!("position on {} {}", what, v));
     let position = match (kv::get_u64(m, "pos_vdev"), kv::get_u64(m, "pos_child"), kv::get_u64(m, "pos_offset")) {
         (Some(v), Some(c), Some(offset)) => Some(ScanPosition { vdev: small("vdev", v)?, child: small("child", c)?, offset }),
@@ -111,6 +129,7 @@ pub(crate) fn decode(m: &KvMap) -> std::result::Result<ScanStatus, String> {
     let s = ScanStatus {
         func,
         state,
+        order,
         paused_since: get("paused_since"),
         start_time: get("start_time"),
         end_time: get("end_time"),
@@ -134,6 +153,12 @@ fn check(s: &ScanStatus) -> std::result::Result<(), String> {
     }
     if s.position.is_some() && s.func != ScanFunc::Scrub {
         return Err("a resilver with a position".into());
+    }
+    if s.order == ScanOrder::Logical && s.func != ScanFunc::Scrub {
+        return Err("a resilver in logical order".into());
+    }
+    if s.order == ScanOrder::Logical && s.position.is_some() {
+        return Err("a scan in logical order with a position".into());
     }
     if r.bad_copies > r.copies {
         return Err(format!("{} bad copies of {} checked", r.bad_copies, r.copies));
@@ -172,6 +197,7 @@ mod tests {
         ScanStatus {
             func: ScanFunc::Scrub,
             state: ScanState::Scanning,
+            order: ScanOrder::Sorted,
             paused_since: 7,
             start_time: 5,
             end_time: 0,
@@ -194,6 +220,13 @@ mod tests {
         assert_eq!(decode(&encode(&none)).expect("decode").position, None);
         let resilver = ScanStatus { func: ScanFunc::Resilver, position: None, ..sample() };
         assert_eq!(decode(&encode(&resilver)).expect("decode").func, ScanFunc::Resilver);
+        let logical = ScanStatus { order: ScanOrder::Logical, position: None, ..sample() };
+        assert_eq!(decode(&encode(&logical)).expect("decode").order, ScanOrder::Logical);
+        let mut old = encode(&none);
+        old.remove("order");
+        assert_eq!(decode(&old).expect("a record from before the order key").order, ScanOrder::ChildByChild, "it continues in its order");
+        let by_child = ScanStatus { order: ScanOrder::ChildByChild, ..sample() };
+        assert_eq!(decode(&encode(&by_child)).expect("decode").order, ScanOrder::ChildByChild);
     }
 
     #[test]
@@ -213,5 +246,14 @@ mod tests {
         let mut m = encode(&sample());
         kv::put_u64(&mut m, "repaired_copies", 3);
         assert!(decode(&m).unwrap_err().contains("3 copies repaired of 2 bad"));
+        let mut m = encode(&sample());
+        kv::put_u64(&mut m, "order", 3);
+        assert!(decode(&m).unwrap_err().contains("unknown scan order 3"));
+        let mut m = encode(&sample());
+        kv::put_u64(&mut m, "order", 1);
+        assert!(decode(&m).unwrap_err().contains("a scan in logical order with a position"));
+        let mut m = encode(&ScanStatus { func: ScanFunc::Resilver, position: None, ..sample() });
+        kv::put_u64(&mut m, "order", 1);
+        assert!(decode(&m).unwrap_err().contains("a resilver in logical order"));
     }
 }
