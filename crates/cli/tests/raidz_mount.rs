@@ -271,8 +271,8 @@ fn bit_rot_on_two_raidz2_devices_is_read_around_and_scrubbed() {
     p.all_read_back(&e, &src, &files, "while damaged");
     let st = p.status_json(&e);
     let by_reads = repairs_since(&e, &p, &map, &d, log_before, "the reads");
-    for k in 0..2 {
-        assert_eq!(counts(&st, d.devs[k]), (0, 0, by_reads[k].0.len() as u64, by_reads[k].1), "the reads: {}: (READ, WRITE, CKSUM, repaired) are the repairs logged: {st}", p.name(d.devs[k]));
+    for (&dev, (offsets, bytes)) in d.devs.iter().zip(&by_reads) {
+        assert_eq!(counts(&st, dev), (0, 0, offsets.len() as u64, *bytes), "the reads: {}: (READ, WRITE, CKSUM, repaired) are the repairs logged: {st}", p.name(dev));
     }
     for i in (0..WIDTH).filter(|i| !d.devs.contains(i)) {
         assert_eq!(counts(&st, i), (0, 0, 0, 0), "nothing against undamaged {}: {st}", p.name(i));
