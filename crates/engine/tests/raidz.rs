@@ -553,7 +553,7 @@ fn damage_past_the_checksummed_end_is_counted_against_its_column() {
     let (devs, pool) = raidz_pool(6, 2, &[]);
     let (obj, data, bps) = one_file(&pool, 5000, 9);
     let g = geometry(&pool, 0);
-    let bp = bps.iter().find(|bp| bp.psize as u64 % SECTOR != 0).expect("a block that is not whole sectors");
+    let bp = bps.iter().find(|bp| !(bp.psize as u64).is_multiple_of(SECTOR)).expect("a block that is not whole sectors");
     close(pool);
     let map = map_of(g, bp, 0);
     let last = map.columns().len() - 1;
