@@ -48,57 +48,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
-use common::{noise, wait_for, Env, Rng};
-use tarn_engine::posix::{FileSystem, PosixFs, PosixOptions};
-use tarn_engine::{OpenOptions, Pool};
+use common::mounted::{counts, file_blocks, have_tar, logged_repairs_on, make_tree, open_readonly, overwrite, read_image, seed, under_load, MountedPool, Vanish};
+use common::{Env, Rng};
 
-fn seed() -> u64 {
-    std::env::var("TARN_MIRROR_SEED").ok().map(|s| s.parse().expect("TARN_MIRROR_SEED is a number")).unwrap_or(12)
-}
-
-/// Text-like bytes (words of a small vocabulary: they compress, so their
-/// blocks are shorter than their records) or noise (they do not).
-fn content(len: usize, seed: u64, text: bool) -> Vec<u8> {
-    if !text {
-        return noise(len, seed);
-    }
-    const WORDS: &[&str] = &["vdev", "mirror", "scrub", "txg", "block", "pointer", "checksum", "fn", "let", "mut", "{", "}", "\n", "resilver", "//"];
-    let mut r = Rng(seed);
-    let mut out = Vec::with_capacity(len + 16);
-    while out.len() < len {
-        out.extend_from_slice(r.pick(WORDS).as_bytes());
-        out.push(b' ');
-    }
-    out.truncate(len);
-    out
-}
-
-/// A source tree of `n` files in nested directories, made from `seed`
-/// under `dir`: mostly small files (some inline in their dnode), a
-/// quarter of tens of KiB, a few of several records with indirect
-/// blocks; text and noise. Returns the relative paths.
-fn make_tree(dir: &Path, n: usize, seed: u64) -> Vec<String> {
-    let mut r = Rng(seed);
-    let mut files = Vec::with_capacity(n);
-    for i in 0..n {
-        let rel = format!("d{}/s{}/f{}", r.next() % 20, r.next() % 6, i);
-        let len = match r.next() % 100 {
-            0..=69 => r.range(0, 6 << 10),
-            70..=94 => r.range(6 << 10, 48 << 10),
-            _ => r.range(100 << 10, 600 << 10),
-        };
-        let p = dir.join(&rel);
-        std::fs::create_dir_all(p.parent().expect("a file in a directory")).unwrap();
-        std::fs::write(&p, content(len as usize, seed ^ i as u64, r.next().is_multiple_of(2))).unwrap();
-        files.push(rel);
-    }
-    files
-}
+/// The size of each device.
+const SIZE: u64 = 256 << 20;
 
 /// One copy of a block of a file: its mirror offset (the same on every
 /// child) and the bytes its checksum covers.
@@ -114,23 +70,12 @@ struct Copy {
 /// read in this process from the closed pool on `devs` (read-only). The
 /// pool is one mirror, so each copy is at its offset on every child.
 fn block_map(devs: &[PathBuf], files: &[String]) -> Vec<Copy> {
-    let pool = Pool::open(devs, &OpenOptions { readonly: true, ..Default::default() }).expect("open the closed pool read-only");
-    let os = pool.datasets().objset("tank").expect("the root dataset");
-    let fs = PosixFs::open(os.clone(), PosixOptions { readonly: true, ..Default::default() }).expect("its files");
+    let pool = open_readonly(devs);
     let mut out = Vec::new();
-    for rel in files {
-        let mut ino = fs.root();
-        for name in rel.split('/') {
-            ino = fs.lookup(ino, name.as_bytes()).unwrap_or_else(|e| panic!("{rel}: {e:?}")).ino;
-        }
-        for (level, _, bp) in os.tree(ino, 100_000).expect("the file's block tree") {
-            if bp.is_hole() || bp.is_embedded() {
-                continue;
-            }
-            for d in bp.dva.iter().filter(|d| !d.is_empty()) {
-                assert_eq!(d.vdev, 0, "one top-level vdev");
-                out.push(Copy { offset: d.offset, psize: bp.psize as u64, level, file: rel.clone() });
-            }
+    for (file, level, bp) in file_blocks(&pool, files) {
+        for d in bp.dva.iter().filter(|d| !d.is_empty()) {
+            assert_eq!(d.vdev, 0, "one top-level vdev");
+            out.push(Copy { offset: d.offset, psize: bp.psize as u64, level, file: file.clone() });
         }
     }
     out.sort();
@@ -147,24 +92,11 @@ fn damage(img: &Path, copies: &[Copy], r: &mut Rng) -> u64 {
     for c in copies {
         let len = r.range(c.psize.div_ceil(2), c.psize);
         let at = c.offset + r.range(0, c.psize - len);
-        let mut old = vec![0u8; len as usize];
-        f.seek(SeekFrom::Start(at)).unwrap();
-        f.read_exact(&mut old).unwrap();
-        let new: Vec<u8> = old.iter().zip(noise(old.len(), r.next())).map(|(o, x)| o ^ (x | 1)).collect();
-        f.seek(SeekFrom::Start(at)).unwrap();
-        f.write_all(&new).unwrap();
+        overwrite(&mut f, at, len, r);
         total += len;
     }
     f.sync_all().unwrap();
     total
-}
-
-fn read_image(img: &Path, offset: u64, len: u64) -> Vec<u8> {
-    let mut f = std::fs::File::open(img).unwrap();
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    let mut b = vec![0u8; len as usize];
-    f.read_exact(&mut b).unwrap();
-    b
 }
 
 /// `n` distinct copies drawn from `from`, none in `not`.
@@ -185,74 +117,8 @@ fn choose(from: &[Copy], n: usize, not: &BTreeSet<u64>, r: &mut Rng) -> Vec<Copy
 
 /// A 2-way mirror pool "tank" on `devs/a.img` and `devs/b.img` (256 MiB
 /// each), mounted at `mnt` in the test's namespace.
-struct MirrorPool {
-    devs: Vec<PathBuf>,
-    mnt: String,
-}
-
-impl MirrorPool {
-    fn create(e: &Env) -> MirrorPool {
-        std::fs::create_dir_all(e.dir.join("devs")).unwrap();
-        let devs = vec![e.dir.join("devs/a.img"), e.dir.join("devs/b.img")];
-        let mnt = e.path("mnt");
-        let (a, b) = (devs[0].display().to_string(), devs[1].display().to_string());
-        e.ok(&["pool", "create", "-m", &mnt, "tank", "mirror", &a, &b, "--size", "256M"]);
-        MirrorPool { devs, mnt }
-    }
-
-    fn name(&self, i: usize) -> String {
-        self.devs[i].display().to_string()
-    }
-
-    /// The file `rel` as this process reaches it through the mount.
-    fn file(&self, e: &Env, rel: &str) -> PathBuf {
-        e.at(&format!("{}/{}", self.mnt, rel))
-    }
-
-    /// Stops the daemon (the pool closes: nothing of it stays cached).
-    fn close(&self, e: &Env) {
-        e.ok(&["daemon", "stop"]);
-    }
-
-    /// Starts the daemon, which imports the pool from its cache file, and
-    /// waits for the mount.
-    fn reopen(&self, e: &Env) {
-        e.ok(&["pool", "list"]);
-        wait_for("the pool's root to be mounted", || e.is_mounted(&self.mnt));
-    }
-
-    fn status_json(&self, e: &Env) -> serde_json::Value {
-        let v: serde_json::Value = serde_json::from_str(&e.ok(&["pool", "status", "--json", "tank"])).expect("status --json");
-        v[0].clone()
-    }
-}
-
-/// A device's row of `status --json`: (READ, WRITE, CKSUM, repaired bytes).
-fn counts(st: &serde_json::Value, child: usize) -> (u64, u64, u64, u64) {
-    let c = &st["vdevs"][0]["children"][child];
-    let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} of child {child}: {st}"));
-    (n("read_errors"), n("write_errors"), n("checksum_errors"), n("repaired_bytes"))
-}
-
-/// The daemon log's repairs of reads since byte `from` of the log, per
-/// device: the offsets repaired (each once per repair) and the bytes.
-fn read_repairs(log: &str, dev: &str) -> (Vec<u64>, u64) {
-    let tag = format!(" on '{dev}' (checksum error) from another copy");
-    let (mut offsets, mut bytes) = (Vec::new(), 0);
-    for l in log.lines().filter(|l| l.starts_with("tarn: repaired ") && l.ends_with(&tag)) {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        bytes += w[2].parse::<u64>().expect("repaired N bytes");
-        offsets.push(u64::from_str_radix(w[5].trim_start_matches("0x"), 16).expect("at 0xOFFSET"));
-    }
-    (offsets, bytes)
-}
-
-/// Reads every file through the mount: each equals its source.
-fn all_read_back(e: &Env, p: &MirrorPool, src: &Path, files: &[String], ctx: &str) {
-    for rel in files {
-        let got = std::fs::read(p.file(e, rel)).unwrap_or_else(|err| panic!("{ctx}: reading {rel} through the mount: {err}"));
-        assert!(got == std::fs::read(src.join(rel)).unwrap(), "{ctx}: {rel} reads back wrong bytes");
-    }
+fn mirror_pool(e: &Env) -> MountedPool {
+    MountedPool::create(e, "mirror", &["a.img", "b.img"], "256M")
 }
 
 /// Damage on child(ren): the copies damaged on each device.
@@ -261,11 +127,11 @@ type Damaged = [Vec<Copy>; 2];
 /// Each device's repairs logged by reads (see the module docs) since
 /// byte `from` of the daemon log: the number of repairs, the distinct
 /// copies repaired — which must all be damaged ones — and the bytes.
-fn logged_repairs(e: &Env, p: &MirrorPool, damaged: &Damaged, from: usize, ctx: &str) -> [(u64, BTreeSet<u64>, u64); 2] {
+fn logged_repairs(e: &Env, p: &MountedPool, damaged: &Damaged, from: usize, ctx: &str) -> [(u64, BTreeSet<u64>, u64); 2] {
     let log = e.log();
     let log = &log[from.min(log.len())..];
     [0, 1].map(|i| {
-        let (offsets, bytes) = read_repairs(log, &p.name(i));
+        let (offsets, bytes) = logged_repairs_on(log, &p.name(i), " from another copy");
         let distinct: BTreeSet<u64> = offsets.iter().copied().collect();
         let want: BTreeSet<u64> = damaged[i].iter().map(|c| c.offset).collect();
         assert!(distinct.is_subset(&want), "{ctx}: reads repaired copies on {} that were not damaged: {:?}", p.name(i), distinct.difference(&want).collect::<Vec<_>>());
@@ -279,7 +145,7 @@ fn logged_repairs(e: &Env, p: &MirrorPool, damaged: &Damaged, from: usize, ctx: 
 /// repairs are logged as the reads' are); every damaged copy equals its
 /// sibling's again, and a second scrub finds nothing. `log_before` is the
 /// length of the daemon log before the reads.
-fn check_counts_and_scrub(e: &Env, p: &MirrorPool, damaged: &Damaged, log_before: usize, ctx: &str) {
+fn check_counts_and_scrub(e: &Env, p: &MountedPool, damaged: &Damaged, log_before: usize, ctx: &str) {
     let st = p.status_json(e);
     let by_reads = logged_repairs(e, p, damaged, log_before, ctx);
     for (i, (n, _, bytes)) in by_reads.iter().enumerate() {
@@ -351,17 +217,15 @@ fn check_scrub_status(e: &Env, hit: &[String], scrub_found: u64, ctx: &str) {
 #[test]
 fn bit_rot_on_a_mirror_is_read_around_and_scrubbed() {
     let Some(e) = Env::private("mirror-rot", false) else { return };
-    if !std::process::Command::new("tar").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        eprintln!("skipping bit_rot_on_a_mirror_is_read_around_and_scrubbed: tar is not installed");
+    if !have_tar("bit_rot_on_a_mirror_is_read_around_and_scrubbed") {
         return;
     }
-    let seed = seed();
+    let seed = seed("TARN_MIRROR_SEED");
     eprintln!("bit rot on a mirror: seed {seed} (TARN_MIRROR_SEED to change)");
     let src = e.dir.join("src");
     let files = make_tree(&src, 2000, seed);
-    let p = MirrorPool::create(&e);
-    e.sh(&format!("tar -C {} -cf {} . && tar -C {} -xf {}", src.display(), e.path("tree.tar"), p.mnt, e.path("tree.tar")));
-    e.ok(&["pool", "sync", "tank"]);
+    let p = mirror_pool(&e);
+    p.untar(&e, &src);
     p.close(&e);
     let map = block_map(&p.devs, &files);
     let bytes: u64 = map.iter().map(|c| c.psize).sum();
@@ -384,10 +248,10 @@ fn bit_rot_on_a_mirror_is_read_around_and_scrubbed() {
 
 /// One round of damage already on the closed pool's images: the daemon
 /// imports the pool, every file reads back, then the counts and scrubs.
-fn round(e: &Env, p: &MirrorPool, src: &Path, files: &[String], damaged: &Damaged, ctx: &str) {
+fn round(e: &Env, p: &MountedPool, src: &Path, files: &[String], damaged: &Damaged, ctx: &str) {
     let log_before = e.log().len();
     p.reopen(e);
-    all_read_back(e, p, src, files, ctx);
+    p.all_read_back(e, src, files, ctx);
     check_counts_and_scrub(e, p, damaged, log_before, ctx);
     e.ok(&["pool", "clear", "tank"]);
     let st = p.status_json(e);
@@ -397,7 +261,7 @@ fn round(e: &Env, p: &MirrorPool, src: &Path, files: &[String], damaged: &Damage
 }
 
 /// Round 3: the same few data blocks damaged on both children.
-fn lost_blocks(e: &Env, p: &MirrorPool, src: &Path, files: &[String], map: &[Copy], r: &mut Rng) {
+fn lost_blocks(e: &Env, p: &MountedPool, src: &Path, files: &[String], map: &[Copy], r: &mut Rng) {
     let ctx = "round 3 (the same blocks on both devices)";
     let data: Vec<Copy> = map.iter().filter(|c| c.level == 0).cloned().collect();
     let lost = choose(&data, 5, &BTreeSet::new(), r);
@@ -430,28 +294,6 @@ fn lost_blocks(e: &Env, p: &MirrorPool, src: &Path, files: &[String], map: &[Cop
     }
 }
 
-/// How a device of the mirror goes away under load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Vanish {
-    /// `rm`: the daemon still holds the file; it is REMOVED.
-    Delete,
-    /// Cut to half its size (its front labels stay, the back ones and
-    /// every block past the cut go): it is FAULTED.
-    Truncate,
-    /// `tarn inject -e nxio`: every I/O fails with ENXIO, the device says
-    /// it is gone: it is REMOVED. Its file is whole; when the daemon stops
-    /// (which ends the handler) and imports it again, it resilvers what it
-    /// missed.
-    Inject,
-}
-
-/// The source of a file written under load.
-fn load_content(i: usize, seed: u64) -> Vec<u8> {
-    let mut r = Rng(seed ^ ((i as u64) << 20));
-    let len = r.range(16 << 10, 416 << 10) as usize;
-    content(len, r.next(), i.is_multiple_of(3))
-}
-
 /// Issue 12, "What must be shown" 4 (the part possible before replace): a
 /// writer (files of 16–416 KiB, each fsynced) and a reader (re-reading
 /// 100 files written before, ~21 MiB, past its small ARC and the page
@@ -464,63 +306,24 @@ fn load_content(i: usize, seed: u64) -> Vec<u8> {
 /// reads back.
 fn vanish_under_load(name: &str, how: Vanish) {
     let Some(e) = Env::private(name, false) else { return };
-    let seed = seed();
+    let seed = seed("TARN_MIRROR_SEED");
     eprintln!("{name}: seed {seed} (TARN_MIRROR_SEED to change)");
-    let p = MirrorPool::create(&e);
-    // A small ARC, and the kernel's page cache dropped before each read
-    // (`read_uncached`): the reader's files come from the devices.
-    e.ok(&["tunable", "set", "zfs_arc_max=16M"]);
-    let before: Vec<Vec<u8>> = (0..100).map(|i| load_content(1000 + i, seed)).collect();
-    for (i, c) in before.iter().enumerate() {
-        std::fs::write(p.file(&e, &format!("r{i}")), c).unwrap();
-    }
-    e.ok(&["pool", "sync", "tank"]);
-    let (stop, written) = (AtomicBool::new(false), AtomicUsize::new(0));
-    let reads = std::thread::scope(|s| {
-        let reader = s.spawn(|| {
-            let mut n = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                let i = (n as usize * 7) % before.len();
-                let got = read_uncached(&p.file(&e, &format!("r{i}"))).unwrap_or_else(|err| panic!("{name}: reading r{i}: {err}"));
-                assert!(got == before[i], "{name}: r{i} reads back wrong bytes");
-                n += 1;
-            }
-            n
-        });
-        let t = Instant::now();
-        for i in 0..120 {
-            if i == 40 {
-                vanish(&e, &p.devs[1], how);
-            }
-            let mut f = std::fs::File::create(p.file(&e, &format!("w{i}"))).unwrap_or_else(|err| panic!("{name}: creating w{i}: {err}"));
-            f.write_all(&load_content(i, seed)).unwrap_or_else(|err| panic!("{name}: writing w{i}: {err}"));
-            f.sync_all().unwrap_or_else(|err| panic!("{name}: fsync of w{i}: {err}"));
-            written.store(i + 1, Ordering::SeqCst);
-            assert!(t.elapsed() < Duration::from_secs(120), "{name}: the writer is stuck at w{i}");
+    let p = mirror_pool(&e);
+    let load = under_load(&e, &p, name, seed, &|i| {
+        if i == 40 {
+            how.apply(&e, &p.devs[1], SIZE);
         }
-        stop.store(true, Ordering::SeqCst);
-        reader.join().expect("the reader")
     });
-    eprintln!("{name}: {} files written, {reads} files read meanwhile", written.load(Ordering::SeqCst));
     check_degraded(&e, &p, how, name);
-    let check_files = |ctx: &str| {
-        for i in 0..120 {
-            assert!(std::fs::read(p.file(&e, &format!("w{i}"))).unwrap() == load_content(i, seed), "{ctx}: w{i}");
-        }
-        for (i, c) in before.iter().enumerate() {
-            assert!(std::fs::read(p.file(&e, &format!("r{i}"))).unwrap() == *c, "{ctx}: r{i}");
-        }
-    };
-    check_files(name);
-    let verified = e.ok(&["inspect", "tank", "--verify"]);
-    assert!(verified.starts_with("verified txg") && !verified.contains("error"), "{name}: {verified}");
+    load.check_files(&e, &p, name);
+    p.verified(&e, name);
     p.close(&e);
     p.reopen(&e);
     check_after_restart(&e, &p, how, name);
-    check_files(&format!("{name}, after a restart"));
+    load.check_files(&e, &p, &format!("{name}, after a restart"));
     if how != Vanish::Inject {
         replace_lost(&e, &p, name);
-        check_files(&format!("{name}, from the replacement alone"));
+        load.check_files(&e, &p, &format!("{name}, from the replacement alone"));
     }
 }
 
@@ -528,9 +331,9 @@ fn vanish_under_load(name: &str, how: Vanish) {
 /// the pool ONLINE with c.img in b.img's place, `inspect --verify` clean;
 /// then `a.img` is taken offline and the daemon restarted, so what is read
 /// next comes from c.img alone.
-fn replace_lost(e: &Env, p: &MirrorPool, ctx: &str) {
+fn replace_lost(e: &Env, p: &MountedPool, ctx: &str) {
     let c = e.dir.join("devs/c.img").display().to_string();
-    std::fs::File::create(&c).unwrap().set_len(256 << 20).unwrap();
+    std::fs::File::create(&c).unwrap().set_len(SIZE).unwrap();
     e.ok(&["pool", "replace", "-w", "tank", &p.name(1), &c]);
     let st = p.status_json(e);
     let paths: Vec<&str> = st["vdevs"][0]["children"].as_array().expect("mirror-0's children").iter().map(|c| c["path"].as_str().unwrap_or("")).collect();
@@ -538,8 +341,7 @@ fn replace_lost(e: &Env, p: &MirrorPool, ctx: &str) {
     assert_eq!((st["state"].as_str(), st["scan"]["func"].as_str()), (Some("ONLINE"), Some("Resilver")), "{ctx}: {st}");
     let rep = &st["scan"]["report"];
     assert!(rep["errors"].as_array().is_some_and(|a| a.is_empty()) && rep["repaired_bytes"].as_u64() > Some(20 << 20), "{ctx}: c.img got every block: {st}");
-    let verified = e.ok(&["inspect", "tank", "--verify"]);
-    assert!(verified.starts_with("verified txg") && !verified.contains("error"), "{ctx}: {verified}");
+    p.verified(e, ctx);
     e.ok(&["pool", "offline", "tank", &p.name(0)]);
     p.close(e);
     p.reopen(e);
@@ -550,7 +352,7 @@ fn replace_lost(e: &Env, p: &MirrorPool, ctx: &str) {
 /// The pool imported again by a restarted daemon: a deleted or truncated
 /// child is UNAVAIL saying why; an injected one (its file whole, the
 /// handler gone with the daemon) is back and resilvers what it missed.
-fn check_after_restart(e: &Env, p: &MirrorPool, how: Vanish, ctx: &str) {
+fn check_after_restart(e: &Env, p: &MountedPool, how: Vanish, ctx: &str) {
     let why = match how {
         Vanish::Delete => "No such file",
         Vanish::Truncate => "smaller than the pool expects",
@@ -572,46 +374,18 @@ fn check_after_restart(e: &Env, p: &MirrorPool, how: Vanish, ctx: &str) {
     assert!(child["fault"].as_str().is_some_and(|f| f.contains(why)), "{ctx}: the child says why it is UNAVAIL: {st}");
 }
 
-/// Reads a whole file after asking the kernel to drop its cached pages.
-fn read_uncached(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut f = std::fs::File::open(path)?;
-    // SAFETY: advice on a descriptor we own; it changes no memory of ours.
-    unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, libc::POSIX_FADV_DONTNEED) };
-    let mut out = Vec::new();
-    f.read_to_end(&mut out)?;
-    Ok(out)
-}
-
-fn vanish(e: &Env, img: &Path, how: Vanish) {
-    match how {
-        Vanish::Delete => std::fs::remove_file(img).unwrap(),
-        Vanish::Truncate => std::fs::OpenOptions::new().write(true).open(img).unwrap().set_len(128 << 20).unwrap(),
-        Vanish::Inject => {
-            e.ok(&["inject", "-d", &img.display().to_string(), "-e", "nxio", "tank"]);
-        }
-    }
-}
-
 /// The pool after the loss: DEGRADED, mirror-0 DEGRADED, b.img REMOVED or
 /// FAULTED, a.img ONLINE with no errors, and zpool's lines.
-fn check_degraded(e: &Env, p: &MirrorPool, how: Vanish, ctx: &str) {
+fn check_degraded(e: &Env, p: &MountedPool, how: Vanish, ctx: &str) {
     e.ok(&["pool", "sync", "tank"]);
     let st = p.status_json(e);
-    let want = match how {
-        Vanish::Delete | Vanish::Inject => "REMOVED",
-        Vanish::Truncate => "FAULTED",
-    };
     assert_eq!(st["state"].as_str(), Some("DEGRADED"), "{ctx}: {st}");
     assert_eq!(st["vdevs"][0]["state"].as_str(), Some("DEGRADED"), "{ctx}: {st}");
-    assert_eq!(st["vdevs"][0]["children"][1]["state"].as_str(), Some(want), "{ctx}: {st}");
+    assert_eq!(st["vdevs"][0]["children"][1]["state"].as_str(), Some(how.state()), "{ctx}: {st}");
     assert_eq!(st["vdevs"][0]["children"][0]["state"].as_str(), Some("ONLINE"), "{ctx}: {st}");
     assert_eq!(counts(&st, 0), (0, 0, 0, 0), "{ctx}: nothing against the good device: {st}");
     let status = e.ok(&["pool", "status", "tank"]);
-    let line = match how {
-        Vanish::Delete | Vanish::Inject => "status: One or more devices could not be used because they are missing or were removed.",
-        Vanish::Truncate => "status: One or more devices are faulted in response to persistent errors.",
-    };
-    assert!(status.contains(line) && status.contains("Sufficient replicas exist") && status.contains("action: "), "{ctx}: {status}");
+    assert!(status.contains(how.status_line()) && status.contains("Sufficient replicas exist") && status.contains("action: "), "{ctx}: {status}");
 }
 
 #[test]

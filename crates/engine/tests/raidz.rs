@@ -541,3 +541,36 @@ fn layouts_zpool_refuses_are_refused() {
     verified(&pool, "raidz1 beside raidz2");
     read_all(&pool, &files, "raidz1 beside raidz2");
 }
+
+/// Regression: damage only past a block's psize in its last data sector
+/// (bytes its checksum does not cover, parity does). The scrub found the
+/// data verifying and parity disagreeing, so it counted checksum errors on
+/// the P and Q children, rewrote their parity to match the damage, and
+/// left the damaged column as it was. Now the damaged column's child is
+/// the one counted, and the column is rewritten.
+#[test]
+fn damage_past_the_checksummed_end_is_counted_against_its_column() {
+    let (devs, pool) = raidz_pool(6, 2, &[]);
+    let (obj, data, bps) = one_file(&pool, 5000, 9);
+    let g = geometry(&pool, 0);
+    let bp = bps.iter().find(|bp| !(bp.psize as u64).is_multiple_of(SECTOR)).expect("a block that is not whole sectors");
+    close(pool);
+    let map = map_of(g, bp, 0);
+    let last = map.columns().len() - 1;
+    let c = map.columns()[last];
+    let before: Vec<Vec<u8>> = map.columns().iter().map(|c| column_bytes(&devs, c)).collect();
+    let mut b = before[last].clone();
+    let end = (bp.psize as u64 - map.data_range(last).start) as usize;
+    b[end..].iter_mut().for_each(|x| *x = !*x);
+    devs[c.child].write_at(&b, LABELS_FRONT + c.offset).expect("damage");
+    let pool = open(&devs).expect("open");
+    read_all(&pool, &[(obj, data)], "damaged past the checksummed end");
+    let rep = pool.scrub().expect("scrub");
+    assert_eq!((rep.bad_copies, rep.repaired_copies, rep.repaired_bytes), (1, 1, c.size), "{rep:?}");
+    let mut want = vec![0u64; 6];
+    want[c.child] = 1;
+    assert_eq!(leaf_checksum_errors(&pool), want, "the damaged column's child is counted, nothing else");
+    for (i, c) in map.columns().iter().enumerate() {
+        assert!(column_bytes(&devs, c) == before[i], "column {i} holds its encoding");
+    }
+}

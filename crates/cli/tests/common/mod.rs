@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod mounted;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

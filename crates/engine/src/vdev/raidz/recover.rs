@@ -173,8 +173,13 @@ pub fn recover(
             rebuild_data(nparity, &mut work, &targets);
             assemble_into(map, &work[nparity..], &mut block);
             if checksum(&block) {
-                let repairs = repairs(map, &columns, work);
-                return Ok(Recovered { data: block, repairs, attempts });
+                let found = repairs(map, &columns, work);
+                if found.iter().any(|r| r.column < nparity && r.cause == RepairCause::Damaged) {
+                    if let Some((data, repairs)) = blame_padding(map, &columns, &targets, &checksum, found.len()) {
+                        return Ok(Recovered { data, repairs, attempts: attempts + 1 });
+                    }
+                }
+                return Ok(Recovered { data: block, repairs: found, attempts });
             }
             for s in &suspects {
                 work[*s].clone_from(columns[*s].as_ref().expect("suspects are present columns"));
@@ -183,6 +188,42 @@ pub fn recover(
         }
     }
     Err(RecoverError::Unrecoverable { attempts, missing: missing.len(), nparity })
+}
+
+/// Data that verifies yet disagrees with parity: the parity may be wrong,
+/// or the last data column's bytes past the block's checksummed end (the
+/// padding of its last sector, when the block's checksum covers less than
+/// whole sectors — the I/O gives `map` whole sectors) may be, which only
+/// parity covers. Rebuilds that column from parity too (with the columns
+/// `targets` rebuilt already); when the block still verifies and fewer
+/// columns are wrong that way, that is the answer: blaming parity would
+/// count checksum errors on healthy children and rewrite their parity to
+/// match the damage. With as many wrong columns either way (RAID-Z1: one
+/// parity column cannot tell them apart) parity keeps the blame.
+fn blame_padding(
+    map: &RaidzMap,
+    columns: &[Option<Vec<u8>>],
+    targets: &[usize],
+    checksum: &impl Fn(&[u8]) -> bool,
+    blamed: usize,
+) -> Option<(Vec<u8>, Vec<Repair>)> {
+    let (nparity, last) = (map.nparity(), columns.len() - 1);
+    if last < nparity || columns[last].is_none() || targets.contains(&last) || targets.len() + 1 > nparity {
+        return None;
+    }
+    let mut work: Vec<Vec<u8>> =
+        columns.iter().zip(map.columns()).map(|(c, m)| c.clone().unwrap_or_else(|| vec![0u8; m.size as usize])).collect();
+    zero_padding(map, &mut work);
+    let mut with_last: Vec<usize> = targets.iter().copied().chain([last]).collect();
+    with_last.sort_unstable();
+    rebuild_data(nparity, &mut work, &with_last);
+    let mut block = vec![0u8; map.psize() as usize];
+    assemble_into(map, &work[nparity..], &mut block);
+    if !checksum(&block) {
+        return None;
+    }
+    let found = repairs(map, columns, work);
+    (found.len() < blamed).then_some((block, found))
 }
 
 fn check_columns(map: &RaidzMap, columns: &[Option<Vec<u8>>]) -> Result<(), RecoverError> {
@@ -309,6 +350,34 @@ mod tests {
         assert_eq!(got.attempts, 1);
         assert_eq!(got.repairs.len(), 1);
         assert_eq!((got.repairs[0].column, got.repairs[0].cause), (2, RepairCause::Damaged));
+    }
+
+    /// Regression: a block whose checksum covers less than its whole
+    /// sectors (the I/O maps whole sectors), damaged only past that end in
+    /// its last data column: the data verifies, and the parity regenerated
+    /// from it disagreed with P and Q — both were reported damaged (and a
+    /// scrub rewrote them to match the damage) while the damaged column was
+    /// left. Now the damaged column is the one reported, with its bytes.
+    #[test]
+    fn damage_past_the_checksummed_end_is_blamed_on_its_column() {
+        let map = RaidzGeometry::new(6, 2, 9).unwrap().map(0, 5 * 512).unwrap();
+        let mut data = sample(5 * 512);
+        data[4 * 512 + 100..].fill(0);
+        let good = encode(&map, &data);
+        let last = good.len() - 1;
+        let mut cols: Vec<Option<Vec<u8>>> = good.iter().cloned().map(Some).collect();
+        cols[last].as_mut().unwrap()[300] ^= 0x5a;
+        let covered = |b: &[u8]| b[..4 * 512 + 100] == data[..4 * 512 + 100];
+        let got = recover(&map, cols, covered).unwrap();
+        assert!(got.data[..4 * 512 + 100] == data[..4 * 512 + 100]);
+        let blamed: Vec<(usize, RepairCause)> = got.repairs.iter().map(|r| (r.column, r.cause)).collect();
+        assert_eq!(blamed, vec![(last, RepairCause::Damaged)]);
+        assert!(got.repairs[0].bytes == good[last]);
+        // Damaged parity with data that verifies is still parity's fault.
+        let mut cols: Vec<Option<Vec<u8>>> = good.iter().cloned().map(Some).collect();
+        cols[1].as_mut().unwrap()[7] ^= 1;
+        let got = recover(&map, cols, covered).unwrap();
+        assert_eq!(got.repairs.iter().map(|r| r.column).collect::<Vec<_>>(), vec![1]);
     }
 
     /// Four damaged columns on 12-wide RAID-Z3: every set of up to three
