@@ -58,6 +58,17 @@ fn fill(pool: &Pool, n: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
     filled(pool, n, len, 100)
 }
 
+const RAIDZ_NAMES: [&str; 4] = ["r0", "r1", "r2", "r3"];
+
+/// A RAID-Z2 pool "tank" of four 96 MiB devices r0..r3, with a fifth
+/// device (index 4) left over for a replacement.
+fn raidz2_of_four(seed: u64) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(5, 96 << 20, seed);
+    let tops = vec![NewTop { layout: Layout::Raidz(2), devices: RAIDZ_NAMES.iter().zip(&devs).map(|(n, d)| named(n, d)).collect() }];
+    let pool = Pool::create_tops("tank", tops, vec![], &opts()).expect("create");
+    (devs, pool)
+}
+
 fn has_pool_label(d: &FaultDevice) -> bool {
     tarn_engine::pool::label::read_labels(d).config.is_some()
 }
@@ -161,10 +172,8 @@ fn a_missing_mirror_child_is_replaced_and_the_pool_is_online_again() {
 
 #[test]
 fn a_missing_raidz_member_is_replaced_in_place() {
-    let devs = mem_devs(5, 96 << 20, 25);
-    let names = ["r0", "r1", "r2", "r3"];
-    let tops = vec![NewTop { layout: Layout::Raidz(2), devices: names.iter().zip(&devs).map(|(n, d)| named(n, d)).collect() }];
-    let pool = Pool::create_tops("tank", tops, vec![], &opts()).expect("create");
+    let (devs, pool) = raidz2_of_four(25);
+    let names = RAIDZ_NAMES;
     let files = fill(&pool, 6, 300_000);
     pool.export().expect("export");
     drop(pool);
@@ -189,10 +198,7 @@ fn a_missing_raidz_member_is_replaced_in_place() {
 /// then serve with the old device gone and two other members missing.
 #[test]
 fn a_raidz_member_in_service_is_replaced_beside_itself() {
-    let devs = mem_devs(5, 96 << 20, 28);
-    let names = ["r0", "r1", "r2", "r3"];
-    let tops = vec![NewTop { layout: Layout::Raidz(2), devices: names.iter().zip(&devs).map(|(n, d)| named(n, d)).collect() }];
-    let pool = Pool::create_tops("tank", tops, vec![], &opts()).expect("create");
+    let (devs, pool) = raidz2_of_four(28);
     let files = fill(&pool, 6, 300_000);
     // Held mid-replacement (the resilver is slow), the tree has the
     // replacing member and writes reach both of its leaves.
