@@ -11,10 +11,11 @@
 //!   child or RAID-Z member is replaced and the pool is ONLINE again;
 //! - a pool stopped right after an attach imports with the new tree and
 //!   finishes the resilver;
+//! - a RAID-Z member in service is replaced beside itself (a replacing
+//!   vdev under the RAID-Z vdev), and its replacement holds its columns;
 //! - every refusal (RAID-Z attach, a device too small, detach of a plain
-//!   device or of the last whole copy, replace of a RAID-Z member in
-//!   service, a device of another pool) names the thing and changes
-//!   nothing.
+//!   device or of the last whole copy, a device of this pool or another)
+//!   names the thing and changes nothing.
 
 mod common;
 
@@ -55,6 +56,17 @@ fn paths(pool: &Pool) -> Vec<String> {
 /// Objects of known contents, synced.
 fn fill(pool: &Pool, n: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
     filled(pool, n, len, 100)
+}
+
+const RAIDZ_NAMES: [&str; 4] = ["r0", "r1", "r2", "r3"];
+
+/// A RAID-Z2 pool "tank" of four 96 MiB devices r0..r3, with a fifth
+/// device (index 4) left over for a replacement.
+fn raidz2_of_four(seed: u64) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(5, 96 << 20, seed);
+    let tops = vec![NewTop { layout: Layout::Raidz(2), devices: RAIDZ_NAMES.iter().zip(&devs).map(|(n, d)| named(n, d)).collect() }];
+    let pool = Pool::create_tops("tank", tops, vec![], &opts()).expect("create");
+    (devs, pool)
 }
 
 fn has_pool_label(d: &FaultDevice) -> bool {
@@ -160,16 +172,9 @@ fn a_missing_mirror_child_is_replaced_and_the_pool_is_online_again() {
 
 #[test]
 fn a_missing_raidz_member_is_replaced_in_place() {
-    let devs = mem_devs(5, 96 << 20, 25);
-    let names = ["r0", "r1", "r2", "r3"];
-    let tops = vec![NewTop { layout: Layout::Raidz(2), devices: names.iter().zip(&devs).map(|(n, d)| named(n, d)).collect() }];
-    let pool = Pool::create_tops("tank", tops, vec![], &opts()).expect("create");
+    let (devs, pool) = raidz2_of_four(25);
+    let names = RAIDZ_NAMES;
     let files = fill(&pool, 6, 300_000);
-    // In service: refused, nothing changed.
-    let e = pool.replace_device_on("r1", "new", devs[4].clone(), false).expect_err("a member in service");
-    assert!(e.to_string().contains("'r1' is still in service") && e.to_string().contains("tarn pool offline"), "{e}");
-    assert_eq!(paths(&pool), ["raidz2-0", "  r0", "  r1", "  r2", "  r3"]);
-    assert!(!has_pool_label(&devs[4]), "the refused device is untouched");
     pool.export().expect("export");
     drop(pool);
     let present: Vec<(String, Arc<dyn BlockDevice>)> = [0, 2, 3].iter().map(|&i| named(names[i], &devs[i])).collect();
@@ -186,6 +191,34 @@ fn a_missing_raidz_member_is_replaced_in_place() {
     // Two members gone, the new one among those left: parity needs it.
     let pool = open_named(vec![named("new", &devs[4]), named("r3", &devs[3])]).expect("import with two members missing");
     reads_back(&pool, &files, "from r3 and the new member by parity");
+}
+
+/// A RAID-Z member in service is replaced beside itself: a replacing vdev
+/// under the RAID-Z vdev until the new device holds its columns, which
+/// then serve with the old device gone and two other members missing.
+#[test]
+fn a_raidz_member_in_service_is_replaced_beside_itself() {
+    let (devs, pool) = raidz2_of_four(28);
+    let files = fill(&pool, 6, 300_000);
+    // Held mid-replacement (the resilver is slow), the tree has the
+    // replacing member and writes reach both of its leaves.
+    pool.set_tunable("tarn_scan_limit_bytes_per_sec", "64K").expect("slow resilver");
+    pool.replace_device_on("r1", "new", devs[4].clone(), false).expect("replace a member in service");
+    assert_eq!(paths(&pool), ["raidz2-0", "  r0", "  replacing-1", "    r1", "    new", "  r2", "  r3"]);
+    let during = fill(&pool, 2, 200_000);
+    reads_back(&pool, &files, "while replacing");
+    pool.set_tunable("tarn_scan_limit_bytes_per_sec", "0").expect("full speed");
+    let rep = resilvered(&pool);
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert_eq!(paths(&pool), ["raidz2-0", "  r0", "  new", "  r2", "  r3"]);
+    assert!(!has_pool_label(&devs[1]), "r1's labels are erased");
+    let scrub = pool.scrub().expect("scrub");
+    assert_eq!(scrub.bad_copies, 0, "{scrub:?}");
+    pool.export().expect("export");
+    drop(pool);
+    let pool = open_named(vec![named("new", &devs[4]), named("r3", &devs[3])]).expect("import with two members missing");
+    reads_back(&pool, &files, "from the new member and r3");
+    reads_back(&pool, &during, "written while replacing, from the new member and r3");
 }
 
 #[test]

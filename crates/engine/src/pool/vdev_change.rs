@@ -15,10 +15,13 @@
 //!   serving reads and the pool keeps its redundancy while NEW is
 //!   resilvered. When the resilver has copied everything onto NEW (its DTL
 //!   empty), OLD is detached and NEW takes its place
-//!   ([`complete_replacements`], run at the end of every resilver). A
-//!   RAID-Z member is replaced in place instead: NEW takes OLD's slot at
-//!   once, rebuilt from parity, which tarn allows only for a member that is
-//!   already out of service (faulted, missing, removed or offline).
+//!   ([`complete_replacements`], run at the end of every resilver). Under
+//!   a RAID-Z vdev the replacing vdev is a member like any other: each
+//!   column it holds is written to both leaves and read from the one that
+//!   has it (`Vdev::column_source`). A RAID-Z member already out of service
+//!   (faulted, missing, removed or offline) has nothing to offer and is
+//!   replaced in place instead: NEW takes its slot at once, rebuilt from
+//!   parity.
 //!
 //! ## How a change is made (`Shared::change_top`)
 //! One change at a time (`Shared::tree_lock`). The config's node of the
@@ -63,7 +66,8 @@ use crate::Pool;
 enum Replace {
     /// Beside it, in a replacing vdev, until the resilver is done.
     Beside,
-    /// In its slot at once (a RAID-Z member out of service).
+    /// In its slot at once (a RAID-Z member out of service, which has
+    /// nothing to serve).
     InPlace,
 }
 
@@ -181,15 +185,7 @@ impl Pool {
                 return refuse(format!("'{}' is already being replaced", leaf.path));
             }
             let how = match node.kind {
-                VdevKind::Raidz if leaf.state().usable() => {
-                    return refuse(format!(
-                        "'{}' is still in service; tarn replaces a RAID-Z member once it is out of service (faulted, missing or offline: 'tarn pool offline {} {}' first)",
-                        leaf.path,
-                        self.name(),
-                        leaf.path
-                    ))
-                }
-                VdevKind::Raidz => Replace::InPlace,
+                VdevKind::Raidz if !leaf.state().usable() => Replace::InPlace,
                 _ => Replace::Beside,
             };
             let slot = node.leaves().into_iter().find(|l| l.guid == leaf.guid).expect("the leaf is under its top-level vdev").clone();

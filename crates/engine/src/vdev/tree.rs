@@ -335,8 +335,23 @@ impl Vdev {
         }
     }
 
+    /// The leaf a RAID-Z column kept on this child is read from, for a
+    /// block born in `birth`: the child itself, or, for a replacing vdev
+    /// (a RAID-Z member being replaced), its first leaf that is up and did
+    /// not miss `birth`, else its first leaf that is up.
+    pub(crate) fn column_source(&self, birth: u64) -> Option<&Vdev> {
+        match &self.kind {
+            Kind::Leaf(_) => Some(self),
+            _ => {
+                let leaves = self.leaves();
+                let up = || leaves.iter().copied().filter(|l| l.leaf_up());
+                up().find(|l| !l.dtl.lock().contains(birth)).or_else(|| up().next())
+            }
+        }
+    }
+
     /// A leaf that reads and writes (not offline, not faulted).
-    fn leaf_up(&self) -> bool {
+    pub(crate) fn leaf_up(&self) -> bool {
         !self.offline.load(Ordering::Relaxed) && self.leaf().is_some_and(|l| l.health() == Health::Online)
     }
 

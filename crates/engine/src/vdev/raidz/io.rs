@@ -111,7 +111,7 @@ fn block_map(v: &Vdev, g: RaidzGeometry, offset: u64, len: u64) -> Result<RaidzM
 /// Whether column `c` of a block born in `birth` can be read from its child.
 fn column_up(v: &Vdev, c: &RaidzColumn, birth: u64) -> bool {
     let child = &v.children[c.child];
-    child.up() && !child.dtl.lock().contains(birth)
+    child.up() && !child.missed_txg(birth)
 }
 
 /// Queues the write of a block's columns at `offset` in txg `txg` (see the
@@ -135,12 +135,16 @@ pub(crate) fn write(v: &Vdev, g: RaidzGeometry, class: IoClass, offset: u64, buf
             Some(p) => (Arc::new(p), 0..c.size as usize),
             None => (buf.clone(), data_range(&map, i)),
         };
-        match child.leaf().filter(|_| child.up()) {
-            Some(l) => {
-                l.write_part(class, LABELS_FRONT + c.offset, bytes, range, group, retire);
-                retire = 0;
+        // A member being replaced (a replacing vdev) takes the column on
+        // each of its leaves.
+        for l in child.leaves() {
+            match l.leaf().filter(|_| l.leaf_up()) {
+                Some(io) => {
+                    io.write_part(class, LABELS_FRONT + c.offset, bytes.clone(), range.clone(), group, retire);
+                    retire = 0;
+                }
+                None => l.dtl.lock().add(txg),
             }
-            None => child.dtl.lock().add(txg),
         }
     }
     if retire > 0 {
@@ -188,7 +192,7 @@ pub(crate) fn read(v: &Vdev, g: RaidzGeometry, class: IoClass, offset: u64, len:
     let mut cols = initial_columns(v, &map, birth);
     if cols[nparity..].iter().all(|c| matches!(c, Col::Unread)) {
         let data: Vec<usize> = (nparity..cols.len()).collect();
-        read_columns(v, class, &map, &data, &mut cols);
+        read_columns(v, class, &map, &data, birth, &mut cols);
         if let Some(block) = assemble(&map, &cols[nparity..]) {
             if (rc.check)(&block) {
                 return Ok(block);
@@ -196,8 +200,8 @@ pub(crate) fn read(v: &Vdev, g: RaidzGeometry, class: IoClass, offset: u64, len:
         }
     }
     let rest: Vec<usize> = (0..cols.len()).filter(|i| matches!(cols[*i], Col::Unread)).collect();
-    read_columns(v, class, &map, &rest, &mut cols);
-    let (data, _) = reconstruct(v, &map, offset, &cols, rc)?;
+    read_columns(v, class, &map, &rest, birth, &mut cols);
+    let (data, _) = reconstruct(v, &map, offset, birth, &cols, rc)?;
     let mut out = AlignedBuf::recycled(data.len());
     out.copy_from_slice(&data);
     Ok(out)
@@ -209,8 +213,8 @@ pub(crate) fn scrub(v: &Vdev, g: RaidzGeometry, offset: u64, len: u64, birth: u6
     let Ok(map) = block_map(v, g, offset, len) else { return ColumnScrub::default() };
     let mut cols = initial_columns(v, &map, birth);
     let all: Vec<usize> = (0..cols.len()).filter(|i| matches!(cols[*i], Col::Unread)).collect();
-    let reads = read_columns(v, IoClass::Scrub, &map, &all, &mut cols);
-    match reconstruct(v, &map, offset, &cols, rc) {
+    let reads = read_columns(v, IoClass::Scrub, &map, &all, birth, &mut cols);
+    match reconstruct(v, &map, offset, birth, &cols, rc) {
         Ok((_, found)) => ColumnScrub { ok: true, reads, ..found },
         Err(_) => ColumnScrub { reads, ..Default::default() },
     }
@@ -228,19 +232,21 @@ pub(crate) fn rewrite(v: &Vdev, g: RaidzGeometry, offset: u64, data: &[u8]) -> i
 /// flushing (the resilver flushes the child once, at its end). Returns the
 /// bytes written.
 pub(crate) fn resilver(v: &Vdev, g: RaidzGeometry, offset: u64, data: &[u8], guid: u64) -> io::Result<u64> {
-    write_columns(v, g, offset, data, &|child| child.guid == guid, false)
+    write_columns(v, g, offset, data, &|leaf| leaf.guid == guid, false)
 }
 
-/// Writes the columns of `data` at `offset` on the children that are up
-/// and `pick` chooses (flushing each when `flush`).
+/// Writes the columns of `data` at `offset` on the leaves that are up and
+/// `pick` chooses (flushing each when `flush`): each child, or each leaf of
+/// a member being replaced.
 fn write_columns(v: &Vdev, g: RaidzGeometry, offset: u64, data: &[u8], pick: &dyn Fn(&Vdev) -> bool, flush: bool) -> io::Result<u64> {
     let map = block_map(v, g, offset, data.len() as u64).map_err(|e| io::Error::other(e.to_string()))?;
     let mut written = 0;
     for (c, bytes) in map.columns().iter().zip(encode_columns(&map, data)) {
-        let child = &v.children[c.child];
-        if child.up() && pick(child) {
-            write_column(child, c, &bytes, flush)?;
-            written += bytes.len() as u64;
+        for l in v.children[c.child].leaves() {
+            if l.up() && pick(l) {
+                write_column(l, c, &bytes, flush)?;
+                written += bytes.len() as u64;
+            }
         }
     }
     Ok(written)
@@ -265,12 +271,12 @@ fn initial_columns(v: &Vdev, map: &RaidzMap, birth: u64) -> Vec<Col> {
 
 /// Reads columns `which` in parallel: each queued on its child's
 /// scheduler, then all waited for. Returns the reads issued.
-fn read_columns(v: &Vdev, class: IoClass, map: &RaidzMap, which: &[usize], cols: &mut [Col]) -> u64 {
+fn read_columns(v: &Vdev, class: IoClass, map: &RaidzMap, which: &[usize], birth: u64, cols: &mut [Col]) -> u64 {
     let (tx, rx) = mpsc::channel();
     let mut queued = 0;
     for &i in which {
         let c = map.columns()[i];
-        let Some(leaf) = v.children[c.child].leaf() else {
+        let Some(leaf) = v.children[c.child].column_source(birth).and_then(|l| l.leaf()) else {
             cols[i] = Col::Skipped;
             continue;
         };
@@ -314,25 +320,29 @@ fn concat(map: &RaidzMap, data_cols: &[&AlignedBuf]) -> AlignedBuf {
 
 /// Recovers the block from the columns read, counts and rewrites what was
 /// wrong (see the module docs); returns the block and what was found.
-fn reconstruct(v: &Vdev, map: &RaidzMap, offset: u64, cols: &[Col], rc: &ReadCheck) -> Result<(Vec<u8>, ColumnScrub)> {
+fn reconstruct(v: &Vdev, map: &RaidzMap, offset: u64, birth: u64, cols: &[Col], rc: &ReadCheck) -> Result<(Vec<u8>, ColumnScrub)> {
     let input: Vec<Option<Vec<u8>>> = cols.iter().map(|c| if let Col::Read(b) = c { Some(b.to_vec()) } else { None }).collect();
     match recover(map, input, |b| (rc.check)(b)) {
         Ok(rec) => {
-            let found = apply_repairs(v, map, offset, cols, &rec, rc);
+            let found = apply_repairs(v, map, offset, birth, cols, &rec, rc);
             Ok((rec.data, found))
         }
-        Err(e) => Err(unrecoverable(v, map, offset, cols, e, rc)),
+        Err(e) => Err(unrecoverable(v, map, offset, birth, cols, e, rc)),
     }
 }
 
 /// Counts the columns `recover` found wrong against their children, tells
 /// `rc.failed` of them, and rewrites them (on children that are up, when
 /// `rc.repair`).
-fn apply_repairs(v: &Vdev, map: &RaidzMap, offset: u64, cols: &[Col], rec: &Recovered, rc: &ReadCheck) -> ColumnScrub {
+fn apply_repairs(v: &Vdev, map: &RaidzMap, offset: u64, birth: u64, cols: &[Col], rec: &Recovered, rc: &ReadCheck) -> ColumnScrub {
     let mut found = ColumnScrub { ok: true, ..Default::default() };
     for r in &rec.repairs {
         let c = &map.columns()[r.column];
-        let child = &v.children[c.child];
+        // The leaf the column was read from (of a member being replaced:
+        // one of its two), which is blamed; the member's leaves that are
+        // up are rewritten.
+        let member = &v.children[c.child];
+        let child = member.column_source(birth).unwrap_or(member);
         let why = match (r.cause, &cols[r.column]) {
             (RepairCause::Damaged, _) => {
                 if let Some(l) = child.leaf() {
@@ -351,20 +361,22 @@ fn apply_repairs(v: &Vdev, map: &RaidzMap, offset: u64, cols: &[Col], rec: &Reco
             }
             (RepairCause::Missing, _) => "missed the block's txg",
         };
-        if !rc.repair || !child.up() {
+        if !rc.repair {
             continue;
         }
         let bytes = AlignedBuf::from_slice(&r.bytes);
-        if write_column(child, c, &bytes, true).is_ok() {
-            found.repaired_bytes += bytes.len() as u64;
-            eprintln!(
-                "tarn: repaired {} bytes at {:#x} on '{}' ({}) from {}'s parity",
-                bytes.len(),
-                LABELS_FRONT + c.offset,
-                child.path,
-                why,
-                v.path
-            );
+        for l in member.leaves().into_iter().filter(|l| l.up()) {
+            if write_column(l, c, &bytes, true).is_ok() {
+                found.repaired_bytes += bytes.len() as u64;
+                eprintln!(
+                    "tarn: repaired {} bytes at {:#x} on '{}' ({}) from {}'s parity",
+                    bytes.len(),
+                    LABELS_FRONT + c.offset,
+                    l.path,
+                    why,
+                    v.path
+                );
+            }
         }
     }
     found
@@ -386,7 +398,7 @@ fn write_column(child: &Vdev, c: &RaidzColumn, bytes: &AlignedBuf, flush: bool) 
 /// failure counts against every child whose column was read, and each of
 /// them is told to `rc.failed` (which one is wrong cannot be known); with
 /// too many columns unreadable, the children whose reads failed are.
-fn unrecoverable(v: &Vdev, map: &RaidzMap, offset: u64, cols: &[Col], e: RecoverError, rc: &ReadCheck) -> Error {
+fn unrecoverable(v: &Vdev, map: &RaidzMap, offset: u64, birth: u64, cols: &[Col], e: RecoverError, rc: &ReadCheck) -> Error {
     let what = format!("{}: block at {:#x} ({} bytes)", v.path, offset, map.psize());
     let err = match e {
         RecoverError::Unrecoverable { .. } => Error::corrupt(format!("{}: {}", what, e)),
@@ -396,7 +408,8 @@ fn unrecoverable(v: &Vdev, map: &RaidzMap, offset: u64, cols: &[Col], e: Recover
         }
     };
     for (c, col) in map.columns().iter().zip(cols) {
-        let child = &v.children[c.child];
+        let member = &v.children[c.child];
+        let child = member.column_source(birth).unwrap_or(member);
         match (col, err.kind == ErrorKind::Corrupt) {
             (Col::Read(_), true) => {
                 if let Some(l) = child.leaf() {
@@ -416,7 +429,7 @@ fn unrecoverable(v: &Vdev, map: &RaidzMap, offset: u64, cols: &[Col], e: Recover
 pub(crate) fn read_async(v: &Vdev, g: RaidzGeometry, class: IoClass, offset: u64, len: u64, birth: u64, done: ReadDone) -> bool {
     let Ok(map) = block_map(v, g, offset, len) else { return false };
     let data: Vec<RaidzColumn> = map.data_columns().to_vec();
-    let leaves: Option<Vec<&Leaf>> = data.iter().map(|c| v.children[c.child].leaf().filter(|_| column_up(v, c, birth))).collect();
+    let leaves: Option<Vec<&Leaf>> = data.iter().map(|c| v.children[c.child].column_source(birth).and_then(|l| l.leaf()).filter(|_| column_up(v, c, birth))).collect();
     let Some(leaves) = leaves else { return false };
     let gather = Arc::new(Gather { st: Mutex::new(GatherState { cols: (0..data.len()).map(|_| None).collect(), arrived: 0, err: None, done: Some(done) }), map });
     for (i, (c, leaf)) in data.iter().zip(leaves).enumerate() {
