@@ -21,9 +21,14 @@
 //!
 //! ## What exists now
 //! [`Vdev`] (tree.rs) is a node: a leaf with its scheduler (`io::Leaf`), a
-//! mirror, or a RAID-Z vdev (its arithmetic in [`raidz`], pure functions).
-//! The pool keeps its top-level vdevs (`PoolCore::vdevs`); a DVA names a
-//! top-level vdev and an offset in its address space:
+//! mirror, a RAID-Z vdev (its arithmetic in [`raidz`], pure functions), or
+//! a replacing vdev (a device and its replacement, `pool replace`: a mirror
+//! of the two, at the top level, under a mirror or as a RAID-Z member).
+//! The pool keeps its top-level vdevs in a `VdevSet` (`PoolCore::vdevs`):
+//! readers take a snapshot, and `pool attach/detach/replace/add` swap in a
+//! rebuilt node around the same leaves (`pool/vdev_change.rs`,
+//! `pool/vdev_add.rs`). A DVA names a top-level vdev and an offset in its
+//! address space:
 //! - a leaf's address space is the device (labels included, allocation
 //!   starts past the front labels);
 //! - a mirror's is each child's: a block is written to every child that
