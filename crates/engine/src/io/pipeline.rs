@@ -156,6 +156,17 @@ enum Req {
     ReadThen { done: ReadDone },
 }
 
+/// A write that failed on a leaf that parks its failed writes (see
+/// `Leaf::set_park_failed_writes`): kept, its group not completed, until
+/// the leaf is back (`resume_parked`) or the pool gives up (`fail_parked`).
+struct Parked {
+    offset: u64,
+    buf: Arc<AlignedBuf>,
+    range: Range<usize>,
+    group: Arc<WriteGroup>,
+    retire: u64,
+}
+
 /// A request with the time it was queued (ns since the leaf's epoch).
 struct Timed {
     t0: u64,
@@ -200,6 +211,10 @@ struct Shared {
     /// completes its group without error (the block is on its siblings;
     /// the leaf's DTL and the sync's device check take it from there).
     redundant: AtomicBool,
+    /// Failed writes are parked instead of failing their groups (the sync
+    /// waits for the device to come back: the pool's failmode).
+    park_failed: AtomicBool,
+    parked: Mutex<Vec<Parked>>,
     on_fault: Mutex<Option<FaultHook>>,
     /// Faults injected on purpose (`tarn inject`); empty but for tests
     /// and rehearsals.
@@ -290,6 +305,8 @@ impl Leaf {
             fault: Mutex::new(None),
             on_fault: Mutex::new(None),
             redundant: AtomicBool::new(false),
+            park_failed: AtomicBool::new(false),
+            parked: Mutex::new(Vec::new()),
             inject: LeafInjections::default(),
         });
         let threads = (0..nthreads)
@@ -426,6 +443,42 @@ impl Leaf {
     /// Marks the leaf a child of a redundant vdev (see `Shared::redundant`).
     pub fn set_redundant(&self, on: bool) {
         self.sh.redundant.store(on, Ordering::Relaxed);
+    }
+
+    /// Parks the writes that fail (a leaf without redundancy, under the
+    /// pool's failmode): their groups wait, so the txg being synced is
+    /// neither written nor lost, until `resume_parked` or `fail_parked`.
+    pub fn set_park_failed_writes(&self, on: bool) {
+        self.sh.park_failed.store(on, Ordering::Relaxed);
+    }
+
+    /// How many writes are parked.
+    pub fn parked_writes(&self) -> usize {
+        self.sh.parked.lock().len()
+    }
+
+    /// Queues the parked writes again (the device is back); how many.
+    pub fn resume_parked(&self) -> usize {
+        let parked = std::mem::take(&mut *self.sh.parked.lock());
+        let n = parked.len();
+        for p in parked {
+            // Their groups still count them: queued without `add`.
+            let len = p.range.len() as u64;
+            self.enqueue(IoClass::AsyncWrite, IoKind::Write, p.offset, len, Req::Write { buf: p.buf, range: p.range, group: p.group, retire: p.retire });
+        }
+        n
+    }
+
+    /// Fails the parked writes' groups with `why` (the pool closes without
+    /// them); how many.
+    pub fn fail_parked(&self, why: &str) -> usize {
+        let parked = std::mem::take(&mut *self.sh.parked.lock());
+        let n = parked.len();
+        for p in parked {
+            let what = || format!("write of {} bytes at {} on {}", p.range.len(), p.offset, self.sh.name);
+            p.group.done(&Err(io::Error::other(why.to_string())), p.retire, &what);
+        }
+        n
     }
 
     /// The leaf's fault injection handlers (`tarn inject`).
@@ -594,16 +647,22 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             sh.fault_after("write", e);
         }
     }
-    let what = || format!("write of {} bytes at {} on {}", issue.len, issue.offset, sh.name);
+    let (len, offset) = (issue.len, issue.offset);
+    let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
     let tolerated = sh.redundant.load(Ordering::Relaxed);
-    for (_, _, t) in issue.parts.iter() {
-        if let Req::Write { group, retire, .. } = &t.req {
+    let park = res.is_err() && !tolerated && sh.park_failed.load(Ordering::Relaxed);
+    for (off, _, t) in issue.parts {
+        if let Req::Write { buf, range, group, retire } = t.req {
+            if park {
+                sh.parked.lock().push(Parked { offset: off, buf, range, group, retire });
+                continue;
+            }
             let r2 = match &res {
                 Ok(()) => Ok(()),
                 Err(_) if tolerated => Ok(()),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
-            group.done(&r2, *retire, &what);
+            group.done(&r2, retire, &what);
         }
     }
 }

@@ -970,6 +970,13 @@ impl Pool {
             self.sh.core.txg.wait_synced(0)
         };
         self.sh.core.txg.shutdown();
+        // A sync waiting for a device that never came back (its writes
+        // parked) gives up: the pool closes without them.
+        for (_, v) in self.sh.core.leaves() {
+            v.leaf().into_iter().for_each(|l| {
+                l.fail_parked("the pool closed while the device was out");
+            });
+        }
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
@@ -1393,6 +1400,9 @@ impl ShellShared {
                 let size = label::usable_device_size(dev.size_bytes());
                 let l = new_leaf(path, dev, &txg, tunables);
                 l.set_redundant(redundant);
+                // Without redundancy a failed write waits for the device
+                // (`pool clear` resumes the sync) instead of failing the txg.
+                l.set_park_failed_writes(!redundant);
                 Ok(vdevs::leaf_vdev(leaf, Arc::new(l), size))
             };
             let v = vdevs::build(top, &mut open)?;

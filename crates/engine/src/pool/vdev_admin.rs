@@ -245,11 +245,31 @@ impl Pool {
                 Err(_) => {}
             }
         }
+        self.resume_if_suspended()?;
         if back {
             self.update_pool_dir(|_| Ok(()))?;
             self.resilver_start()?;
         }
         Ok(n)
+    }
+}
+
+impl Pool {
+    /// A pool suspended by a device fault whose devices are all back
+    /// (`clear` reopened them): the suspension ends and the writes the
+    /// sync parked are queued again, so the txg it was writing is written
+    /// after all (see `Leaf::set_park_failed_writes`). Refused, naming why,
+    /// while a device is still out or when a sync already failed.
+    fn resume_if_suspended(&self) -> Result<()> {
+        let core = self.core();
+        let Some(why) = core.txg.failure() else { return Ok(()) };
+        if let Some((_, l)) = core.leaves().into_iter().find(|(top, l)| top.leaf().is_some() && l.leaf().is_some_and(|io| io.health() != crate::sys::device::Health::Online)) {
+            return Err(Error::invalid(format!("pool '{}' stays suspended: '{}' is still {} ({})", core.name, l.path, l.state().name(), why)));
+        }
+        core.txg.resume().map_err(|why| Error::invalid(format!("pool '{}' cannot resume: {}; 'tarn pool export -f {}' discards what it could not write", core.name, why, core.name)))?;
+        let n: usize = core.leaves().iter().filter_map(|(_, l)| l.leaf().map(|io| io.resume_parked())).sum();
+        eprintln!("tarn: pool '{}' resumed; {} parked writes queued again", core.name, n);
+        Ok(())
     }
 }
 

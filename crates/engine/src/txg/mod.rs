@@ -398,10 +398,11 @@ impl TxgEngine {
         st.wanted = st.wanted.max(target);
         self.cv.notify_all();
         while st.synced < target {
-            // A sync under way when a device faulted stops before its
-            // uberblock; waiting for it gives the caller its reason (the
-            // txg, what failed) rather than the fault's alone.
-            if let (Some(why), None) = (&st.failed, st.syncing) {
+            // Suspended: at once, with the reason. A sync under way when a
+            // device faulted either fails before its uberblock or waits
+            // for the device (its writes parked: `pool clear` resumes it),
+            // so waiting for it could last.
+            if let Some(why) = &st.failed {
                 return Err(self.failed_error(why));
             }
             if st.shutdown {
@@ -509,6 +510,21 @@ impl TxgEngine {
         drop(st);
         self.cv.notify_all();
         self.dirty_cv.notify_all();
+    }
+
+    /// Ends a suspension a device fault caused (`suspend`), the device
+    /// being back (`pool clear`): writers and the sync go on. Refused with
+    /// the reason when a sync failed: its txg cannot be written again.
+    pub fn resume(&self) -> std::result::Result<(), String> {
+        let mut st = self.st.lock();
+        if st.failed_by_sync {
+            return Err(st.failed.clone().unwrap_or_default());
+        }
+        st.failed = None;
+        drop(st);
+        self.cv.notify_all();
+        self.dirty_cv.notify_all();
+        Ok(())
     }
 
     /// What a suspended pool cannot write: every txg after the last synced
