@@ -193,3 +193,34 @@ fn a_full_host_file_system_faults_the_image() {
     });
     done.join().expect("the test's thread");
 }
+
+/// A device that refused writes and is whole again: `pool clear` resumes
+/// the suspended pool, and the txg whose writes were parked is written
+/// after all — the object written before the fault survives an export
+/// and import. While suspended, writers and `sync` get the suspension at
+/// once.
+#[test]
+fn clear_resumes_a_pool_suspended_by_refused_writes() {
+    let devs = mem_devs(1, 128 << 20, 90);
+    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let pool = Pool::create_on("tank", common::as_dyn(&devs), vec![], &opts).unwrap();
+    let kept = pattern(300_000, 1);
+    let a = put(&pool, &kept);
+    pool.sync().unwrap();
+    devs[0].set_config(FaultConfig { refuse_writes: Some(libc::EIO), ..Default::default() });
+    let parked = pattern(200_000, 2);
+    let b = put(&pool, &parked);
+    assert!(pool.sync().is_err(), "the sync cannot finish while the device refuses writes");
+    assert_eq!(pool.status().state, "SUSPENDED");
+    // Still broken: clear says so, and the pool stays suspended.
+    assert!(pool.clear(None).is_err(), "a device still refusing writes cannot be cleared");
+    devs[0].set_config(FaultConfig::default());
+    pool.clear(None).expect("the device is whole again: clear resumes the pool");
+    pool.sync().expect("the parked txg is written");
+    assert_eq!(pool.status().state, "ONLINE");
+    pool.export().expect("export");
+    drop(pool);
+    let pool = open(&devs).expect("import");
+    assert_eq!(pool.root().read(a, 0, kept.len()).unwrap(), kept);
+    assert_eq!(pool.root().read(b, 0, parked.len()).expect("the object of the parked txg"), parked, "written after the resume");
+}

@@ -472,7 +472,14 @@ impl Leaf {
     /// Fails the parked writes' groups with `why` (the pool closes without
     /// them); how many.
     pub fn fail_parked(&self, why: &str) -> usize {
-        let parked = std::mem::take(&mut *self.sh.parked.lock());
+        // Writes still queued fail their groups from now on: parked after
+        // this, nothing would ever release them (the flag changes under the
+        // list's lock, which `perform_write` parks under).
+        let parked = {
+            let mut p = self.sh.parked.lock();
+            self.sh.park_failed.store(false, Ordering::SeqCst);
+            std::mem::take(&mut *p)
+        };
         let n = parked.len();
         for p in parked {
             let what = || format!("write of {} bytes at {} on {}", p.range.len(), p.offset, self.sh.name);
@@ -650,12 +657,14 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     let (len, offset) = (issue.len, issue.offset);
     let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
     let tolerated = sh.redundant.load(Ordering::Relaxed);
-    let park = res.is_err() && !tolerated && sh.park_failed.load(Ordering::Relaxed);
     for (off, _, t) in issue.parts {
         if let Req::Write { buf, range, group, retire } = t.req {
-            if park {
-                sh.parked.lock().push(Parked { offset: off, buf, range, group, retire });
-                continue;
+            if res.is_err() && !tolerated {
+                let mut parked = sh.parked.lock();
+                if sh.park_failed.load(Ordering::SeqCst) {
+                    parked.push(Parked { offset: off, buf: buf.clone(), range: range.clone(), group: group.clone(), retire });
+                    continue;
+                }
             }
             let r2 = match &res {
                 Ok(()) => Ok(()),
