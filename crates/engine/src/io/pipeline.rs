@@ -649,12 +649,14 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
         Ok(()) => {
             sh.stats.write_bytes.fetch_add(issue.len, Ordering::Relaxed);
         }
-        Err(e) => {
+        Err(_) => {
             sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            sh.fault_after("write", e);
         }
     }
     let (len, offset) = (issue.len, issue.offset);
+    // Parked first, then faulted: the fault hook sees the parked writes
+    // (`Leaf::parked_writes`).
+    let failed = res.as_ref().err().map(|e| io::Error::new(e.kind(), e.to_string()));
     let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
     let tolerated = sh.redundant.load(Ordering::Relaxed);
     for (off, _, t) in issue.parts {
@@ -673,6 +675,9 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             };
             group.done(&r2, retire, &what);
         }
+    }
+    if let Some(e) = failed {
+        sh.fault_after("write", &e);
     }
 }
 

@@ -425,6 +425,9 @@ impl PoolCore {
             // suspended at once, so no writer or fsync is told that a
             // change the pool can no longer keep was taken.
             self.txg.suspend(fault_message(leaf, h));
+            if t.leaf().is_some_and(|io| io.parked_writes() > 0) {
+                self.txg.note_sync_parked();
+            }
             return;
         }
         let txg = self.txg.synced_txg() + 1;

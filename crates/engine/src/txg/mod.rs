@@ -126,6 +126,9 @@ struct State {
     /// operation) replaces a fault's; after that the reason stays.
     failed: Option<String>,
     failed_by_sync: bool,
+    /// The sync under way waits for a device (writes parked in its leaf):
+    /// it ends only with `resume` or the pool's close.
+    sync_parked: bool,
     /// Dirty bytes of the syncing txg when its sync began, and, once it
     /// failed, how many of them had been written (lost all the same: no
     /// uberblock names them).
@@ -214,6 +217,7 @@ impl TxgEngine {
                 shutdown: false,
                 failed: None,
                 failed_by_sync: false,
+                sync_parked: false,
                 syncing_dirty0: 0,
                 lost_written: 0,
                 opened_at: [now; TXG_SIZE],
@@ -398,11 +402,11 @@ impl TxgEngine {
         st.wanted = st.wanted.max(target);
         self.cv.notify_all();
         while st.synced < target {
-            // Suspended: at once, with the reason. A sync under way when a
-            // device faulted either fails before its uberblock or waits
-            // for the device (its writes parked: `pool clear` resumes it),
-            // so waiting for it could last.
-            if let Some(why) = &st.failed {
+            // A sync under way when a device faulted stops before its
+            // uberblock; waiting for it gives the caller its reason (the
+            // txg, what failed) rather than the fault's alone — unless it
+            // waits for the device (its writes parked: `sync_parked`).
+            if let (Some(why), true) = (&st.failed, st.syncing.is_none() || st.sync_parked) {
                 return Err(self.failed_error(why));
             }
             if st.shutdown {
@@ -512,6 +516,13 @@ impl TxgEngine {
         self.dirty_cv.notify_all();
     }
 
+    /// Notes that the sync under way waits for a device (its failed
+    /// writes parked): waiters get the suspension at once.
+    pub fn note_sync_parked(&self) {
+        self.st.lock().sync_parked = true;
+        self.cv.notify_all();
+    }
+
     /// Ends a suspension a device fault caused (`suspend`), the device
     /// being back (`pool clear`): writers and the sync go on. Refused with
     /// the reason when a sync failed: its txg cannot be written again.
@@ -521,6 +532,7 @@ impl TxgEngine {
             return Err(st.failed.clone().unwrap_or_default());
         }
         st.failed = None;
+        st.sync_parked = false;
         drop(st);
         self.cv.notify_all();
         self.dirty_cv.notify_all();
