@@ -17,6 +17,18 @@ use tarn_engine::{Error, ErrorKind, OpenOptions, Pool, Result, Tunables};
 use crate::cache::Cache;
 use crate::daemon::proto;
 
+/// How `attach` and `replace` take their new device.
+#[derive(Debug, Clone, Copy, clap::Args, Serialize, Deserialize)]
+pub struct NewDeviceOpts {
+    /// Use a device that holds a file system, swap, a partition table or
+    /// an exported pool (never a mounted or busy one, or an imported pool's)
+    #[arg(short, long)]
+    pub force: bool,
+    /// Wait until the resilver has ended
+    #[arg(short = 'w')]
+    pub wait: bool,
+}
+
 #[derive(Debug, Subcommand, Serialize, Deserialize)]
 pub enum PoolCmd {
     /// Create a pool striped over files or block devices (`cache DEVICE...`
@@ -99,13 +111,8 @@ pub enum PoolCmd {
     /// Attach NEW_DEVICE to DEVICE, as zpool attach: a plain device becomes
     /// a 2-way mirror, a mirror gains a child; NEW_DEVICE is resilvered
     Attach {
-        /// Use a device that holds a file system, swap, a partition table or
-        /// an exported pool (never a mounted or busy one, or an imported pool's)
-        #[arg(short, long)]
-        force: bool,
-        /// Wait until the resilver has ended
-        #[arg(short = 'w')]
-        wait: bool,
+        #[command(flatten)]
+        opts: NewDeviceOpts,
         name: String,
         /// A device of the pool (path as `pool status` shows it, or guid)
         device: String,
@@ -122,13 +129,8 @@ pub enum PoolCmd {
     /// disk in the old one's place), as zpool replace: NEW_DEVICE is
     /// resilvered, then DEVICE leaves the pool
     Replace {
-        /// Use a device that holds a file system, swap, a partition table or
-        /// an exported pool (never a mounted or busy one, or an imported pool's)
-        #[arg(short, long)]
-        force: bool,
-        /// Wait until the resilver has ended
-        #[arg(short = 'w')]
-        wait: bool,
+        #[command(flatten)]
+        opts: NewDeviceOpts,
         name: String,
         /// Path as `pool status` shows it, or guid
         device: String,

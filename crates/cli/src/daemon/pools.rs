@@ -63,9 +63,9 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let pool = &st.live(&name, out)?.pool;
             devices.iter().try_for_each(|d| pool.offline(d, temporary))
         }
-        PoolCmd::Attach { force, wait: _, name, device, new_device } => {
+        PoolCmd::Attach { opts, name, device, new_device } => {
             let pool = &st.live(&name, out)?.pool;
-            let res = pool.attach_device(&device, &new_device, force);
+            let res = pool.attach_device(&device, &new_device, opts.force);
             cache_devices(&name, pool).and(res)
         }
         PoolCmd::Detach { name, device } => {
@@ -73,9 +73,9 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let res = pool.detach_device(&device);
             cache_devices(&name, pool).and(res)
         }
-        PoolCmd::Replace { force, wait: _, name, device, new_device } => {
+        PoolCmd::Replace { opts, name, device, new_device } => {
             let pool = &st.live(&name, out)?.pool;
-            let res = pool.replace_device(&device, new_device.as_deref(), force);
+            let res = pool.replace_device(&device, new_device.as_deref(), opts.force);
             cache_devices(&name, pool).and(res)
         }
         PoolCmd::Online { name, devices } => {

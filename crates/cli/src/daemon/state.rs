@@ -272,7 +272,7 @@ impl Daemon {
         let wait_scrub = match &req.cmd {
             Command::Pool(PoolCmd::Scrub { stop: false, pause: false, wait: true, names }) => names.clone(),
             Command::Pool(PoolCmd::Wait { name, .. }) => vec![name.clone()],
-            Command::Pool(PoolCmd::Attach { wait: true, name, .. } | PoolCmd::Replace { wait: true, name, .. }) => vec![name.clone()],
+            Command::Pool(PoolCmd::Attach { opts, name, .. } | PoolCmd::Replace { opts, name, .. }) if opts.wait => vec![name.clone()],
             _ => Vec::new(),
         };
         let res = (|| -> Result<()> {

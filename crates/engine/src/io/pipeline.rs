@@ -654,9 +654,6 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
         }
     }
     let (len, offset) = (issue.len, issue.offset);
-    // Parked first, then faulted: the fault hook sees the parked writes
-    // (`Leaf::parked_writes`).
-    let failed = res.as_ref().err().map(|e| io::Error::new(e.kind(), e.to_string()));
     let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
     let tolerated = sh.redundant.load(Ordering::Relaxed);
     for (off, _, t) in issue.parts {
@@ -664,7 +661,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             if res.is_err() && !tolerated {
                 let mut parked = sh.parked.lock();
                 if sh.park_failed.load(Ordering::SeqCst) {
-                    parked.push(Parked { offset: off, buf: buf.clone(), range: range.clone(), group: group.clone(), retire });
+                    parked.push(Parked { offset: off, buf, range, group, retire });
                     continue;
                 }
             }
@@ -676,8 +673,10 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             group.done(&r2, retire, &what);
         }
     }
-    if let Some(e) = failed {
-        sh.fault_after("write", &e);
+    // Parked first, then faulted: the fault hook sees the parked writes
+    // (`Leaf::parked_writes`).
+    if let Err(e) = &res {
+        sh.fault_after("write", e);
     }
 }
 

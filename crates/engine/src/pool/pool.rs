@@ -1446,13 +1446,8 @@ impl ShellShared {
         // A faulted leaf degrades its vdev or, when that was its last
         // redundancy, suspends the pool (`PoolCore::leaf_faulted`).
         for (top, leaf) in core.leaves() {
-            let (w, id) = (Arc::downgrade(&core), top.id());
             if let Some(l) = leaf.leaf() {
-                l.set_fault_hook(Box::new(move |name, h| {
-                    if let Some(c) = w.upgrade() {
-                        c.leaf_faulted(id, name, h)
-                    }
-                }));
+                core.hook_faults(top.id(), l);
             }
         }
         // Each device says now whether it is whole: a leaf import could not

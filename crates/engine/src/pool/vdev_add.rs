@@ -61,14 +61,8 @@ impl Pool {
     /// `pool::vet`; `force` as `pool create -f`, and for mismatched
     /// redundancy), then adds them all or none.
     pub fn add_vdevs(&self, tops: &[TopSpec], force: bool) -> Result<()> {
-        self.core().check_writable()?;
-        let paths: Vec<(std::path::PathBuf, Role)> = tops.iter().flat_map(|t| t.devices.iter().map(|p| (p.clone(), Role::Data))).collect();
-        let vetted = vet::open_devices(&paths, None, force, None)?;
-        let owner = format!("part of active pool '{}'", self.name());
-        let mut devs = vetted.into_iter().map(|v| {
-            v.dev.set_lock_owner(owner.clone());
-            (v.path, v.dev as Arc<dyn BlockDevice>)
-        });
+        let paths: Vec<std::path::PathBuf> = tops.iter().flat_map(|t| t.devices.iter().cloned()).collect();
+        let mut devs = self.vet_new_devices(&paths, force)?.into_iter();
         let new: Vec<NewTop> = tops.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect();
         self.add_vdevs_on(new, force)
     }
@@ -106,12 +100,7 @@ impl Pool {
                 let size = tarn_ondisk::label::usable_device_size(dev.size_bytes());
                 let io = Arc::new(new_leaf(path, dev, &core.txg, &tunables));
                 io.set_redundant(redundant);
-                let (w, id) = (Arc::downgrade(core), node.id);
-                io.set_fault_hook(Box::new(move |name, h| {
-                    if let Some(c) = w.upgrade() {
-                        c.leaf_faulted(id, name, h)
-                    }
-                }));
+                core.hook_faults(node.id, &io);
                 Ok(vdevs::leaf_vdev(leaf, io, size))
             })?;
             built.push(v);

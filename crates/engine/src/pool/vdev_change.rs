@@ -130,10 +130,22 @@ impl Pool {
     /// Opens and vets a device to add to the tree, and marks it as this
     /// pool's (its lock's holder).
     fn vet_new(&self, path: &Path, force: bool) -> Result<(String, Arc<dyn BlockDevice>)> {
+        Ok(self.vet_new_devices(&[path.to_path_buf()], force)?.pop().expect("one device vetted"))
+    }
+
+    /// As `vet_new`, for several devices: all of them or none.
+    pub(super) fn vet_new_devices(&self, paths: &[std::path::PathBuf], force: bool) -> Result<Vec<(String, Arc<dyn BlockDevice>)>> {
         self.core().check_writable()?;
-        let v = vet::open_devices(&[(path.to_path_buf(), Role::Data)], None, force, None)?.pop().expect("one device vetted");
-        v.dev.set_lock_owner(format!("part of active pool '{}'", self.name()));
-        Ok((v.path, v.dev as Arc<dyn BlockDevice>))
+        let roles: Vec<(std::path::PathBuf, Role)> = paths.iter().map(|p| (p.clone(), Role::Data)).collect();
+        let owner = format!("part of active pool '{}'", self.name());
+        let vetted = vet::open_devices(&roles, None, force, None)?;
+        Ok(vetted
+            .into_iter()
+            .map(|v| {
+                v.dev.set_lock_owner(owner.clone());
+                (v.path, v.dev as Arc<dyn BlockDevice>)
+            })
+            .collect())
     }
 
     fn attach_opened(&self, existing: &str, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
@@ -146,25 +158,26 @@ impl Pool {
             let cfg = sh.config.lock().clone();
             let node = top_node(&cfg, top.id())?;
             let refuse = |why: &str| Err(Error::invalid(format!("cannot attach '{}' to '{}': {}", name, existing, why)));
-            let edited = match node.kind {
+            let (edited, guid) = match node.kind {
                 k if k.is_leaf() => {
                     let new = new_node(node, name, dev.as_ref(), 1)?;
+                    let guid = new.guid;
                     let mut old = node.clone();
                     old.id = 0;
-                    let asize = node.asize;
-                    vdevs::interior(VdevKind::Mirror, node.id, new_guid(&format!("mirror-{}", node.id)), node.ashift, 0, asize, vec![old, new])
+                    (vdevs::interior(VdevKind::Mirror, node.id, new_guid(&format!("mirror-{}", node.id)), node.ashift, 0, node.asize, vec![old, new]), guid)
                 }
                 VdevKind::Mirror if node.children.iter().any(|c| c.guid == leaf.guid) => {
+                    let new = new_node(node, name, dev.as_ref(), node.children.len() as u32)?;
+                    let guid = new.guid;
                     let mut m = node.clone();
-                    m.children.push(new_node(node, name, dev.as_ref(), node.children.len() as u32)?);
-                    m
+                    m.children.push(new);
+                    (m, guid)
                 }
                 VdevKind::Mirror => return refuse("it is being replaced (attach to the mirror's other children, or wait for the replacement)"),
                 _ => return refuse("can only attach to mirrors and top-level disks"),
             };
-            let new_guid = edited.leaves().into_iter().find(|l| l.path == name && !top.leaves().iter().any(|t| t.guid == l.guid)).map(|l| l.guid);
-            sh.change_top(edited, vec![(new_guid.expect("the new leaf is in the edited node"), dev)])?;
-            sh.core.events.post(Post::new(class::VDEV_ATTACH).vdev(name, new_guid.unwrap_or(0)).line(format!("'{}' attached to '{}'", name, leaf.path)));
+            sh.change_top(edited, vec![(guid, dev)])?;
+            sh.core.events.post(Post::new(class::VDEV_ATTACH).vdev(name, guid).line(format!("'{}' attached to '{}'", name, leaf.path)));
         }
         self.update_pool_dir(|_| Ok(()))?;
         self.resilver_start()
@@ -190,6 +203,7 @@ impl Pool {
             };
             let slot = node.leaves().into_iter().find(|l| l.guid == leaf.guid).expect("the leaf is under its top-level vdev").clone();
             let mut new = new_node(node, name, dev.as_ref(), slot.id)?;
+            let guid = new.guid;
             let replacement = match how {
                 Replace::InPlace => new,
                 Replace::Beside => {
@@ -199,9 +213,8 @@ impl Pool {
                     vdevs::interior(VdevKind::Replacing, slot.id, new_guid(&format!("replacing-{}", slot.id)), slot.ashift, 0, slot.asize, vec![was, new])
                 }
             };
-            let new_guid = replacement.leaves().into_iter().find(|l| l.guid != leaf.guid).map(|l| l.guid).expect("a new leaf");
-            sh.change_top(with_leaf_replaced(node, leaf.guid, &replacement), vec![(new_guid, dev)])?;
-            sh.core.events.post(Post::new(class::VDEV_ATTACH).vdev(name, new_guid).line(format!("'{}' is replacing '{}'", name, leaf.path)));
+            sh.change_top(with_leaf_replaced(node, leaf.guid, &replacement), vec![(guid, dev)])?;
+            sh.core.events.post(Post::new(class::VDEV_ATTACH).vdev(name, guid).line(format!("'{}' is replacing '{}'", name, leaf.path)));
             (how, leaf)
         };
         if how == Replace::InPlace {
@@ -216,11 +229,8 @@ impl Pool {
     /// this pool's, so the device is free for any use.
     fn leaf_left(&self, leaf: &Vdev, how: &str) -> Result<()> {
         self.sync()?;
-        erase_labels(&self.shared().core, leaf);
-        if let Some(io) = leaf.leaf() {
-            self.shared().release_lock(&io.device());
-        }
-        self.core().events.post(Post::new(class::VDEV_REMOVE).vdev(&leaf.path, leaf.guid).line(format!("'{}' {} from pool '{}'", leaf.path, how, self.name())));
+        let line = format!("'{}' {} from pool '{}'", leaf.path, how, self.name());
+        forget_leaf(self.shared(), leaf, line);
         self.update_pool_dir(|_| Ok(()))
     }
 }
@@ -258,11 +268,7 @@ pub(super) fn complete_replacements(sh: &Shared) -> Vec<String> {
             break;
         }
         for l in &gone {
-            erase_labels(&sh.core, l);
-            if let Some(io) = l.leaf() {
-                sh.release_lock(&io.device());
-            }
-            sh.core.events.post(Post::new(class::VDEV_REMOVE).vdev(&l.path, l.guid).line(format!("'{}' replaced by '{}' in pool '{}'", l.path, by, sh.core.name)));
+            forget_leaf(sh, l, format!("'{}' replaced by '{}' in pool '{}'", l.path, by, sh.core.name));
         }
     }
     errors
@@ -287,12 +293,7 @@ impl Shared {
             // Every txg so far: reads of older blocks never go to it, the
             // resilver copies them.
             v.dtl.lock().add_range(1, core.txg.open_txg());
-            let (w, id) = (Arc::downgrade(core), node.id);
-            io.set_fault_hook(Box::new(move |name, h| {
-                if let Some(c) = w.upgrade() {
-                    c.leaf_faulted(id, name, h)
-                }
-            }));
+            core.hook_faults(node.id, &io);
             leaves.insert(guid, v);
         }
         let top = vdevs::build(&node, &mut |n| {
@@ -391,6 +392,17 @@ fn with_leaf_replaced(node: &VdevNode, guid: u64, with: &VdevNode) -> VdevNode {
 /// Whether leaf `guid` under `top` holds every block: up, nothing missed.
 fn leaf_whole(top: &Arc<Vdev>, guid: u64) -> bool {
     top.leaf_arcs().iter().any(|l| l.guid == guid && l.up() && l.dtl.lock().is_empty())
+}
+
+/// A leaf that left the tree, a sync ago (nothing writes to it any more):
+/// its labels erased, its lock released, and a vdev_remove event saying
+/// `line`.
+fn forget_leaf(sh: &Shared, leaf: &Vdev, line: String) {
+    erase_labels(&sh.core, leaf);
+    if let Some(io) = leaf.leaf() {
+        sh.release_lock(&io.device());
+    }
+    sh.core.events.post(Post::new(class::VDEV_REMOVE).vdev(&leaf.path, leaf.guid).line(line));
 }
 
 /// Erases the labels of a leaf that left the pool, when its device still

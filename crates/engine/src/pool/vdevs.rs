@@ -413,6 +413,17 @@ impl PoolCore {
         self.leaves().into_iter().find(|(_, l)| super::core::names_device(name, &l.path, l.guid))
     }
 
+    /// Makes leaf `io` under top-level vdev `top` report its faults to
+    /// the pool (`leaf_faulted`).
+    pub(crate) fn hook_faults(self: &Arc<Self>, top: u32, io: &crate::io::Leaf) {
+        let w = Arc::downgrade(self);
+        io.set_fault_hook(Box::new(move |name, h| {
+            if let Some(c) = w.upgrade() {
+                c.leaf_faulted(top, name, h)
+            }
+        }));
+    }
+
     /// What happens when a leaf faults: the txg being synced is added to
     /// its DTL (its write may be lost); the pool suspends when its
     /// top-level vdev can no longer take writes, else goes on degraded.
