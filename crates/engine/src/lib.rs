@@ -28,6 +28,7 @@ pub mod sys;
 pub mod tunables;
 pub mod txg;
 pub mod vdev;
+pub mod zil;
 
 pub use error::{Error, ErrorKind, Result};
 pub use object::{ObjectInfo, Objset, ObjsetProps, Tx};

@@ -222,6 +222,12 @@ tunables! {
     /// 1: a scrub reads its copies in logical order, as the walk of the pool's tree finds them (OpenZFS's legacy scan), not sorted by device offset; for comparison only. A scrub keeps the order it started with; in logical order it keeps no position, so one stopped by an export starts over at import.
     zfs_scan_legacy: u32 = 0;
     range 0, 1;
+    /// 1: a dataset's intent log is discarded at mount instead of replayed (changes fsynced before a crash are lost; for recovering from a log that cannot be replayed).
+    zil_replay_disable: u32 = 0;
+    range 0, 1;
+    /// A commit carrying more bytes of log records than this syncs the txg instead, which writes the data once (tarn has no indirect writes yet: all logged write data goes into the log and again with its txg).
+    tarn_zil_commit_max_bytes: u64 = 8 << 20;
+    range 1 << 20, 1 << 30;
     /// Events each pool's ring keeps (`pool events`); the oldest go first. At most 10,000: the ring is rewritten whole in each txg that changes it.
     zfs_zevent_len_max: u64 = 512;
     range 1, 10_000;

@@ -77,6 +77,16 @@ impl MountHandle {
         true
     }
 
+    /// Passes a new `sync` setting to the file system serving `name`, if
+    /// it is open; false if this mount does not serve `name`.
+    pub fn set_sync_policy(&self, name: &str, policy: tarn_engine::posix::SyncPolicy) -> bool {
+        let Some(slot) = self.table.find(name) else { return false };
+        if let Some(fs) = slot.opened() {
+            fs.set_sync_policy(policy);
+        }
+        true
+    }
+
     /// The kernel should ask again about `names` (datasets or snapshots
     /// just created, renamed or changed): drops the entry for each in the
     /// directory that holds it, if this mount serves that directory.

@@ -15,6 +15,7 @@ pub mod event;
 pub mod kv;
 pub mod label;
 pub mod uberblock;
+pub mod zil;
 
 pub use bp::{BlockPtr, ChecksumType, Compression, Dva, ObjectType};
 pub use codec::DecodeError;

@@ -39,6 +39,12 @@ pub const FORMAT_VERSION: u64 = 1;
 /// compatible: a reader that does not know it reads every block correctly,
 /// but a writer that did not consult the table would free shared blocks.
 pub const FEATURE_BLOCK_CLONING: u64 = 1 << 0;
+/// Feature bit *intent log* (label config `features_compat`): some file
+/// system's record names an intent-log chain (dataset record key `zil`).
+/// Read-only compatible: a reader that does not know it sees the pool as
+/// of its last txg; a writer that did not claim the chains at import could
+/// allocate over log blocks before they are replayed.
+pub const FEATURE_INTENT_LOG: u64 = 1 << 2;
 /// Feature bit *vdev tree* (label config `features_incompat`): the pool has
 /// mirror or RAID-Z vdevs (labels carry interior nodes; a DVA's offset is
 /// in its top-level vdev's address space). Incompatible: a reader that

@@ -188,7 +188,7 @@ pub fn refresh<S: AsRef<str>>(st: &State, names: &[S]) {
 
 /// Properties a served file system applies itself, not its object set: a
 /// change to one of them goes to `served_props_changed`.
-pub const SERVED_PROPS: [&str; 3] = ["readonly", "atime", "relatime"];
+pub const SERVED_PROPS: [&str; 4] = ["readonly", "atime", "relatime", "sync"];
 
 /// After one of `SERVED_PROPS` changed on `dataset`: every file system
 /// served at or below it takes their current values from now on (refuses
@@ -200,8 +200,14 @@ pub fn served_props_changed(st: &State, dataset: &str) {
         for s in h.served().into_iter().filter(|s| s.kind == Kind::Dataset && below(&s.name, dataset)) {
             h.set_readonly(&s.name, on(&s.name, "readonly"));
             h.set_access_times(&s.name, on(&s.name, "atime"), on(&s.name, "relatime"));
+            h.set_sync_policy(&s.name, sync_policy(live.pool.datasets(), &s.name));
         }
     }
+}
+
+/// The `sync` property of `name` as the POSIX layer takes it.
+pub fn sync_policy(dsl: &tarn_engine::dataset::Datasets, name: &str) -> tarn_engine::posix::SyncPolicy {
+    dsl.get(name, "sync").ok().and_then(|v| tarn_engine::posix::SyncPolicy::parse(&v.value)).unwrap_or_default()
 }
 
 /// The file system `name` belongs to (itself, or a snapshot's).

@@ -181,7 +181,10 @@ impl Served {
             return Ok(Arc::new(MemFs::new()));
         }
         let on = |p: &str| dsl.get(dataset, p).map(|v| v.value == "on");
-        let opts = tarn_engine::posix::PosixOptions { readonly: dataset.contains('@'), atime: on("atime")?, relatime: on("relatime")?, ..Default::default() };
+        let snapshot = dataset.contains('@');
+        let sync_policy = super::mounts::sync_policy(dsl, dataset);
+        let log = if snapshot { None } else { Some(dsl.zil(dataset)?) };
+        let opts = tarn_engine::posix::PosixOptions { readonly: snapshot, atime: on("atime")?, relatime: on("relatime")?, log, sync_policy, ..Default::default() };
         let fs = tarn_engine::posix::PosixFs::open(objset, opts).map_err(|e| e.context(format!("cannot mount '{}'", dataset)))?;
         Ok(fs)
     }

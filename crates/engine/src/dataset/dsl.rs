@@ -131,6 +131,8 @@ pub struct Datasets {
     pub(crate) root_id: u64,
     pub(crate) st: Mutex<State>,
     pub(crate) open: Mutex<HashMap<u64, OpenSet>>,
+    /// Intent logs of file systems (`logs.rs`).
+    pub(crate) zils: Mutex<HashMap<u64, Arc<crate::zil::Zil>>>,
     pub(crate) tasks: Mutex<Vec<Task>>,
     pub(crate) synced: Mutex<[Vec<Arc<Objset>>; TXG_SIZE]>,
     pub(crate) me: Weak<Datasets>,
@@ -175,6 +177,7 @@ impl Datasets {
                 root_id,
                 st: Mutex::new(State { recs, dirty: BTreeSet::new(), names: HashMap::new(), index: Default::default() }),
                 open: Mutex::new(open),
+                zils: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(Vec::new()),
                 synced: Mutex::new(Default::default()),
                 me: me.clone(),

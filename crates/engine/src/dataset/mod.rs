@@ -100,6 +100,7 @@
 mod deadlist;
 mod dsl;
 mod index;
+mod logs;
 mod invariants;
 pub mod names;
 mod owner;

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tarn_ondisk::bp::BlockPtr;
 use tarn_ondisk::kv::{self, KvMap};
+use tarn_ondisk::zil::ZilHeader;
 
 use crate::error::{Error, Result};
 
@@ -54,6 +55,11 @@ pub(crate) struct Rec {
     pub reservations: BTreeSet<u64>,
     /// Records written before space accounting existed lack `referenced`.
     pub has_referenced: bool,
+    /// File systems: the intent log's header (default: no log).
+    pub zil: ZilHeader,
+    /// Root dataset only: the file systems whose log header names a chain
+    /// (claimed at import).
+    pub logs: BTreeSet<u64>,
 }
 
 fn put(m: &mut KvMap, k: &str, v: u64) {
@@ -121,6 +127,11 @@ impl Rec {
             index: get(m, "ds_index")?,
             reservations: id_set(m, "resv:")?,
             has_referenced: m.contains_key("referenced"),
+            zil: match m.get("zil") {
+                Some(b) => ZilHeader::decode(b).map_err(|e| Error::corrupt(format!("dataset record {}: {}", id, e)))?,
+                None => ZilHeader::default(),
+            },
+            logs: id_set(m, "log:")?,
         })
     }
 
@@ -157,6 +168,12 @@ impl Rec {
         put(&mut m, "ds_index", self.index);
         for r in &self.reservations {
             m.insert(format!("resv:{}", r), Vec::new());
+        }
+        if self.zil != ZilHeader::default() {
+            m.insert("zil".into(), self.zil.encode());
+        }
+        for l in &self.logs {
+            m.insert(format!("log:{}", l), Vec::new());
         }
         m
     }

@@ -22,7 +22,7 @@ use crate::txg::TXG_SIZE;
 impl Datasets {
     /// Whether txg `txg` has dataset work: tasks or dirty object sets.
     pub(crate) fn has_work(&self, txg: u64) -> bool {
-        if !self.tasks.lock().is_empty() {
+        if !self.tasks.lock().is_empty() || self.logs_dirty(txg) {
             return true;
         }
         self.open.lock().values().any(|o| !o.owner.snapshot && o.os.is_dirty(txg))
@@ -59,6 +59,7 @@ impl Datasets {
         }
         self.synced.lock()[(txg % TXG_SIZE as u64) as usize] = synced.into_iter().map(|(os, _)| os).collect();
         self.exec_all(&mut st, txg, late);
+        self.sync_logs(&mut st, txg)?;
         self.flush(&mut st, txg)
     }
 
@@ -127,6 +128,7 @@ impl Datasets {
         for o in self.open.lock().values() {
             o.owner.synced(txg);
         }
+        self.logs_synced(txg);
     }
 
     fn exec(&self, st: &mut State, txg: u64, op: &Op) -> Result<()> {
@@ -402,6 +404,7 @@ impl Datasets {
         if let Some(o) = self.open.lock().remove(&r.id) {
             o.owner.destroyed.store(true, Ordering::Release);
         }
+        self.discard_log(st, txg, r.id, true)?;
         traverse::free_born_after(&self.core, &r.bp, r.prev_snap_txg, txg)?;
         if r.deadlist != 0 {
             self.mos.free_in(txg, r.deadlist)?;
@@ -448,6 +451,7 @@ impl Datasets {
             o.os.reset(&s.bp)?;
             *o.owner.acct.lock() = Default::default();
         }
+        self.discard_log(st, txg, h.id, false)?;
         Self::put(st, h);
         Ok(())
     }

@@ -64,13 +64,22 @@ pub struct WriteGroup {
     st: Mutex<(u64, Option<String>)>,
     cv: Condvar,
     on_written: Option<Box<dyn Fn(u64) + Send + Sync>>,
+    /// Failed writes may be parked (`Leaf::set_park_failed_writes`): not
+    /// for writers that have a fallback and must not wait for a device
+    /// (intent-log blocks).
+    parks: bool,
 }
 
 impl WriteGroup {
     /// `on_written(bytes)` runs as each write completes successfully, with the
     /// dirty bytes that write retires.
     pub fn new(on_written: Option<Box<dyn Fn(u64) + Send + Sync>>) -> Arc<Self> {
-        Arc::new(WriteGroup { st: Mutex::new((0, None)), cv: Condvar::new(), on_written })
+        Arc::new(WriteGroup { st: Mutex::new((0, None)), cv: Condvar::new(), on_written, parks: true })
+    }
+
+    /// A group whose failed writes fail it at once, never parked.
+    pub fn unparked() -> Arc<Self> {
+        Arc::new(WriteGroup { st: Mutex::new((0, None)), cv: Condvar::new(), on_written: None, parks: false })
     }
 
     fn add(&self) {
@@ -193,6 +202,8 @@ pub type DirtyGauge = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
 
 /// Runs once, when a leaf becomes faulted, with its name and health.
 pub type FaultHook = Box<dyn Fn(&str, &Health) + Send + Sync>;
+/// Told when a failed write is parked (`Leaf::set_park_hook`).
+pub type ParkHook = Box<dyn Fn() + Send + Sync>;
 
 struct Shared {
     name: String,
@@ -216,6 +227,10 @@ struct Shared {
     park_failed: AtomicBool,
     parked: Mutex<Vec<Parked>>,
     on_fault: Mutex<Option<FaultHook>>,
+    /// Told each time a failed write is parked: the fault hook runs once,
+    /// at the first fault, and writes parked after it (a leaf that faulted
+    /// on an intent-log write, which never parks) must still be known.
+    on_park: Mutex<Option<ParkHook>>,
     /// Faults injected on purpose (`tarn inject`); empty but for tests
     /// and rehearsals.
     inject: LeafInjections,
@@ -304,6 +319,7 @@ impl Leaf {
             io: LeafIo::default(),
             fault: Mutex::new(None),
             on_fault: Mutex::new(None),
+            on_park: Mutex::new(None),
             redundant: AtomicBool::new(false),
             park_failed: AtomicBool::new(false),
             parked: Mutex::new(Vec::new()),
@@ -498,6 +514,11 @@ impl Leaf {
         *self.sh.on_fault.lock() = Some(hook);
     }
 
+    /// Sets what is told when a failed write is parked.
+    pub fn set_park_hook(&self, hook: ParkHook) {
+        *self.sh.on_park.lock() = Some(hook);
+    }
+
     /// Stops the issue threads after the queue drains.
     pub fn shutdown(&self) {
         self.sh.stop.store(true, Ordering::SeqCst);
@@ -658,10 +679,14 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     let tolerated = sh.redundant.load(Ordering::Relaxed);
     for (off, _, t) in issue.parts {
         if let Req::Write { buf, range, group, retire } = t.req {
-            if res.is_err() && !tolerated {
+            if res.is_err() && !tolerated && group.parks {
                 let mut parked = sh.parked.lock();
                 if sh.park_failed.load(Ordering::SeqCst) {
                     parked.push(Parked { offset: off, buf, range, group, retire });
+                    drop(parked);
+                    if let Some(hook) = sh.on_park.lock().as_ref() {
+                        hook();
+                    }
                     continue;
                 }
             }

@@ -481,6 +481,49 @@ impl Objset {
         Ok(id)
     }
 
+    /// Intent-log replay: new objects are numbered from `end` on, so that
+    /// the numbers the replayed creates had stay free for `create_at`.
+    pub fn reserve_objects(&self, end: u64) {
+        let mut st = self.st.lock();
+        st.next_object = st.next_object.max(end);
+    }
+
+    /// Creates object `id` — a number below the cursor that no object has
+    /// (the number a replayed create had) — as `create_with_room` would
+    /// have (`blksz`: fixed block size, as `create_with_blksz`). The set's
+    /// synced cursor may be past numbers its txg never used (the cursor is
+    /// shared by all open txgs), so being below it says nothing: the slot
+    /// itself must be empty.
+    pub fn create_at(&self, tx: &Tx, id: u64, otype: ObjectType, slots: usize, room: usize, blksz: Option<u32>) -> Result<u64> {
+        self.check_write(tx.txg(), 0)?;
+        let room = room.clamp(slots, tarn_ondisk::dnode::MAX_SLOTS);
+        let in_block = (id % SLOTS_PER_BLOCK as u64) as usize;
+        let below = id >= 1 && in_block + room <= SLOTS_PER_BLOCK && id.saturating_add(room as u64) <= self.st.lock().next_object;
+        if !below {
+            return Err(Error::corrupt(format!("{}: cannot be created again: not a number the set handed out", self.what(id))));
+        }
+        match self.object(id) {
+            Err(e) if e.kind == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+            Ok(_) => return Err(Error::corrupt(format!("{}: cannot be created again: it exists", self.what(id)))),
+        }
+        let mut st = self.st.lock();
+        if st.objects.contains_key(&id) {
+            return Err(Error::corrupt(format!("{}: cannot be created again: it exists", self.what(id))));
+        }
+        let recordsize = self.props().recordsize;
+        st.object_count += 1;
+        let mut os = ObjState::new(self.id, id, new_dnode(otype, recordsize, tx.txg()), room);
+        os.rec(tx.txg()).created = true;
+        let obj = Arc::new(Object { id, st: Mutex::new(os) });
+        if let Some(b) = blksz {
+            obj.st.lock().dn.maxblksz = b;
+        }
+        st.objects.insert(id, obj);
+        st.dirty[slot(tx.txg())].insert(id);
+        Ok(id)
+    }
+
     /// The in-memory object `obj`, loading its dnode if needed.
     pub(crate) fn object(&self, obj: u64) -> Result<Arc<Object>> {
         if obj == 0 {

@@ -327,7 +327,7 @@ impl PoolCore {
         let check = |raw: &[u8]| block::verify(bp, raw).is_ok();
         let leaves = std::cell::RefCell::new(Vec::new());
         let report = |leaf: &Vdev, offset: u64, e: &Error| leaves.borrow_mut().push(FailedCopy::on(dva.vdev, leaf, offset, len, e));
-        let res = v.read_checked(class, dva.offset, len, bp.birth, &ReadCheck { check: &check, repair: !self.readonly, failed: &report });
+        let res = v.read_checked(class, dva.offset, len, bp.birth, &ReadCheck { check: &check, repair: !self.readonly, failed: &report, speculative: false });
         let mut leaves = leaves.into_inner();
         if let (Err(e), true) = (&res, leaves.is_empty()) {
             leaves.push(self.top_failed(dva, e));
@@ -449,17 +449,20 @@ impl PoolCore {
             self.near_copies.fetch_add(1, Ordering::Relaxed);
         }
         drop(a);
-        // The writers' figure follows allocations as they happen: a block
-        // written during a sync retires its dirty bytes at once, and until
-        // the next `refresh_space` it would otherwise be counted neither as
-        // dirty nor as allocated — letting writers admit up to a txg of data
-        // more than the pool holds, which the sync then cannot allocate.
-        let asize: u64 = places.iter().map(|p| p.2).sum();
+        self.took_space(places.iter().map(|p| p.2).sum());
+        Ok(places)
+    }
+
+    /// The writers' figure follows allocations as they happen: a block
+    /// written during a sync retires its dirty bytes at once, and until
+    /// the next `refresh_space` it would otherwise be counted neither as
+    /// dirty nor as allocated — letting writers admit up to a txg of data
+    /// more than the pool holds, which the sync then cannot allocate.
+    pub(crate) fn took_space(&self, asize: u64) {
         let _ = self.free_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(asize)));
         for u in &self.usable_bytes {
             let _ = u.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(asize)));
         }
-        Ok(places)
     }
 
     /// Drops one reference to the block `bp` names: a cloned block with

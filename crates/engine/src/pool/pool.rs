@@ -12,7 +12,7 @@ use tarn_ondisk::bp::{BlockPtr, ChecksumType, ObjectType};
 use tarn_ondisk::dnode::ObjsetType;
 use tarn_ondisk::kv::{self, KvMap};
 use tarn_ondisk::label::{self, LabelConfig, PoolState, VdevKind, VdevNode};
-use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_VDEV_TREE, FORMAT_VERSION};
+use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_INTENT_LOG, FEATURE_VDEV_TREE, FORMAT_VERSION};
 
 use super::alloc::metaslab::Allocator;
 use super::core::PoolCore;
@@ -657,6 +657,11 @@ impl Pool {
             }
         }
         super::vdev_admin::derive_dtls(&sh.core, &newest, ub.txg);
+        if !opts.readonly {
+            // Before anything allocates: log blocks are free on disk.
+            let lost = sh.dsl.claim_logs(ub.txg)?;
+            sh.open_warnings.lock().extend(lost);
+        }
         // So is a damaged scan record: the scan's result, or a scan
         // that was running (start it again).
         if let Some(obj) = kv::get_u64(&props, KEY_SCAN) {
@@ -1223,7 +1228,7 @@ fn set_pool_prop(props: &mut KvMap, name: &str, value: &str) -> Result<()> {
 
 /// Feature bits this version understands.
 const KNOWN_FEATURES_INCOMPAT: u64 = FEATURE_VDEV_TREE;
-const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING;
+const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING | FEATURE_INTENT_LOG;
 
 /// Refuses pools written by a newer format: incompatible features always,
 /// compatible ones unless opening read-only.
@@ -1661,15 +1666,15 @@ impl Shared {
         self.mos.truncate_txg(txg, POOL_DIR_OBJ, bytes.len() as u64)
     }
 
-    /// The first time the pool holds a block reference table, its labels
-    /// say so (before the uberblock that names the table), so that a tarn
-    /// without block cloning refuses to write to it.
-    fn activate_block_cloning(&self) -> Result<()> {
+    /// The first time the pool holds a block reference table (or an
+    /// intent-log chain), its labels say so before the uberblock that names
+    /// it, so that a tarn without the feature refuses to write to it.
+    fn activate_compat(&self, feature: u64) -> Result<()> {
         let mut cfg = self.config.lock().clone();
-        if cfg.features_compat & FEATURE_BLOCK_CLONING != 0 {
+        if cfg.features_compat & feature != 0 {
             return Ok(());
         }
-        cfg.features_compat |= FEATURE_BLOCK_CLONING;
+        cfg.features_compat |= feature;
         cfg.config_txg += 1;
         self.write_configs(&cfg)
     }
@@ -1745,7 +1750,10 @@ impl Shared {
             ub
         };
         if brt_created.is_some() {
-            self.activate_block_cloning()?;
+            self.activate_compat(FEATURE_BLOCK_CLONING)?;
+        }
+        if self.dsl.has_log_chains() {
+            self.activate_compat(FEATURE_INTENT_LOG)?;
         }
         if cfg!(debug_assertions) {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;

@@ -150,7 +150,7 @@ fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut Scan
     // the resilver's walk keeps none).
     let what = || block_name(bp);
     let failed = |l: &Vdev, offset: u64, e: &crate::error::Error| core.copy_failed(&FailedCopy::on(job.vdev, l, offset, job.len, e), "found by a resilver", None, &what);
-    let data = match top.read_checked(IoClass::Scrub, job.offset, job.len, bp.birth, &ReadCheck { check: &check, repair: false, failed: &failed }) {
+    let data = match top.read_checked(IoClass::Scrub, job.offset, job.len, bp.birth, &ReadCheck { check: &check, repair: false, failed: &failed, speculative: false }) {
         Ok(d) => d,
         Err(e) => {
             r.error(format!("{} block (level {}, birth {}): no good copy to resilver {} from: {}", bp.otype.name(), bp.level, bp.birth, leaf.path, e));

@@ -422,6 +422,12 @@ impl PoolCore {
                 c.leaf_faulted(top, name, h)
             }
         }));
+        let w = Arc::downgrade(self);
+        io.set_park_hook(Box::new(move || {
+            if let Some(c) = w.upgrade() {
+                c.txg.note_sync_parked();
+            }
+        }));
     }
 
     /// What happens when a leaf faults: the txg being synced is added to

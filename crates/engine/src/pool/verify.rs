@@ -256,15 +256,21 @@ impl<'a> Walker<'a> {
             if !alloc.is_allocated(*v, *off, *len) {
                 self.rep.errors.push(format!("{} at {}:{:#x}+{:#x} is not allocated", what, v, off, len));
             }
+            if alloc.overlaps_transient(*v, *off, *len) {
+                self.rep.errors.push(format!("{} at {}:{:#x}+{:#x} overlaps an intent-log block", what, v, off, len));
+            }
         }
+        // Intent-log blocks are allocated in memory only (no tree holds
+        // them: see the allocator's "Transient allocations").
         let space = alloc.space();
-        self.rep.allocated_bytes = space.total.allocated;
-        if space.total.allocated != self.rep.referenced_bytes {
+        let held = space.total.allocated - alloc.transient_bytes();
+        self.rep.allocated_bytes = held;
+        if held != self.rep.referenced_bytes {
             self.rep.errors.push(format!(
                 "allocator holds {} bytes but blocks reference {} (leak of {} bytes)",
-                space.total.allocated,
+                held,
                 self.rep.referenced_bytes,
-                space.total.allocated as i64 - self.rep.referenced_bytes as i64
+                held as i64 - self.rep.referenced_bytes as i64
             ));
         }
     }

@@ -107,6 +107,37 @@ pub enum TimeOrNow {
     At(Timespec),
 }
 
+/// The `sync` property (OpenZFS's `sync=standard|always|disabled`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// `fsync`, `O_SYNC`/`O_DSYNC` writes and `syncfs` are made durable.
+    #[default]
+    Standard,
+    /// Every change is made durable before it returns.
+    Always,
+    /// `fsync` returns at once; changes are durable with their txg.
+    Disabled,
+}
+
+impl SyncPolicy {
+    pub fn parse(s: &str) -> Option<SyncPolicy> {
+        match s {
+            "standard" => Some(SyncPolicy::Standard),
+            "always" => Some(SyncPolicy::Always),
+            "disabled" => Some(SyncPolicy::Disabled),
+            _ => None,
+        }
+    }
+
+    pub fn from_u8(v: u8) -> SyncPolicy {
+        match v {
+            1 => SyncPolicy::Always,
+            2 => SyncPolicy::Disabled,
+            _ => SyncPolicy::Standard,
+        }
+    }
+}
+
 /// The fields `setattr` changes; `None` leaves one alone.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SetAttr {
@@ -264,8 +295,8 @@ pub trait FileSystem: Send + Sync {
     fn read(&self, ino: Ino, offset: u64, size: u32) -> PResult<Vec<u8>>;
     /// Writes all of `data`; returns its length.
     fn write(&self, caller: &Caller, ino: Ino, offset: u64, data: &[u8]) -> PResult<u32>;
-    /// Makes everything written to `ino` durable (a txg sync, or the intent
-    /// log once it exists).
+    /// Makes everything written to `ino`, and every change to names, durable
+    /// (the intent log's commit, or a txg sync).
     fn fsync(&self, ino: Ino, datasync: bool) -> PResult<()>;
     fn fallocate(&self, caller: &Caller, ino: Ino, offset: u64, len: u64, flags: FallocFlags) -> PResult<()>;
     /// Copies `len` bytes between files, sharing blocks where the ranges are
@@ -312,5 +343,9 @@ pub trait FileSystem: Send + Sync {
     /// follow the new values from now on (as a remount does on OpenZFS).
     fn set_access_times(&self, atime: bool, relatime: bool) {
         let _ = (atime, relatime);
+    }
+    /// The dataset's `sync` property changed: changes follow it from now on.
+    fn set_sync_policy(&self, policy: SyncPolicy) {
+        let _ = policy;
     }
 }

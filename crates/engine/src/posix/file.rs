@@ -11,6 +11,8 @@ use tarn_ondisk::bp::ObjectType;
 use super::api::*;
 use super::fs::{err, Inode, InodeState, PosixFs};
 use super::inode::{decode_xattrs, encode_xattrs_large, InodePhys};
+use super::log::{log_time, setattr_rec};
+use tarn_ondisk::zil::LogRecord;
 use crate::object::MAX_OBJECT_BYTES;
 
 /// Largest extended attribute value (Linux's `XATTR_SIZE_MAX`).
@@ -84,7 +86,7 @@ impl PosixFs {
         let grows = set.size.is_some_and(|s| s > node.st.lock().phys.size);
         let tx = if grows { self.tx_for(0, self.record_piece())? } else { self.tx()? };
         let mut st = self.locked(&node)?;
-        let now = Timespec::now();
+        let now = self.now();
         let mut p = st.phys.clone();
         if let Some(size) = set.size {
             match p.kind() {
@@ -123,6 +125,7 @@ impl PosixFs {
         }
         p.ctime = set.ctime.unwrap_or(now);
         self.save(&tx, ino, &p)?;
+        self.log(&tx, LogRecord::Setattr { ino, fsetid: caller.fsetid, time: log_time(now), set: setattr_rec(set, now, p.ctime) }, 0);
         st.phys = p;
         Ok(self.attr_of(ino, &st.phys))
     }
@@ -172,7 +175,7 @@ impl PosixFs {
             // not fail a read.
             if let Ok(tx) = self.tx() {
                 let mut p = st.phys.clone();
-                p.atime = Timespec::now();
+                p.atime = self.now();
                 if self.save(&tx, ino, &p).is_ok() {
                     st.phys = p;
                 }
@@ -188,7 +191,7 @@ impl PosixFs {
         if !self.relatime.load(Ordering::Relaxed) {
             return true;
         }
-        p.atime <= p.mtime || p.atime <= p.ctime || Timespec::now().sec.saturating_sub(p.atime.sec) >= RELATIME_SEC
+        p.atime <= p.mtime || p.atime <= p.ctime || self.now().sec.saturating_sub(p.atime.sec) >= RELATIME_SEC
     }
 
     pub(crate) fn do_write(&self, caller: &Caller, ino: Ino, offset: u64, data: &[u8]) -> PResult<u32> {
@@ -200,13 +203,14 @@ impl PosixFs {
         let tx = self.tx_for(data.len() as u64, piece)?;
         let mut st = self.file(&node)?;
         self.os.write(&tx, ino, offset, data)?;
-        let now = Timespec::now();
+        let now = self.now();
         let mut p = st.phys.clone();
         p.size = p.size.max(end);
         p.mtime = now;
         p.ctime = now;
         self.modified_by(&tx, caller, &mut p)?;
         self.save(&tx, ino, &p)?;
+        self.log(&tx, LogRecord::Write { ino, offset, fsetid: caller.fsetid, time: log_time(now), data: Vec::new() }, data.len() as u64);
         st.phys = p;
         Ok(len)
     }
@@ -233,13 +237,15 @@ impl PosixFs {
             self.os.truncate(&tx, ino, end)?;
             p.size = end;
         }
-        let now = Timespec::now();
+        let now = self.now();
         if flags.punch_hole || flags.zero_range || p.size != st.phys.size {
             p.mtime = now;
             p.ctime = now;
             self.modified_by(&tx, caller, &mut p)?;
         }
         self.save(&tx, ino, &p)?;
+        let bits = flags.keep_size as u32 | (flags.punch_hole as u32) << 1 | (flags.zero_range as u32) << 2;
+        self.log(&tx, LogRecord::Fallocate { ino, offset, len, flags: bits, fsetid: caller.fsetid, time: log_time(now) }, 0);
         st.phys = p;
         Ok(())
     }
@@ -284,13 +290,15 @@ impl PosixFs {
         if step.done == 0 {
             return Ok(0);
         }
-        let now = Timespec::now();
+        let now = self.now();
         let mut p = st.phys.clone();
         p.size = p.size.max(off_out + step.done);
         p.mtime = now;
         p.ctime = now;
         self.modified_by(&tx, caller, &mut p)?;
         self.save(&tx, ino_out, &p)?;
+        // A write of the range, made durable by its txg (`log_clone`).
+        self.log_clone(&tx, LogRecord::Write { ino: ino_out, offset: off_out, fsetid: caller.fsetid, time: log_time(now), data: Vec::new() }, step.done);
         st.phys = p;
         Ok(step.done)
     }
@@ -323,6 +331,7 @@ impl PosixFs {
         let mut p = st.phys.clone();
         p.size = size;
         self.save(&tx, ino, &p)?;
+        self.log(&tx, LogRecord::KeepSize { ino, size }, 0);
         st.phys = p;
         Ok(())
     }
@@ -435,7 +444,7 @@ impl PosixFs {
             _ if value.is_none() && !existed => return Err(err(libc::ENODATA, "no such extended attribute")),
             _ => {}
         }
-        p.ctime = Timespec::now();
+        p.ctime = self.now();
         let mut placed = false;
         if let Some(v) = value {
             self.check_space(v.len() as u64, self.record_piece())?;
@@ -454,6 +463,12 @@ impl PosixFs {
             self.store_large(&tx, &mut p, &large)?;
         }
         self.save(&tx, ino, &p)?;
+        let how = match how {
+            XattrSet::Any => 0,
+            XattrSet::Create => 1,
+            XattrSet::Replace => 2,
+        };
+        self.log(&tx, LogRecord::Xattr { ino, how, time: log_time(p.ctime), name: name.to_vec(), value: value.map(|v| v.to_vec()) }, 0);
         st.phys = p;
         Ok(())
     }
@@ -476,5 +491,15 @@ impl PosixFs {
         self.os.write(tx, p.xattr_obj, 0, &b)?;
         self.os.truncate(tx, p.xattr_obj, b.len() as u64)?;
         Ok(())
+    }
+}
+
+impl PosixFs {
+    /// A file's bytes for its log (no access time): `len` bytes at
+    /// `offset`, short at the end of the file; `ENOENT` once it is freed.
+    pub(crate) fn do_read_for_log(&self, ino: Ino, offset: u64, len: u64) -> PResult<Vec<u8>> {
+        let node = self.inode(ino)?;
+        let _st = self.locked(&node)?;
+        Ok(self.os.read(ino, offset, len as usize)?)
     }
 }

@@ -4,7 +4,7 @@
 //! attributes, extended attributes); `ops.rs` binds them to [`FileSystem`].
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -30,14 +30,19 @@ pub struct PosixOptions {
     /// With `atime`: only when the access time is not after the modification
     /// or change time, or is a day old (`relatime=on`, Linux's default).
     pub relatime: bool,
-    /// What `fsync` and `sync_all` call. None: wait for a txg sync of the
-    /// pool (there is no intent log yet, so that is what durable means).
+    /// What `sync_all` calls (and `fsync` without a log). None: wait for a
+    /// txg sync of the pool.
     pub sync: Option<SyncFn>,
+    /// The dataset's intent log (`Datasets::zil`): `fsync` commits it.
+    /// None: `fsync` waits for a txg sync.
+    pub log: Option<Arc<crate::zil::Zil>>,
+    /// The `sync` property: when changes are made durable.
+    pub sync_policy: SyncPolicy,
 }
 
 impl Default for PosixOptions {
     fn default() -> Self {
-        PosixOptions { readonly: false, atime: true, relatime: true, sync: None }
+        PosixOptions { readonly: false, atime: true, relatime: true, sync: None, log: None, sync_policy: SyncPolicy::Standard }
     }
 }
 
@@ -85,6 +90,13 @@ pub struct PosixFs {
     /// Inodes with no name left but open handles (mirrors the unlinked-set
     /// object).
     unlinked: Mutex<BTreeSet<Ino>>,
+    /// The intent log (`PosixOptions::log`) and the `sync` property now.
+    pub(crate) zil: Option<Arc<crate::zil::Zil>>,
+    sync_policy: AtomicU8,
+    /// Replay in progress (`replay.rs`): the clock and numbers the record
+    /// being replayed gives, and its seq for the header (0: not replaying).
+    pub(crate) replaying: Mutex<Option<super::replay::Replaying>>,
+    pub(crate) in_replay: AtomicBool,
 }
 
 pub(crate) fn err(errno: i32, msg: impl Into<String>) -> Errno {
@@ -109,14 +121,19 @@ impl PosixFs {
             os: objset,
             atime: AtomicBool::new(opts.atime),
             relatime: AtomicBool::new(opts.relatime),
-            opts,
             root: master.root,
             unlinked_obj: master.unlinked,
             ns: RwLock::new(()),
             inodes: Mutex::new(HashMap::new()),
             unlinked: Mutex::new(BTreeSet::new()),
+            zil: opts.log.clone(),
+            sync_policy: AtomicU8::new(opts.sync_policy as u8),
+            replaying: Mutex::new(None),
+            in_replay: AtomicBool::new(false),
+            opts,
         });
         fs.drain_unlinked()?;
+        fs.replay()?;
         Ok(fs)
     }
 
@@ -165,7 +182,7 @@ impl PosixFs {
     /// the pool's slop reserve, so a full pool can always be emptied.
     pub(crate) fn tx(&self) -> PResult<Tx> {
         self.check_rw()?;
-        Ok(self.os.begin()?)
+        Ok(self.replayed_in(self.os.begin()?))
     }
 
     /// A transaction for a change that may allocate about `bytes` in
@@ -174,7 +191,39 @@ impl PosixFs {
     /// still on their way (`Objset::begin_for`).
     pub(crate) fn tx_for(&self, bytes: u64, piece: u64) -> PResult<Tx> {
         self.check_rw()?;
-        Ok(self.os.begin_for(bytes, piece)?)
+        Ok(self.replayed_in(self.os.begin_for(bytes, piece)?))
+    }
+
+    /// While replaying, the record being replayed is marked done in the
+    /// transaction that applies it (each replayed change takes one), so
+    /// the header of that txg says it was.
+    fn replayed_in(&self, tx: Tx) -> Tx {
+        if self.in_replay.load(Ordering::Relaxed) {
+            if let (Some(z), Some(r)) = (&self.zil, self.replaying.lock().as_ref()) {
+                z.mark_replayed(tx.txg(), r.mark_seq);
+            }
+        }
+        tx
+    }
+
+    /// The time a change reads: the clock, or while replaying the time the
+    /// record carries.
+    pub(crate) fn now(&self) -> Timespec {
+        if self.in_replay.load(Ordering::Relaxed) {
+            if let Some(r) = self.replaying.lock().as_ref() {
+                return r.now;
+            }
+        }
+        Timespec::now()
+    }
+
+    /// The `sync` property now.
+    pub(crate) fn sync_policy(&self) -> SyncPolicy {
+        SyncPolicy::from_u8(self.sync_policy.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn store_sync_policy(&self, p: SyncPolicy) {
+        self.sync_policy.store(p as u8, Ordering::Relaxed);
     }
 
     /// The largest block the file system writes for a file's data.
@@ -286,12 +335,12 @@ impl PosixFs {
 
     /// A fresh inode record for a new object.
     pub(crate) fn new_phys(&self, caller: &Caller, parent: &InodePhys, parent_ino: Ino, mode: u32, tx: &Tx) -> InodePhys {
-        let now = Timespec::now();
+        let now = self.now();
         let mut mode = mode & (libc::S_IFMT | (0o7777 & !caller.umask));
         let kind = FileKind::from_mode(mode);
         // A set-group-ID directory hands its group down, and its bit to
         // subdirectories (as on BSD, and Linux for such directories).
-        let gid = if parent.mode & libc::S_ISGID != 0 {
+        let mut gid = if parent.mode & libc::S_ISGID != 0 {
             if kind == Some(FileKind::Dir) {
                 mode |= libc::S_ISGID;
             }
@@ -299,12 +348,17 @@ impl PosixFs {
         } else {
             caller.gid
         };
+        let (mut uid, mut gen) = (caller.uid, tx.txg());
+        if let Some(c) = self.replaying.lock().as_ref().and_then(|r| r.create) {
+            // Replay: the inode as it was made, whatever the parent is now.
+            (mode, uid, gid, gen) = (c.mode, c.uid, c.gid, c.gen);
+        }
         InodePhys {
             mode,
-            uid: caller.uid,
+            uid,
             gid,
             nlink: if kind == Some(FileKind::Dir) { 2 } else { 1 },
-            gen: tx.txg(),
+            gen,
             parent: parent_ino,
             atime: now,
             mtime: now,

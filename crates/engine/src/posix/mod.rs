@@ -92,8 +92,10 @@ pub mod errors;
 mod file;
 mod fs;
 mod inode;
+mod log;
 mod namei;
 mod ops;
+mod replay;
 mod verify;
 
 pub use api::*;

@@ -10,6 +10,8 @@ use super::api::*;
 use super::dir::{self, DirTx, DIR_BLOCK};
 use super::fs::{err, Inode, PosixFs, INLINE_ROOM, INODE_SLOTS};
 use super::inode::InodePhys;
+use super::log::log_time;
+use tarn_ondisk::zil::LogRecord;
 use crate::object::Tx;
 
 /// Longest name, in bytes.
@@ -79,7 +81,7 @@ impl PosixFs {
     pub(crate) fn touch_dir(&self, tx: &Tx, dir: Ino, entries: i64, links: i64) -> PResult<()> {
         let node = self.inode(dir)?;
         let mut st = node.st.lock();
-        let now = Timespec::now();
+        let now = self.now();
         let p = &mut st.phys;
         p.size = (p.size as i64 + entries).max(0) as u64;
         p.nlink = (p.nlink as i64 + links).max(0) as u32;
@@ -102,10 +104,12 @@ impl PosixFs {
             return Err(err(libc::EEXIST, format!("{:?} exists in directory {}", String::from_utf8_lossy(name), parent)));
         }
         let tx = self.tx_for(NAMESPACE_SPACE + data.len() as u64, NAMESPACE_PIECE)?;
-        let ino = if kind == FileKind::Dir {
-            self.os.create_with_blksz(&tx, ObjectType::Directory, INODE_SLOTS, DIR_BLOCK as u32)?
-        } else {
-            self.os.create_with_room(&tx, ObjectType::PlainData, INODE_SLOTS, INLINE_ROOM)?
+        let replayed = self.replaying.lock().as_ref().and_then(|r| r.create).map(|c| c.ino);
+        let ino = match (kind == FileKind::Dir, replayed) {
+            (true, None) => self.os.create_with_blksz(&tx, ObjectType::Directory, INODE_SLOTS, DIR_BLOCK as u32)?,
+            (false, None) => self.os.create_with_room(&tx, ObjectType::PlainData, INODE_SLOTS, INLINE_ROOM)?,
+            (true, Some(ino)) => self.os.create_at(&tx, ino, ObjectType::Directory, INODE_SLOTS, INODE_SLOTS, Some(DIR_BLOCK as u32))?,
+            (false, Some(ino)) => self.os.create_at(&tx, ino, ObjectType::PlainData, INODE_SLOTS, INLINE_ROOM, None)?,
         };
         let mut phys = self.new_phys(caller, &pphys, parent, mode, &tx);
         phys.rdev = rdev;
@@ -121,6 +125,9 @@ impl PosixFs {
             return Err(e);
         }
         self.touch_dir(&tx, parent, 1, if kind == FileKind::Dir { 1 } else { 0 })?;
+        let (name, target) = (name.to_vec(), data.to_vec());
+        let rec = LogRecord::Create { parent, ino, gen: phys.gen, mode: phys.mode, uid: phys.uid, gid: phys.gid, rdev, time: log_time(phys.ctime), name, target };
+        self.log(&tx, rec, 0);
         let attr = self.attr_of(ino, &phys);
         self.insert_inode(ino, phys);
         Ok(attr)
@@ -155,8 +162,9 @@ impl PosixFs {
         self.touch_dir(&tx, newparent, 1, 0)?;
         let mut st = node.st.lock();
         st.phys.nlink += 1;
-        st.phys.ctime = Timespec::now();
+        st.phys.ctime = self.now();
         self.save(&tx, ino, &st.phys)?;
+        self.log(&tx, LogRecord::Link { ino, parent: newparent, time: log_time(st.phys.ctime), name: newname.to_vec() }, 0);
         Ok(self.attr_of(ino, &st.phys))
     }
 
@@ -188,7 +196,7 @@ impl PosixFs {
         let node = self.inode(ino)?;
         let mut st = node.st.lock();
         st.phys.nlink = if is_dir { 0 } else { st.phys.nlink.saturating_sub(1) };
-        st.phys.ctime = Timespec::now();
+        st.phys.ctime = self.now();
         if st.phys.nlink > 0 {
             return self.save(tx, ino, &st.phys);
         }
@@ -228,7 +236,9 @@ impl PosixFs {
         }
         self.check_sticky(caller, &pphys, e.ino)?;
         let tx = self.tx()?;
-        self.remove_entry(&tx, parent, name, &e)
+        self.remove_entry(&tx, parent, name, &e)?;
+        self.log(&tx, LogRecord::Remove { parent, dir: is_dir, time: log_time(self.now()), name: name.to_vec() }, 0);
+        Ok(())
     }
 
     fn check_empty(&self, dir: Ino) -> PResult<()> {
@@ -305,7 +315,14 @@ impl PosixFs {
         let links = if src.kind == FileKind::Dir && parent != newparent { 1 } else { 0 };
         self.touch_dir(&tx, parent, -1, -links)?;
         self.touch_dir(&tx, newparent, 1, links)?;
-        self.moved(&tx, src.ino, newparent)
+        self.moved(&tx, src.ino, newparent)?;
+        self.log_rename(&tx, parent, name, newparent, newname, flags.noreplace as u32);
+        Ok(())
+    }
+
+    fn log_rename(&self, tx: &Tx, parent: Ino, name: &[u8], newparent: Ino, newname: &[u8], flags: u32) {
+        let rec = LogRecord::Rename { parent, newparent, flags, time: log_time(self.now()), name: name.to_vec(), newname: newname.to_vec() };
+        self.log(tx, rec, 0);
     }
 
     /// An inode got a new parent: its `..` and change time follow.
@@ -313,7 +330,7 @@ impl PosixFs {
         let node = self.inode(ino)?;
         let mut st = node.st.lock();
         st.phys.parent = newparent;
-        st.phys.ctime = Timespec::now();
+        st.phys.ctime = self.now();
         self.save(tx, ino, &st.phys)
     }
 
@@ -337,7 +354,9 @@ impl PosixFs {
             self.touch_dir(&tx, parent, 0, 0)?;
         }
         self.moved(&tx, src.ino, newparent)?;
-        self.moved(&tx, dst.ino, parent)
+        self.moved(&tx, dst.ino, parent)?;
+        self.log_rename(&tx, parent, name, newparent, newname, 2);
+        Ok(())
     }
 
     pub(crate) fn do_readdir(&self, ino: Ino, cookie: u64, max: usize) -> PResult<Vec<DirEntry>> {

@@ -156,6 +156,10 @@ pub struct ReadCheck<'a> {
     /// Told of each leaf that failed on the way: the leaf, the offset
     /// read there, and why.
     pub failed: &'a dyn Fn(&Vdev, u64, &Error),
+    /// Bytes `check` refuses are not counted against the leaves: the read
+    /// expects to find nothing there (the block after an intent-log
+    /// chain's last, OpenZFS's speculative reads).
+    pub speculative: bool,
 }
 
 /// A read's buffers per leaf found bad on the way, to be rewritten.
@@ -372,7 +376,9 @@ impl Vdev {
                 if (rc.check)(&raw) {
                     return Ok(raw);
                 }
-                l.note_checksum_error();
+                if !rc.speculative {
+                    l.note_checksum_error();
+                }
                 let e = Error::corrupt(format!("checksum mismatch at {:#x} on {}", offset, self.path));
                 (rc.failed)(self, offset, &e);
                 Err(e)

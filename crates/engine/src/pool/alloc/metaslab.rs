@@ -133,6 +133,18 @@
 //! each later log with the uberblock's txg as `current_txg`, then
 //! `txg_synced(current_txg)` (needed only if there was no log to replay).
 //!
+//! ## Transient allocations (intent-log blocks)
+//! Log blocks are written between txg syncs and live only until the txgs
+//! of their records sync, so they never enter the space log: a transient
+//! allocation (`alloc_transient`) takes space out of the free trees and
+//! counts it allocated in memory only, and `checkpoint` reports it as
+//! free. On disk a log block's space is therefore always free; after a
+//! crash, import claims (`claim_transient`) the blocks every dataset's log
+//! chain still reaches before anything else allocates, so nothing can
+//! overwrite them before they are replayed. `free_transient` defers the
+//! space like any free (a crash may import the txg before the one whose
+//! log header stopped naming the block) but records nothing.
+//!
 //! ## Invariants (checked by [`Allocator::check_invariants`])
 //! 1. Per vdev: `free + deferred + allocated == size`, with `free` the sum of
 //!    the metaslab trees and `allocated` a counter maintained independently.
@@ -142,7 +154,9 @@
 //!    trees are pairwise disjoint with their union equal to `deferred_all`.
 //! 4. Each metaslab's cached weight matches its tree, and the weight index
 //!    holds exactly one key per metaslab.
-//! 5. No internal inconsistency has been detected (`fault` is empty); paths
+//! 5. Transient extents are allocated space (`transient` ⊆ allocated) and
+//!    count in `allocated`.
+//! 6. No internal inconsistency has been detected (`fault` is empty); paths
 //!    that cannot return an error (`txg_synced`) record one there.
 //!
 //! And per block, checked by [`Allocator::check_copies_apart`] when a block
@@ -571,6 +585,9 @@ pub struct VdevSpace {
     deferred: BTreeMap<u64, RangeTree>,
     /// Union of `deferred`, for O(log n) double-free checks.
     deferred_all: RangeTree,
+    /// Transient allocations (log blocks): allocated in memory, free in
+    /// checkpoints and never in the space log.
+    transient: RangeTree,
 }
 
 impl VdevSpace {
@@ -596,6 +613,7 @@ impl VdevSpace {
             allocated: size,
             deferred: BTreeMap::new(),
             deferred_all: RangeTree::new(),
+            transient: RangeTree::new(),
         };
         let mask = cfg.sector_size() - 1;
         for i in 0..count {
@@ -936,6 +954,23 @@ impl VdevSpace {
         Ok(())
     }
 
+    /// A free extent becomes a transient allocation (`claim_transient`).
+    fn claim_transient(&mut self, off: u64, len: u64) -> Result<(), AllocError> {
+        self.check_extent(off, len)?;
+        self.take_free(off, len).map_err(AllocError::Inconsistent)?;
+        self.allocated += len;
+        self.transient.add(off, len).map_err(|e| AllocError::Internal(e.to_string()))
+    }
+
+    /// A transient allocation is freed in `txg` (deferred, unrecorded).
+    fn free_transient(&mut self, off: u64, len: u64, txg: u64) -> Result<(), AllocError> {
+        if !self.transient.contains(off, len) {
+            return Err(AllocError::NotAllocated { vdev: self.id, offset: off, len });
+        }
+        self.transient.remove(off, len).map_err(|e| AllocError::Internal(e.to_string()))?;
+        self.defer_free(off, len, txg)
+    }
+
     /// Fill a freshly created all-allocated vdev from its checkpoint.
     fn load(&mut self, v: &VdevCheckpoint) -> Result<(), AllocError> {
         let bad = |m: String| AllocError::Inconsistent(format!("checkpoint vdev {}: {m}", v.vdev));
@@ -968,7 +1003,13 @@ impl VdevSpace {
 
     fn checkpoint(&self) -> VdevCheckpoint {
         let mut free: Vec<(u64, u64)> = Vec::new();
-        for (s, l) in self.metaslabs.iter().flat_map(|ms| ms.free.iter()) {
+        let mut pieces: Vec<(u64, u64)> = self.metaslabs.iter().flat_map(|ms| ms.free.iter()).collect();
+        if !self.transient.is_empty() {
+            // Log blocks are free on disk (module docs, "Transient allocations").
+            pieces.extend(self.transient.iter());
+            pieces.sort_unstable();
+        }
+        for (s, l) in pieces {
             match free.last_mut() {
                 Some(last) if last.0 + last.1 == s => last.1 += l,
                 _ => free.push((s, l)),
@@ -1040,6 +1081,11 @@ impl VdevSpace {
     fn check(&self) -> Result<(), String> {
         self.check_metaslabs()?;
         self.check_deferred()?;
+        for (off, len) in self.transient.iter() {
+            if self.overlaps_free(off, len) || self.deferred_all.overlaps(off, len) {
+                return Err(format!("transient {off:#x}+{len:#x} is not allocated"));
+            }
+        }
         let total = u128::from(self.free_bytes)
             + u128::from(self.allocated)
             + u128::from(self.deferred_all.space());
@@ -1608,6 +1654,47 @@ impl Allocator {
         }
     }
 
+    /// Allocates `size` bytes for a log block (module docs, "Transient
+    /// allocations"): on the first vdev of `prefer` with room, else on any
+    /// other vdev not in `exclude`. Nothing is recorded for any txg.
+    pub fn alloc_transient(&mut self, size: u64, prefer: &[u32], exclude: &[u32]) -> Result<(u32, u64, u64), AllocError> {
+        if size == 0 {
+            return Err(AllocError::InvalidSize(size));
+        }
+        let order: Vec<u32> = prefer.iter().copied().chain(self.vdev_ids().into_iter().filter(|v| !prefer.contains(v))).collect();
+        for id in order.into_iter().filter(|v| !exclude.contains(v)) {
+            let Ok(vs) = self.vdev_mut(id) else { continue };
+            if let Some((off, len)) = vs.alloc(size)? {
+                vs.transient.add(off, len).map_err(|e| AllocError::Internal(e.to_string()))?;
+                return Ok((id, off, len));
+            }
+        }
+        Err(AllocError::NoSpace)
+    }
+
+    /// Takes a log block found at import out of the free space (it must be
+    /// free: on disk, log blocks always are) as a transient allocation.
+    pub fn claim_transient(&mut self, vdev: u32, offset: u64, len: u64) -> Result<(), AllocError> {
+        self.vdev_mut(vdev)?.claim_transient(offset, len)
+    }
+
+    /// Frees a transient allocation in txg `txg`: deferred like any free
+    /// until `txg + 2` has synced, and recorded nowhere.
+    pub fn free_transient(&mut self, vdev: u32, offset: u64, len: u64, txg: u64) -> Result<(), AllocError> {
+        self.check_open_txg(txg)?;
+        self.vdev_mut(vdev)?.free_transient(offset, len, txg)
+    }
+
+    /// Bytes held by transient allocations (counted in `allocated`).
+    pub fn transient_bytes(&self) -> u64 {
+        self.vdevs.iter().flatten().map(|v| v.transient.space()).sum()
+    }
+
+    /// Whether any byte of the extent is a transient allocation.
+    pub fn overlaps_transient(&self, vdev: u32, offset: u64, len: u64) -> bool {
+        self.vdev(vdev).is_some_and(|v| v.transient.overlaps(offset, len))
+    }
+
     /// The full free-space state (free and deferred ranges per vdev).
     pub fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
@@ -1732,6 +1819,38 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    /// Log blocks: a transient allocation is allocated in memory, free in
+    /// the checkpoint and in no txg's records; claimed back after an
+    /// "import" from that checkpoint; freed deferred, unrecorded.
+    #[test]
+    fn transient_allocations_stay_out_of_the_space_log() {
+        let mut a = one_vdev(256 << 20);
+        let data = a.alloc(1 << 20, 1, &[]).unwrap();
+        let (v, off, len) = a.alloc_transient(8192, &[], &[]).unwrap();
+        assert!(a.is_allocated(v, off, len) && a.overlaps_transient(v, off, len));
+        assert_eq!(a.transient_bytes(), len);
+        a.check_invariants().unwrap();
+        let recs = a.take_records(1);
+        assert_eq!(recs.allocs.len(), 1, "only the data block is recorded: {:?}", recs.allocs);
+        let cp = a.checkpoint();
+        let mut b = Allocator::new();
+        b.add_vdev(0, LABEL, 256 << 20, DEFAULT_ASHIFT).unwrap();
+        b.load_checkpoint(&cp).unwrap();
+        assert!(!b.is_allocated(v, off, len), "the checkpoint shows the log block free");
+        assert!(b.is_allocated(data.0, data.1, data.2));
+        b.claim_transient(v, off, len).unwrap();
+        assert!(b.claim_transient(v, off, len).is_err(), "claimed twice");
+        assert!(b.claim_transient(data.0, data.1, data.2).is_err(), "a data block is no log block");
+        assert!(b.free_transient(data.0, data.1, data.2, 2).is_err(), "a data block is not transient");
+        b.free_transient(v, off, len, 2).unwrap();
+        assert_eq!(b.transient_bytes(), 0);
+        assert_eq!(b.take_records(2).frees.len(), 0, "the free is recorded nowhere");
+        assert_eq!(b.space().total.deferred, len);
+        b.txg_synced(4);
+        assert_eq!(b.space().total.deferred, 0);
+        b.check_invariants().unwrap();
     }
 
     #[test]

@@ -271,7 +271,7 @@ fn check_columns(core: &PoolCore, blocks: &Blocks, c: &Copy, fig: &mut ScanRepor
     let failed = |leaf: &Vdev, offset: u64, e: &crate::error::Error| {
         core.copy_failed(&FailedCopy::on(c.vdev, leaf, offset, c.len, e), "found by a scrub of its RAID-Z columns", at.as_ref(), &|| block_name(bp));
     };
-    let rc = ReadCheck { check: &check, repair: !core.readonly, failed: &failed };
+    let rc = ReadCheck { check: &check, repair: !core.readonly, failed: &failed, speculative: false };
     let Some(v) = core.vdevs.top(c.vdev).scrub_columns(c.offset, c.len, bp.birth, &rc) else {
         return checked(core, blocks, c, false, fig);
     };
@@ -355,7 +355,7 @@ fn repair(core: &PoolCore, bp: &BlockPtr, bad: &Copy) -> Result<u64, Unrepaired>
                 return None;
             }
             if let Kind::Raidz(_) = v.kind {
-                let rc = ReadCheck { check: &check, repair: false, failed: &|_, _, _| {} };
+                let rc = ReadCheck { check: &check, repair: false, failed: &|_, _, _| {}, speculative: false };
                 return v.read_checked(IoClass::Scrub, c.offset, len, bp.birth, &rc).ok();
             }
             let (_, leaf) = c.leaf(core)?;

@@ -345,7 +345,7 @@ fn apply_repairs(v: &Vdev, map: &RaidzMap, offset: u64, birth: u64, cols: &[Col]
         let child = member.column_source(birth).unwrap_or(member);
         let why = match (r.cause, &cols[r.column]) {
             (RepairCause::Damaged, _) => {
-                if let Some(l) = child.leaf() {
+                if let Some(l) = child.leaf().filter(|_| !rc.speculative) {
                     l.note_checksum_error();
                 }
                 let e = Error::corrupt(format!("{}: column {} of the block at {:#x} fails its parity and checksum", child.path, r.column, offset));
@@ -412,7 +412,7 @@ fn unrecoverable(v: &Vdev, map: &RaidzMap, offset: u64, birth: u64, cols: &[Col]
         let child = member.column_source(birth).unwrap_or(member);
         match (col, err.kind == ErrorKind::Corrupt) {
             (Col::Read(_), true) => {
-                if let Some(l) = child.leaf() {
+                if let Some(l) = child.leaf().filter(|_| !rc.speculative) {
                     l.note_checksum_error();
                 }
                 (rc.failed)(child, LABELS_FRONT + c.offset, &err);

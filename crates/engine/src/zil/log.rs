@@ -1,0 +1,387 @@
+//! One dataset's log in memory: its records, its commit rounds, its chain
+//! and the header the dataset's sync writes. See the module docs.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use tarn_ondisk::zil::{LogPtr, LogRecord, ZilHeader};
+
+use crate::error::{Error, Result};
+use crate::pool::core::PoolCore;
+
+/// A record in memory: a change and its place in the log's history. A
+/// write's record carries no data (`len` bytes at its offset) until it is
+/// committed.
+#[derive(Clone, Debug)]
+pub struct Itx {
+    pub seq: u64,
+    pub txg: u64,
+    pub rec: LogRecord,
+    /// A write's length (its data is read when committed).
+    pub len: u64,
+    /// A commit that takes it syncs the txg instead of writing the log
+    /// (a clone: its blocks are shared, not copied into the log).
+    pub txg_sync: bool,
+}
+
+/// What a commit asks the POSIX layer for.
+pub trait LogSource {
+    /// The records to write for `itx`: a write's data read now, split into
+    /// records of at most `WRITE_DATA_MAX` bytes; none when its object is
+    /// gone (a later record removes it).
+    fn fill(&self, itx: &Itx) -> Result<Vec<LogRecord>>;
+}
+
+/// Counters of one log (OpenZFS's zil kstats), for `tarn zilstat`.
+#[derive(Default)]
+pub struct ZilStats {
+    /// `commit` calls, and those that found nothing to write.
+    pub commits: AtomicU64,
+    pub commits_empty: AtomicU64,
+    /// Rounds written, log blocks written and their bytes (used, and as
+    /// allocated).
+    pub rounds: AtomicU64,
+    pub blocks: AtomicU64,
+    pub bytes_used: AtomicU64,
+    pub bytes_alloc: AtomicU64,
+    /// Records written, by kind (`LogRecord::NAMES`), and write data bytes.
+    pub records: [AtomicU64; 9],
+    pub write_bytes: AtomicU64,
+    /// Commits that synced the txg instead (a failed log write, no space,
+    /// too much data) and rounds that waited for a new chain's header.
+    pub fallbacks: AtomicU64,
+    pub chain_waits: AtomicU64,
+    /// Records logged (itxs made).
+    pub itxs: AtomicU64,
+}
+
+/// A block written and not yet freed.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LiveBlock {
+    pub ptr: LogPtr,
+    /// Its chain: blocks of an abandoned chain are freed at the next sync.
+    pub guid: u64,
+    /// The newest txg of its records: once on disk, the block is moot.
+    pub max_txg: u64,
+}
+
+/// The chain being written.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Chain {
+    pub guid: u64,
+    /// Where the next block goes (allocated, not written).
+    pub next: LogPtr,
+    /// Blocks count as durable once this txg has synced: it carries the
+    /// first header naming the chain (0: one already has).
+    pub durable_txg: u64,
+}
+
+pub(super) struct LogState {
+    pub next_seq: u64,
+    /// Namespace records, in sequence order.
+    pub namespace: Vec<Itx>,
+    /// Other records per object, each in sequence order.
+    pub by_object: HashMap<u64, Vec<Itx>>,
+    /// Records taken by commits, for the next round.
+    pub pending: Vec<Itx>,
+    pub rounds_started: u64,
+    pub rounds_done: u64,
+    pub writing: bool,
+    /// Rounds that failed and could not fall back (the error).
+    pub failed: HashMap<u64, String>,
+    pub chain: Option<Chain>,
+    /// The first block of the round being written (the header names it
+    /// while no earlier block of the chain is live).
+    pub inflight_first: Option<LogPtr>,
+    pub blocks: VecDeque<LiveBlock>,
+    /// Header fields kept across syncs.
+    pub claim_txg: u64,
+    pub replay_seq: u64,
+    /// Replayed records: (txg of the transaction, seq).
+    pub replay_marks: Vec<(u64, u64)>,
+    /// The header the last sync wrote (or import read).
+    pub written: ZilHeader,
+    /// Import found records to replay; cleared by `finish_replay`.
+    pub needs_replay: bool,
+}
+
+/// One dataset's intent log.
+pub struct Zil {
+    pub(super) core: Arc<PoolCore>,
+    /// The dataset's id (its record's object number).
+    pub(super) dataset: u64,
+    pub(super) name: Mutex<String>,
+    pub(super) st: Mutex<LogState>,
+    pub(super) cv: Condvar,
+    pub stats: ZilStats,
+}
+
+/// Rounds' errors kept for late waiters.
+const FAILED_KEEP: u64 = 1024;
+
+impl Zil {
+    /// The log of dataset `dataset` whose record holds `header` (the
+    /// default header: no log yet).
+    pub(crate) fn new(core: Arc<PoolCore>, dataset: u64, name: &str, header: ZilHeader) -> Arc<Zil> {
+        let chain = (header.guid != 0).then_some(Chain { guid: header.guid, next: header.first, durable_txg: 0 });
+        Arc::new(Zil {
+            core,
+            dataset,
+            name: Mutex::new(name.to_string()),
+            st: Mutex::new(LogState {
+                next_seq: 1,
+                namespace: Vec::new(),
+                by_object: HashMap::new(),
+                pending: Vec::new(),
+                rounds_started: 0,
+                rounds_done: 0,
+                writing: false,
+                failed: HashMap::new(),
+                chain,
+                inflight_first: None,
+                blocks: VecDeque::new(),
+                claim_txg: header.claim_txg,
+                replay_seq: header.replay_seq,
+                replay_marks: Vec::new(),
+                written: header,
+                needs_replay: false,
+            }),
+            cv: Condvar::new(),
+            stats: ZilStats::default(),
+        })
+    }
+
+    pub(super) fn what(&self) -> String {
+        format!("intent log of '{}'", self.name.lock())
+    }
+
+    /// Logs a change made in `txg` (call inside its transaction, under the
+    /// locks that order it). `len`: a write's length, its data read at
+    /// commit.
+    pub fn log(&self, txg: u64, rec: LogRecord, len: u64) {
+        self.log_itx(txg, rec, len, false);
+    }
+
+    /// As `log`, for a change a commit makes durable by syncing its txg.
+    pub fn log_by_txg(&self, txg: u64, rec: LogRecord, len: u64) {
+        self.log_itx(txg, rec, len, true);
+    }
+
+    fn log_itx(&self, txg: u64, rec: LogRecord, len: u64, txg_sync: bool) {
+        let mut st = self.st.lock();
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let obj = rec.object();
+        let itx = Itx { seq, txg, rec, len, txg_sync };
+        if obj == 0 {
+            st.namespace.push(itx);
+        } else {
+            st.by_object.entry(obj).or_default().push(itx);
+        }
+        self.stats.itxs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Makes every namespace change and every change to object `obj` (0:
+    /// to every object) made so far durable: written to the log and
+    /// flushed, or synced with their txg.
+    pub fn commit(&self, obj: u64, src: &dyn LogSource) -> Result<()> {
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        let mut st = self.st.lock();
+        take_for_commit(&mut st, obj);
+        // The round that will hold what was taken — or, with nothing new,
+        // the last one started, which may hold what this caller depends on.
+        let mine = if st.pending.is_empty() { st.rounds_started } else { st.rounds_started + 1 };
+        if mine <= st.rounds_done {
+            self.stats.commits_empty.fetch_add(1, Ordering::Relaxed);
+        }
+        loop {
+            if st.rounds_done >= mine {
+                return match st.failed.get(&mine) {
+                    Some(e) => Err(Error::new(crate::error::ErrorKind::Io, e.clone())),
+                    None => Ok(()),
+                };
+            }
+            if !st.writing && !st.pending.is_empty() {
+                st.writing = true;
+                st.rounds_started += 1;
+                let round = st.rounds_started;
+                let itxs = std::mem::take(&mut st.pending);
+                drop(st);
+                let res = self.write_round(itxs, src);
+                st = self.st.lock();
+                st.writing = false;
+                st.rounds_done = round;
+                if let Err(e) = res {
+                    st.failed.insert(round, e.to_string());
+                }
+                st.failed.retain(|&r, _| r + FAILED_KEEP > round);
+                self.cv.notify_all();
+                continue;
+            }
+            self.cv.wait(&mut st);
+        }
+    }
+
+    /// Syncing context, txg `txg`: frees the blocks whose records are all
+    /// in `txg` or before, and returns the header to write when it changed.
+    pub(crate) fn sync(&self, txg: u64) -> Result<Option<ZilHeader>> {
+        let mut st = self.st.lock();
+        let guid = st.chain.map_or(0, |c| c.guid);
+        while let Some(b) = st.blocks.front().copied() {
+            if b.guid == guid && b.max_txg > txg {
+                break;
+            }
+            st.blocks.pop_front();
+            self.core.free_log_block(&b.ptr, txg).map_err(|e| e.context(self.what()))?;
+        }
+        let h = header_now(&st, txg);
+        st.replay_marks.retain(|&(t, _)| t > txg);
+        if h == st.written {
+            return Ok(None);
+        }
+        st.written = h;
+        Ok(Some(h))
+    }
+
+    /// Whether the next sync must write the header (a new chain waits for it).
+    pub(crate) fn header_dirty(&self, txg: u64) -> bool {
+        let st = self.st.lock();
+        header_now(&st, txg) != st.written
+    }
+
+    /// `txg` is on disk: its records are moot.
+    pub(crate) fn sync_done(&self, txg: u64) {
+        let mut st = self.st.lock();
+        st.namespace.retain(|i| i.txg > txg);
+        st.pending.retain(|i| i.txg > txg);
+        st.by_object.retain(|_, v| {
+            v.retain(|i| i.txg > txg);
+            !v.is_empty()
+        });
+    }
+
+    /// Forgets every record and abandons the chain (rollback, receive,
+    /// destroy: the records describe a state that is gone). Syncing context
+    /// of `txg` or open context; the blocks are freed at the next sync.
+    pub(crate) fn discard(&self) {
+        let mut st = self.st.lock();
+        st.namespace.clear();
+        st.by_object.clear();
+        st.pending.clear();
+        abandon_chain(&mut st);
+    }
+
+    /// Records logged and not yet on disk (for tests and `zilstat`).
+    pub fn outstanding(&self) -> usize {
+        let st = self.st.lock();
+        st.namespace.len() + st.pending.len() + st.by_object.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Checks invariants 1 and 2 of the module docs.
+    pub fn check_invariants(&self) -> std::result::Result<(), String> {
+        let st = self.st.lock();
+        check_order(&st.namespace).map_err(|e| format!("{}: namespace list: {}", self.what(), e))?;
+        for (o, v) in &st.by_object {
+            check_order(v).map_err(|e| format!("{}: object {}: {}", self.what(), o, e))?;
+            if v.iter().any(|i| i.rec.object() != *o) {
+                return Err(format!("{}: a record of another object on object {}'s list", self.what(), o));
+            }
+        }
+        check_blocks(&st).map_err(|e| format!("{}: {}", self.what(), e))
+    }
+
+    /// Whether import found records this log must replay.
+    pub fn needs_replay(&self) -> bool {
+        self.st.lock().needs_replay
+    }
+}
+
+/// Moves the namespace records and `obj`'s (every object's when 0) to
+/// the pending round, keeping sequence order.
+fn take_for_commit(st: &mut LogState, obj: u64) {
+    let mut taken = std::mem::take(&mut st.namespace);
+    if obj == 0 {
+        for (_, v) in st.by_object.drain() {
+            taken.extend(v);
+        }
+    } else if let Some(v) = st.by_object.remove(&obj) {
+        taken.extend(v);
+    }
+    if taken.is_empty() {
+        return;
+    }
+    st.pending.extend(taken);
+    st.pending.sort_by_key(|i| i.seq);
+}
+
+/// The header as of the sync of `txg`.
+pub(super) fn header_now(st: &LogState, txg: u64) -> ZilHeader {
+    let Some(c) = st.chain else {
+        return ZilHeader { guid: 0, first: LogPtr::default(), claim_txg: st.claim_txg, replay_seq: st.replay_seq };
+    };
+    let first = st.blocks.iter().find(|b| b.guid == c.guid).map(|b| b.ptr).or(st.inflight_first).unwrap_or(c.next);
+    let replayed = st.replay_marks.iter().filter(|&&(t, _)| t <= txg).map(|&(_, s)| s).max();
+    ZilHeader { guid: c.guid, first, claim_txg: st.claim_txg, replay_seq: replayed.unwrap_or(0).max(st.replay_seq) }
+}
+
+/// Drops the chain: its live blocks are freed at the next sync, the next
+/// round starts a new one.
+pub(super) fn abandon_chain(st: &mut LogState) {
+    if let Some(c) = st.chain.take() {
+        // The place the next block would have gone is freed with the rest.
+        st.blocks.push_back(LiveBlock { ptr: c.next, guid: c.guid, max_txg: 0 });
+    }
+}
+
+fn check_order(v: &[Itx]) -> std::result::Result<(), String> {
+    match v.windows(2).find(|w| w[0].seq >= w[1].seq) {
+        Some(w) => Err(format!("record {} before record {}", w[0].seq, w[1].seq)),
+        None => Ok(()),
+    }
+}
+
+fn check_blocks(st: &LogState) -> std::result::Result<(), String> {
+    let guid = st.chain.map_or(0, |c| c.guid);
+    let mut seen_current = false;
+    let mut last_seq = 0;
+    for b in &st.blocks {
+        if b.guid == guid {
+            if seen_current && b.ptr.seq != last_seq + 1 {
+                return Err(format!("block {} after block {}", b.ptr.seq, last_seq));
+            }
+            seen_current = true;
+            last_seq = b.ptr.seq;
+        } else if seen_current {
+            return Err(format!("a block of chain {:#x} after the current chain's", b.guid));
+        }
+    }
+    Ok(())
+}
+
+impl Zil {
+    /// Replay: record `seq` is applied in `txg` (called inside its
+    /// transaction, so the header that txg writes says so).
+    pub(crate) fn mark_replayed(&self, txg: u64, seq: u64) {
+        self.st.lock().replay_marks.push((txg, seq));
+    }
+
+    /// The header fields replay needs: (guid, first, claim txg, replay seq).
+    pub(crate) fn replay_start(&self) -> ZilHeader {
+        let st = self.st.lock();
+        // The claim txg import set (the header read then may lack it).
+        ZilHeader { claim_txg: st.claim_txg, replay_seq: st.replay_seq, ..st.written }
+    }
+
+    /// Replay is over: the chain is dropped (its blocks freed at the next
+    /// sync, with the header naming a new chain).
+    pub(crate) fn finish_replay(&self) {
+        let mut st = self.st.lock();
+        st.needs_replay = false;
+        st.claim_txg = 0;
+        st.replay_seq = 0;
+        st.replay_marks.clear();
+        abandon_chain(&mut st);
+    }
+}

@@ -1,0 +1,86 @@
+//! The intent log (OpenZFS's ZIL): what makes `fsync` cost one log write
+//! and one cache flush instead of a txg sync.
+//!
+//! ## Purpose
+//! A change joins the open txg and reaches the disk when that txg syncs,
+//! seconds later. A caller that needs it durable now (`fsync`, `O_SYNC`,
+//! `sync=always`) commits the dataset's log: the records of the changes it
+//! depends on are written to a chain of log blocks and the devices flushed.
+//! After a crash, import claims the chains and the first mount of each
+//! dataset replays its records on top of the last synced txg.
+//!
+//! ## In memory: records (itxs)
+//! The POSIX layer logs a record ([`Itx`]) for every change, inside the
+//! change's transaction and under the locks that order it, so a record's
+//! sequence number is the order changes were made in and its txg the txg
+//! that holds the change. Namespace records (create, link, remove, rename)
+//! go on one list; the others (write, setattr, fallocate, xattr) on a list
+//! per object. A commit for object O takes the namespace list and O's list
+//! and nothing of other files' buffered writes (`commit`). Write records
+//! carry no data until committed: the data is read then (`LogSource::fill`),
+//! as OpenZFS's WR_NEED_COPY, so buffered writes cost no copy. Records are
+//! dropped once their txg is on disk (`sync_done`).
+//!
+//! ## Commits: rounds
+//! ```text
+//!  fsync A ─┐ takes ns + A's records ─▶ round 7 (leader: fills, packs, writes, flushes)
+//!  fsync B ─┤ takes B's records     ─▶ round 8 waits for 7, then one writer writes
+//!  fsync C ─┘ takes C's records     ─▶ round 8 too: B and C share its blocks and flush
+//! ```
+//! Records taken by a commit join the next round. One round is written at
+//! a time; the caller whose records open a round writes it (the leader),
+//! everyone waits for the round holding their records — and for the round
+//! before, which may hold namespace records they depend on. While a round is
+//! written, the next one fills up: with N concurrent fsyncers a round
+//! carries about N commits, one device flush for all of them.
+//!
+//! ## On disk: the chain (format.md §18, `tarn_ondisk::zil`)
+//! The dataset record keeps the log header: the chain's guid and the first
+//! block that may hold records not yet synced. Each block names the next
+//! (allocated before the block is written), and a block's sequence number
+//! and chain guid are in its checksummed header, so the chain ends at the
+//! first block that does not verify — a block never written, torn, or
+//! stale. Log blocks are *transient* allocations (`Allocator::
+//! alloc_transient`): never in the space log, free on disk, claimed at
+//! import before anything else allocates.
+//!
+//! A block is freed (deferred two txgs) in the sync of the first txg that
+//! holds all its records, and the header written in that txg names the
+//! block after it. A new chain (the first commit of a dataset, or after a
+//! failed log write) is usable once a txg carrying a header that names it
+//! has synced; its first round waits for that sync.
+//!
+//! ## Claim and replay
+//! At import (`claim`), every dataset with a chain has it walked: each
+//! block that verifies, and the place after the last, is claimed. A chain
+//! holding records gets the pool's imported txg as its claim txg (kept in
+//! the header, so a second crash before replay keeps it). The dataset's
+//! first read-write mount replays (`posix::replay`): records of txgs after
+//! the claim txg, in sequence order, each in its own transaction that also
+//! advances the header's replay seq — a crash during replay resumes after
+//! the last record replayed. Then the chain is dropped and a new one begun.
+//!
+//! ## Failure
+//! A round that cannot allocate or write its blocks, or flush, falls back
+//! to a txg sync (the fsync is still correct, only slower) and abandons the
+//! chain: later rounds start a new one. A suspended pool fails the commit
+//! with the pool's error instead of waiting.
+//!
+//! ## Tunables
+//! `zil_replay_disable` (discard logs instead of replaying them),
+//! `tarn_zil_commit_max_bytes` (a commit carrying more bytes of records
+//! than this syncs the txg instead). Log blocks are 4 KiB to 128 KiB
+//! (OpenZFS's `zil_maxblocksize`), sized to what the round carries.
+//!
+//! ## Invariants
+//! 1. Records on the lists are in sequence order, each list on its own
+//!    (`check_order`).
+//! 2. `blocks` holds the written blocks of the chain in chain order, older
+//!    chains' first (`check_blocks`).
+//! 3. A round acknowledges only when every earlier round is durable (rounds
+//!    complete in order: one is written at a time).
+
+mod chain;
+mod log;
+
+pub use log::{Itx, LogSource, Zil, ZilStats};
