@@ -5,7 +5,7 @@
 #   bench/fs-compare.sh [--size 4G] [--files 100000] [--threads 4] [--reps 3]
 #                       [--runtime 20] [--systems tarn,zfs-fuse,ext4]
 #                       [--compression off|on] [--workdir /var/tmp/tarn-fscompare]
-#                       [--workloads seq,small,fsync,overdrive,files1,filesN]
+#                       [--workloads seq,small,fsync,fsync8,overdrive,files1,filesN]
 #                       [--use-mount SYSTEM=DIR]... [--json]
 #
 # Systems (set up and torn down here; each mounted at WORKDIR/SYSTEM/mnt):
@@ -50,6 +50,8 @@
 #   smallwrite fio 4 KiB writes of a new 512 MiB file, buffered, psync,
 #             end_fsync=1 (a write(2) per 4 KiB, as logs and tar do)
 #   fsync     fio 4 KiB random writes to a 256 MiB file, fsync after each, RUNTIME s
+#   fsync8    the same with 8 jobs, each on a 32 MiB file of its own (concurrent
+#             fsyncs: what the intent log's shared commits are for)
 #   overdrive fio 16 jobs writing 1 MiB blocks, SIZE/8 each (2 x SIZE in all,
 #             past the kernel's dirty limit), buffered, end_fsync=1: MiB/s and
 #             p50/p99/p99.9 write completion latency
@@ -65,7 +67,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 
 SIZE=4G FILES=100000 THREADS=4 REPS=3 RUNTIME=20 COMPRESSION=off JSON=0
-ALL_WORKLOADS="seq small fsync overdrive files1 filesN" WORKLOADS="seq small fsync overdrive files1 filesN"
+ALL_WORKLOADS="seq small fsync fsync8 overdrive files1 filesN" WORKLOADS="seq small fsync fsync8 overdrive files1 filesN"
 SYSTEMS="tarn,zfs-fuse,ext4" WORK=/var/tmp/tarn-fscompare
 declare -A USE_MOUNT
 while [ $# -gt 0 ]; do
@@ -303,6 +305,16 @@ w_fsync() {
     record "$s" fsync_iops fail
   rm -f "$m/fsync.dat"
 }
+w_fsync8() {
+  local s=$1 m=$2
+  mkdir -p "$m/f8"
+  fio_run --name=fsync8 --directory="$m/f8" --numjobs=8 --rw=randwrite --bs=4k --size=32M --ioengine=psync --fsync=1 \
+      --group_reporting --time_based --runtime="$RUNTIME" --percentile_list=50:99:99.9 &&
+    { record "$s" fsync8_iops "$(fio_get "j['write']['iops']")"
+      record "$s" fsync8_p99_us "$(fio_get "(j['sync']['lat_ns']['percentile'].get('99.000000',0)/1000 if 'sync' in j and 'percentile' in j['sync'].get('lat_ns',{}) else 0) + p(j['write'],'99.000000')")"; } ||
+    record "$s" fsync8_iops fail
+  rm -rf "$m/f8"
+}
 w_overdrive() {
   local s=$1 m=$2
   mkdir -p "$m/od"
@@ -407,6 +419,8 @@ METRICS = [  # key, label, unit, higher is better
     ("smallwrite_mibs", "sequential write, 4 KiB write(2)s, 512M", "MiB/s", True),
     ("fsync_iops", "4 KiB write + fsync each", "IOPS", True),
     ("fsync_p99_us", "4 KiB write + fsync, p99 (write + sync)", "us", False),
+    ("fsync8_iops", "4 KiB write + fsync each, 8 jobs", "IOPS", True),
+    ("fsync8_p99_us", "4 KiB write + fsync, 8 jobs, p99 (write + sync)", "us", False),
     ("overdrive_mibs", "16 writers x 1 MiB (overdrive)", "MiB/s", True),
     ("overdrive_p50_us", "16 writers, p50 write latency", "us", False),
     ("overdrive_p99_us", "16 writers, p99 write latency", "us", False),

@@ -337,11 +337,16 @@ fn event() {
     smoke("event");
 }
 
+#[test]
+fn zil() {
+    smoke("zil");
+}
+
 /// Every target has a test above (a new target without one fails here).
 #[test]
 fn every_target_is_smoked() {
     let tested =
-        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc", "brt", "probe", "event"];
+        ["blockptr", "label", "uberblock", "dnode", "kv", "spacelog", "block_decode", "indirect", "l2arc", "brt", "probe", "event", "zil"];
     let names: Vec<&str> = fuzzing::TARGETS.iter().map(|t| t.name).collect();
     assert_eq!(names, tested);
 }

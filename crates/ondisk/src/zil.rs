@@ -82,7 +82,10 @@ impl LogPtr {
     fn get(r: &mut Reader) -> Result<LogPtr, DecodeError> {
         let p = LogPtr { vdev: r.u32()?, size: r.u32()?, offset: r.u64()?, asize: r.u64()?, seq: r.u64()? };
         if p.is_none() {
-            return Ok(LogPtr::default());
+            if p != LogPtr::default() {
+                return Err(r.err("a log block pointer of size 0 with other fields set"));
+            }
+            return Ok(p);
         }
         if !(LOG_BLOCK_MIN..=LOG_BLOCK_MAX).contains(&p.size) || !p.size.is_multiple_of(512) {
             return Err(r.err(format!("log block of {} bytes", p.size)));
@@ -529,20 +532,29 @@ pub struct BlockHeader {
 /// padding to the end. The records must fit (`block_room`).
 pub fn encode_block(h: &BlockHeader, records: &[Record], size: usize) -> Vec<u8> {
     let mut w = Writer::with_capacity(size);
+    for r in records {
+        r.encode(&mut w);
+    }
+    seal_block(h, records.len() as u32, &w.into_vec(), size)
+}
+
+/// A log block of `size` bytes whose records are the bytes `body` (`n` of
+/// them): the header (`used` from the body) with its checksum, the body,
+/// zero padding. `encode_block` and the fuzz target's sealed inputs.
+pub fn seal_block(h: &BlockHeader, n: u32, body: &[u8], size: usize) -> Vec<u8> {
+    let used = BLOCK_HEADER + body.len();
+    assert!(used <= size, "log block of {} bytes holds {} bytes of records", size, used);
+    let mut w = Writer::with_capacity(size);
     w.bytes(BLOCK_MAGIC);
     w.u64(h.guid);
     w.u64(h.dataset);
     w.u64(h.seq);
-    let used: usize = BLOCK_HEADER + records.iter().map(Record::encoded_len).sum::<usize>();
-    assert!(used <= size, "log block of {} bytes holds {} bytes of records", size, used);
     w.u32(used as u32);
-    w.u32(records.len() as u32);
+    w.u32(n);
     h.next.put(&mut w);
     w.zeros(HEADER_SUMMED - w.len());
     w.zeros(32);
-    for r in records {
-        r.encode(&mut w);
-    }
+    w.bytes(body);
     let mut b = w.into_vec();
     let sum = block_checksum(&b);
     b[HEADER_SUMMED..BLOCK_HEADER].copy_from_slice(&sum);

@@ -40,7 +40,7 @@ mod ondisk;
 mod seeds;
 
 pub use engine::{block_decode, indirect, l2arc, probe, spacelog, FUZZ_LSIZE_MAX};
-pub use ondisk::{blockptr, brt, dnode, event, kv, label, uberblock};
+pub use ondisk::{blockptr, brt, dnode, event, kv, label, uberblock, zil};
 
 /// What a body did with its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +161,14 @@ pub const TARGETS: &[Target] = &[
         run: event,
         seeds: seeds::event,
         alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + 4 * n,
+    },
+    // A sealed 128 KiB block, the records decoded from it (their names and
+    // data copied) and the block encoded again.
+    Target {
+        name: "zil",
+        run: zil,
+        seeds: seeds::zil,
+        alloc_limit_bytes: |n| ALLOC_FIXED_BYTES + (128 << 10) + 4 * n,
     },
 ];
 

@@ -359,3 +359,35 @@ pub fn event() -> Vec<Vec<u8>> {
     };
     vec![plain.encode(), full.encode()]
 }
+
+/// A log header, single records of every kind, and record runs as a sealed
+/// block's body (a 2-byte count, then the records).
+pub fn zil() -> Vec<Vec<u8>> {
+    use tarn_ondisk::codec::Writer;
+    use tarn_ondisk::zil::{set, LogPtr, LogRecord, LogTime, Record, SetattrRec, ZilHeader};
+    let t = LogTime { sec: 1_700_000_000, nsec: 5 };
+    let recs = vec![
+        LogRecord::Create { parent: 2, ino: 64, gen: 9, mode: 0o100644, uid: 1, gid: 2, rdev: 0, time: t, name: b"a".to_vec(), target: vec![] },
+        LogRecord::Link { ino: 64, parent: 2, time: t, name: b"b".to_vec() },
+        LogRecord::Remove { parent: 2, dir: false, time: t, name: b"b".to_vec() },
+        LogRecord::Rename { parent: 2, newparent: 5, flags: 1, time: t, name: b"a".to_vec(), newname: b"c".to_vec() },
+        LogRecord::Write { ino: 64, offset: 4096, fsetid: true, time: t, data: vec![7; 100] },
+        LogRecord::Setattr { ino: 64, fsetid: false, time: t, set: SetattrRec { mask: set::MODE | set::SIZE, mode: 0o600, size: 9, ..Default::default() } },
+        LogRecord::Fallocate { ino: 64, offset: 0, len: 8192, flags: 3, fsetid: false, time: t },
+        LogRecord::Xattr { ino: 64, how: 1, time: t, name: b"user.x".to_vec(), value: Some(b"v".to_vec()) },
+        LogRecord::KeepSize { ino: 64, size: 1 << 20 },
+    ];
+    let recs: Vec<Record> = recs.into_iter().enumerate().map(|(i, rec)| Record { seq: i as u64 + 1, txg: 5, more: false, rec }).collect();
+    let mut out = vec![ZilHeader { guid: 9, first: LogPtr { vdev: 0, size: 8192, offset: 1 << 20, asize: 8192, seq: 3 }, claim_txg: 4, replay_seq: 2 }.encode()];
+    let mut body = Writer::new();
+    body.u16(recs.len() as u16);
+    for r in &recs {
+        let mut w = Writer::new();
+        r.encode(&mut w);
+        out.push(w.into_vec());
+        r.encode(&mut body);
+    }
+    out.push(body.into_vec());
+    out
+}
+
