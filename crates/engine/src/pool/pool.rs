@@ -1845,6 +1845,12 @@ impl Shared {
         let dirty0 = core.txg.dirty_of(txg);
         let io0 = self.device_writes();
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
+        // The leaves the txg's uberblock may go to: those in the tree now.
+        // A leaf that joins during the sync (`vdev_change`, a hot spare)
+        // is recorded with its DTL only by the next txg's pool directory;
+        // an uberblock of this txg on it would tell import it missed
+        // nothing up to here (`vdev_admin::derive_dtls`).
+        let members: std::collections::HashSet<u64> = core.leaves().iter().map(|(_, l)| l.guid).collect();
         // A device truncated or deleted since the last txg is not written
         // to at all (writes past the end of a truncated file would grow it
         // back with zeros).
@@ -1897,7 +1903,7 @@ impl Shared {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         }
         self.check_devices()?;
-        self.write_uberblock(&ub)?;
+        self.write_uberblock(&ub, &members)?;
         {
             let mut s = self.sync.lock();
             s.ub = ub;
@@ -2000,12 +2006,16 @@ impl Shared {
         }
     }
 
-    /// Writes the uberblock to every ring of every leaf that is up, then
-    /// flushes them. A leaf of a redundant vdev that fails faults and is
-    /// left; the txg fails when a top-level vdev is left with no leaf.
-    fn write_uberblock(&self, ub: &Uberblock) -> Result<()> {
+    /// Writes the uberblock to every ring of every leaf that is up and was
+    /// in the tree when the txg's sync began (`members`), then flushes
+    /// them. A leaf of a redundant vdev that fails faults and is left; the
+    /// txg fails when a top-level vdev is left with no leaf.
+    fn write_uberblock(&self, ub: &Uberblock, members: &std::collections::HashSet<u64>) -> Result<()> {
         for (top, v) in self.core.leaves() {
             let (Some(leaf), true) = (v.leaf(), v.state().usable()) else { continue };
+            if !members.contains(&v.guid) {
+                continue;
+            }
             let buf = uberblock_slot(ub, v.ashift);
             for i in 0..label::LABEL_COUNT {
                 let off = label::ub_slot_offset(i, v.dev_size, v.ashift, ub.txg);
