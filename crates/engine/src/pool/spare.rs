@@ -355,7 +355,7 @@ impl Pool {
 
     /// `pool replace OLD SPARE` with an available hot spare of the pool:
     /// the spare stands in for OLD (see the module docs).
-    fn replace_with_spare(&self, old: &str, spare: u64) -> Result<()> {
+    pub(super) fn replace_with_spare(&self, old: &str, spare: u64) -> Result<()> {
         let (_, leaf) = self.leaf_for(old, "replace")?;
         let sh = self.shared();
         sh.stand_in(leaf.guid, spare, "by the administrator")?;
@@ -376,12 +376,6 @@ impl Pool {
     /// As `spare_for_replace`, by device: the spare standing by on `dev`.
     pub(super) fn spare_on(&self, dev: &Arc<dyn BlockDevice>) -> Option<u64> {
         self.core().spares.holding(dev)
-    }
-
-    /// `replace` with a spare given by path or by its device (see
-    /// `replace_with_spare`); false when `spare` is none.
-    pub(super) fn replace_by_spare(&self, old: &str, spare: Option<u64>) -> Option<Result<()>> {
-        spare.map(|g| self.replace_with_spare(old, g))
     }
 
     /// `pool remove POOL DEVICE...`: removes cache devices and available

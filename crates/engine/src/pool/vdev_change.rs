@@ -94,9 +94,8 @@ impl Pool {
             Some(p) => p.to_path_buf(),
             None => Path::new(&self.leaf_for(old, "replace")?.1.path).to_path_buf(),
         };
-        let spare = self.spare_for_replace(old, &path.display().to_string())?;
-        if let Some(done) = self.replace_by_spare(old, spare) {
-            return done;
+        if let Some(spare) = self.spare_for_replace(old, &path.display().to_string())? {
+            return self.replace_with_spare(old, spare);
         }
         let (name, dev) = self.vet_new(&path, force)?;
         self.replace_opened(old, &name, dev)
@@ -104,8 +103,8 @@ impl Pool {
 
     /// As `replace_device`, on an opened device known as `name`.
     pub fn replace_device_on(&self, old: &str, name: &str, dev: Arc<dyn BlockDevice>, force: bool) -> Result<()> {
-        if let Some(done) = self.replace_by_spare(old, self.spare_on(&dev)) {
-            return done;
+        if let Some(spare) = self.spare_on(&dev) {
+            return self.replace_with_spare(old, spare);
         }
         vet::check_contents(name, dev.as_ref(), Role::Data, force, None)?;
         self.replace_opened(old, name, dev)
