@@ -9,7 +9,10 @@
 //! - **detach** DEVICE: a child of a mirror or of a replacing vdev leaves
 //!   it; a mirror or replacing vdev left with one child is replaced by that
 //!   child. Refused when no sibling that stays holds every block (up, with
-//!   an empty DTL): "no valid replicas".
+//!   an empty DTL): "no valid replicas". A child of a spare vdev (a hot
+//!   spare standing in, `pool::spare`) leaves by `Pool::detach_from_spare`:
+//!   the spare goes back to standing by, or the device it stood in for
+//!   leaves and the spare stays for good.
 //! - **replace** OLD NEW: OLD's place becomes a *replacing* vdev of OLD
 //!   and NEW — a mirror of the two, so OLD (when it still works) keeps
 //!   serving reads and the pool keeps its redundancy while NEW is
@@ -21,7 +24,9 @@
 //!   has it (`Vdev::column_source`). A RAID-Z member already out of service
 //!   (faulted, missing, removed or offline) has nothing to offer and is
 //!   replaced in place instead: NEW takes its slot at once, rebuilt from
-//!   parity.
+//!   parity. A device a hot spare stands in for is always replaced beside
+//!   itself, under the spare vdev; when its replacement completes, the
+//!   spare is free again.
 //!
 //! ## How a change is made (`Shared::change_top`)
 //! One change at a time (`Shared::tree_lock`). The config's node of the
