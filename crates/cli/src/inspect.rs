@@ -117,6 +117,9 @@ pub fn run(a: InspectArgs, t: &Tunables) -> Result<()> {
     for c in &cfg.tree.children {
         println!("  vdev {} {} guid {:016x} ashift {} asize {} metaslab_shift {} path {}", c.id, c.kind.name(), c.guid, c.ashift, fmt::size(c.asize), c.metaslab_shift, c.path);
     }
+    for s in &cfg.spares {
+        println!("  spare {} guid {:016x} asize {} path {}", s.id, s.guid, fmt::size(s.asize), s.path);
+    }
     println!("objects of '{}':", pool.name());
     let rows: Vec<Vec<String>> = os
         .list(a.limit)?

@@ -32,7 +32,7 @@ pub struct NewDeviceOpts {
 #[derive(Debug, Subcommand, Serialize, Deserialize)]
 pub enum PoolCmd {
     /// Create a pool striped over files or block devices (`cache DEVICE...`
-    /// after them adds cache devices)
+    /// after them adds cache devices, `spare DEVICE...` hot spares)
     Create {
         /// Use devices that hold a file system, swap, a partition table or an
         /// exported pool (never a mounted or busy one, or an imported pool's)
@@ -119,7 +119,8 @@ pub enum PoolCmd {
         new_device: PathBuf,
     },
     /// Detach a device from a mirror (or cancel a replacement by detaching
-    /// the new device), as zpool detach
+    /// the new device; detach a hot spare in use to free it, or the device
+    /// it stands in for to keep the spare in its place), as zpool detach
     Detach {
         name: String,
         /// Path as `pool status` shows it, or guid
@@ -127,7 +128,8 @@ pub enum PoolCmd {
     },
     /// Replace DEVICE by NEW_DEVICE (DEVICE's path when left out: a new
     /// disk in the old one's place), as zpool replace: NEW_DEVICE is
-    /// resilvered, then DEVICE leaves the pool
+    /// resilvered, then DEVICE leaves the pool. A hot spare of the pool as
+    /// NEW_DEVICE stands in for DEVICE until one of the two is detached
     Replace {
         #[command(flatten)]
         opts: NewDeviceOpts,
@@ -221,21 +223,22 @@ pub enum PoolCmd {
         name: String,
     },
     /// Grow the pool by top-level vdevs (`mirror`, `raidz[1-3]` or a device,
-    /// as for create; -f for mismatched redundancy) and cache devices (after
-    /// `cache`), as zpool add
+    /// as for create; -f for mismatched redundancy), cache devices (after
+    /// `cache`) and hot spares (after `spare`), as zpool add
     Add {
         /// Use devices that hold a file system, swap, a partition table or an
         /// exported pool (never a mounted or busy one, or an imported pool's)
         #[arg(short, long)]
         force: bool,
         name: String,
-        /// The first vdev: `mirror`, `raidz[1-3]`, `cache` or a device
+        /// The first vdev: `mirror`, `raidz[1-3]`, `cache`, `spare` or a device
         #[arg(value_name = "VDEV")]
         kind: String,
         /// The rest of the vdevs, as for `create`
         devices: Vec<PathBuf>,
     },
-    /// Remove cache devices (by path or guid)
+    /// Remove cache devices and available hot spares (by path or guid), as
+    /// zpool remove
     Remove {
         name: String,
         #[arg(required = true)]
@@ -346,28 +349,55 @@ pub fn vdev_keyword(arg: &std::path::Path) -> Option<&'static str> {
     ok.then_some(*kw)
 }
 
+/// What the devices of `pool create` or `pool add` say (`split_vdevs`).
+#[derive(Debug, Default)]
+pub struct VdevArgs {
+    /// Top-level vdevs.
+    pub tops: Vec<TopSpec>,
+    /// Cache devices (after `cache`).
+    pub cache: Vec<PathBuf>,
+    /// Hot spares (after `spare`).
+    pub spares: Vec<PathBuf>,
+}
+
+impl VdevArgs {
+    pub fn is_empty(&self) -> bool {
+        self.tops.is_empty() && self.cache.is_empty() && self.spares.is_empty()
+    }
+}
+
 /// The devices of `pool create` or `pool add`, as zpool reads them: a bare
 /// device is a plain top-level vdev; `mirror` and `raidz[1-3]` start a
 /// group that takes the devices up to the next keyword; `cache` starts the
-/// cache devices. Returns (top-level vdevs, cache devices). Every other
-/// keyword is an error that says what tarn has.
-pub fn split_vdevs(args: &[PathBuf]) -> Result<(Vec<TopSpec>, Vec<PathBuf>)> {
-    let (mut tops, mut cache): (Vec<TopSpec>, Vec<PathBuf>) = (Vec::new(), Vec::new());
-    // Where bare devices go: a plain vdev each, the open group, or the cache.
+/// cache devices, `spare` the hot spares. `cache` or `spare` followed by
+/// no device is an error, as is every other keyword (saying what tarn has).
+pub fn split_vdevs(args: &[PathBuf]) -> Result<VdevArgs> {
+    let mut out = VdevArgs::default();
+    // Where bare devices go: a plain vdev each, the open group, the cache
+    // devices or the spares.
     #[derive(PartialEq)]
     enum In {
         Plain,
         Group,
         Cache,
+        Spare,
     }
     let mut into = In::Plain;
+    // A `cache` or `spare` keyword not yet followed by a device.
+    let mut bare: Option<&PathBuf> = None;
+    let no_devices = |kw: &PathBuf| Error::invalid(format!("'{}' is given no devices: `{} DEVICE...`", kw.display(), kw.display()));
     for a in args {
         let group = |layout| {
             Some(TopSpec { layout, devices: vec![] })
         };
-        let start = match vdev_keyword(a) {
-            Some("cache") => {
-                into = In::Cache;
+        let kw = vdev_keyword(a);
+        if let (Some(b), Some(_)) = (bare, kw) {
+            return Err(no_devices(b));
+        }
+        let start = match kw {
+            Some("cache") | Some("spare") => {
+                into = if kw == Some("cache") { In::Cache } else { In::Spare };
+                bare = Some(a);
                 continue;
             }
             Some("mirror") => group(Layout::Mirror),
@@ -377,7 +407,7 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<(Vec<TopSpec>, Vec<PathBuf>)> {
             }
             Some(kw) => {
                 return Err(Error::invalid(format!(
-                    "'{}' is a vdev type, and tarn has no {} vdevs yet: a pool is made of plain devices, `mirror DEVICE...` and `raidz[1-3] DEVICE...` groups, with `cache DEVICE...` for cache devices (a file named '{}' is './{}')",
+                    "'{}' is a vdev type, and tarn has no {} vdevs yet: a pool is made of plain devices, `mirror DEVICE...` and `raidz[1-3] DEVICE...` groups, with `cache DEVICE...` for cache devices and `spare DEVICE...` for hot spares (a file named '{}' is './{}')",
                     a.display(),
                     kw,
                     a.display(),
@@ -386,17 +416,22 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<(Vec<TopSpec>, Vec<PathBuf>)> {
             }
             None => None,
         };
+        bare = None;
         match (start, &into) {
             (Some(t), _) => {
-                tops.push(t);
+                out.tops.push(t);
                 into = In::Group;
             }
-            (None, In::Cache) => cache.push(a.clone()),
-            (None, In::Group) => tops.last_mut().expect("a group was opened").devices.push(a.clone()),
-            (None, In::Plain) => tops.push(TopSpec { layout: Layout::Plain, devices: vec![a.clone()] }),
+            (None, In::Cache) => out.cache.push(a.clone()),
+            (None, In::Spare) => out.spares.push(a.clone()),
+            (None, In::Group) => out.tops.last_mut().expect("a group was opened").devices.push(a.clone()),
+            (None, In::Plain) => out.tops.push(TopSpec { layout: Layout::Plain, devices: vec![a.clone()] }),
         }
     }
-    Ok((tops, cache))
+    if let Some(b) = bare {
+        return Err(no_devices(b));
+    }
+    Ok(out)
 }
 
 /// The caller's working directory, joining paths without `.` components.

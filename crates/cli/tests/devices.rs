@@ -403,7 +403,6 @@ fn vdev_keywords_are_keywords() {
     let cases: &[(&[&str], &str)] = &[
         (&["draid", "a.img", "b.img"], "draid"),
         (&["draid2:3d:1s", "a.img", "b.img"], "draid"),
-        (&["a.img", "spare", "b.img"], "spare"),
         (&["a.img", "log", "b.img"], "log"),
         (&["a.img", "special", "b.img"], "special"),
         (&["a.img", "dedup", "b.img"], "dedup"),
@@ -419,10 +418,16 @@ fn vdev_keywords_are_keywords() {
     }
     assert_eq!(digest(&e.path("mirror")), before);
     assert!(!cache_file(&e).contains("\"p\""), "no pool was made");
-    // `cache` is a keyword that works, at create too.
+    // `cache` and `spare` are keywords that work, at create too.
     e.ok(&["pool", "create", "-m", "none", "p", "a.img", "cache", "b.img"]);
     let status = e.ok(&["pool", "status", "p"]);
     assert!(status.contains("cache:") && status.contains(&e.path("b.img")), "{}", status);
+    let err = e.fails(&["pool", "add", "p", "spare", "raidz"]);
+    assert!(err.contains("'spare' is given no devices"), "`raidz` after `spare` is a keyword: {}", err);
+    e.ok(&["pool", "add", "p", "spare", "./raidz"]);
+    let status = e.ok(&["pool", "status", "p"]);
+    assert!(status.contains("spares") && status.contains(&e.path("raidz")), "{}", status);
+    e.ok(&["pool", "remove", "p", "./raidz"]);
     let err = e.fails(&["pool", "add", "p", "mirror", "raidz"]);
     assert!(err.contains("a mirror needs at least 2 devices, 0 given"), "{}", err);
     let err = e.fails(&["pool", "add", "p", "a.img"]);

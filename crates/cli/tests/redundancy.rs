@@ -142,7 +142,7 @@ fn bad_attach_replace_and_detach_get_one_clear_error_and_change_nothing() {
         (&["attach", "tank", "a.img", "/"], "not a regular file or block device"),
         (&["attach", "tank", "a.img", "missing.img"], "cannot use"),
         (&["replace", "tank", "a.img"], "part of active pool 'tank'"),
-        (&["detach", "tank", "r2.img"], "only applicable to mirror and replacing vdevs"),
+        (&["detach", "tank", "r2.img"], "only applicable to mirror, replacing and spare vdevs"),
         (&["detach", "tank", "nosuch.img"], "no such device in pool 'tank'"),
         (&["attach", "nopool", "a.img", "x.img"], "nopool"),
     ];

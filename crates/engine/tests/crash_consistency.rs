@@ -23,6 +23,10 @@
 //! at import) — and a scrub after import finds nothing. See
 //! `crash/layouts.rs`.
 //!
+//! A hot spare standing in for a failed mirror child is cut the same way
+//! at its writes, from its labels with the new tree to the end of its
+//! resilver (`crash/spares.rs`).
+//!
 //! Knobs: `TARN_CRASH_SEED=N` reruns one seed (its threads may interleave
 //! differently, so a rerun explores the same cut points of a nearby history);
 //! `TARN_CRASH_SEEDS=N` runs N seeds from `TARN_CRASH_FIRST_SEED` (default
@@ -171,6 +175,51 @@ fn power_cut_on_redundant_layouts_loses_nothing_committed() {
 /// workload runs on it: recovery must not leave anything (deferred frees,
 /// the space log it resumed, ring slots of the lost txgs) that a second cut
 /// exposes.
+/// Cut points of the spare test by default per cut device (`crash/spares.rs`),
+/// each with two crash seeds.
+const SPARE_CUTS: u64 = 24;
+
+/// Power cuts around a hot spare standing in (`crash/spares.rs`): at the
+/// writes, from the fault to the end of the spare's resilver, of the spare
+/// and of the mirror's other child — the first dozen of each always
+/// (labels with the new tree, the first uberblocks), then `SPARE_CUTS`
+/// spread over the rest — the pool imports with the spare AVAIL or INUSE,
+/// nothing committed lost. `TARN_CRASH_SPARE_SEED` picks the run's seed,
+/// `TARN_CRASH_SPARE_CUTS` the number of cuts per device.
+#[test]
+fn power_cut_around_a_spare_standing_in() {
+    use crash::spares::{run as spare_run, M0, SPARE};
+    let seed = env_u64("TARN_CRASH_SPARE_SEED").unwrap_or(3);
+    let _guard = SeedGuard(seed, "TARN_CRASH_SPARE_SEED");
+    let start = Instant::now();
+    let (mut points, mut cuts, mut in_use, mut avail) = (0usize, 0u64, 0u64, 0u64);
+    for dev in [SPARE, M0] {
+        let calib = spare_run(seed, dev, None, seed);
+        assert!(!calib.cut && calib.in_use, "the uncut run: the spare stands in");
+        let w = calib.writes;
+        assert!(w > 8, "device {dev} took {w} writes from the fault on");
+        let n = env_u64("TARN_CRASH_SPARE_CUTS").unwrap_or(SPARE_CUTS).max(12);
+        // The first dozen writes, then the rest spread (one past the end too).
+        let mut ks: BTreeSet<u64> = (1..=12.min(w)).collect();
+        let rest = n.saturating_sub(ks.len() as u64).max(1);
+        ks.extend((0..rest).map(|i| 13 + i * w.saturating_sub(12) / rest).filter(|k| *k <= w + 1));
+        points += ks.len();
+        for &k in &ks {
+            for c in 0..2u64 {
+                let out = spare_run(seed, dev, Some(k), seed.wrapping_mul(1_000_003) ^ (k << 2 | (dev as u64) << 1 | c));
+                cuts += out.cut as u64;
+                if out.in_use {
+                    in_use += 1;
+                } else {
+                    avail += 1;
+                }
+            }
+        }
+    }
+    eprintln!("crash_consistency: spare standing in: {points} cut points, {cuts} runs cut, {in_use} imported with the spare INUSE, {avail} AVAIL; {:.1?}", start.elapsed());
+    assert!(in_use > 0 && avail > 0, "cuts both before and after the labels took the new tree");
+}
+
 #[test]
 fn power_cut_after_recovery_loses_nothing_committed() {
     for seed in 0..env_u64("TARN_CRASH_TWICE_SEEDS").unwrap_or(40) {

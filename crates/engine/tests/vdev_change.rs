@@ -244,7 +244,7 @@ fn bad_changes_are_refused_and_change_nothing() {
     refused(pool.attach_device_on("nosuch", "x", devs[5].clone(), false), "no such device", "no such device in pool 'tank'");
     refused(pool.attach_device_on("a", "r0 again", devs[2].clone(), true), "a leaf of this pool, forced", "'r0 again' is part of active pool 'tank' (as 'r0')");
     refused(pool.replace_device_on("b", "a again", devs[0].clone(), true), "a leaf of this pool as its own replacement", "'a again' is part of active pool 'tank' (as 'a')");
-    refused(pool.detach_device("r1"), "detach a RAID-Z member", "only applicable to mirror and replacing vdevs");
+    refused(pool.detach_device("r1"), "detach a RAID-Z member", "only applicable to mirror, replacing and spare vdevs");
     refused(pool.attach_device_on("a", "b again", devs[1].clone(), false), "a device of this pool", "part of active pool 'tank'");
     pool.offline("b", true).expect("offline b");
     refused(pool.detach_device("a"), "detach the last whole child", "no valid replicas");
@@ -265,5 +265,5 @@ fn detach_of_a_plain_device_is_refused() {
     let devs = mem_devs(1, 128 << 20, 27);
     let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts()).expect("create");
     let e = pool.detach_device("mem0").expect_err("a plain device").to_string();
-    assert!(e.contains("cannot detach 'mem0': only applicable to mirror and replacing vdevs"), "{e}");
+    assert!(e.contains("cannot detach 'mem0': only applicable to mirror, replacing and spare vdevs"), "{e}");
 }

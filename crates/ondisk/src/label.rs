@@ -24,9 +24,15 @@
 //! payload = pool_guid u64 | pool_name str | state u8 | config_txg u64
 //!         | format_version u64 | features_incompat u64 | features_compat u64
 //!         | hostname str | device_guid u64 | top_guid u64 | vdev tree
+//!         [ | nspares u16 | spare leaf node × nspares ]   (hot spares; absent: none)
 //! vdev node = kind u8 | id u32 | guid u64 | ashift u8 | nparity u8
 //!           | asize u64 | metaslab_shift u8 | path str | nchildren u16 | children…
 //! ```
+//!
+//! A pool's hot spares are listed after the tree (leaf nodes, `id` their
+//! place in the list), in the labels of every device of the pool and of
+//! every spare; an available spare's own label has state SPARE and its
+//! own guid as `device_guid`, so it says whose spare it is.
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -46,7 +52,12 @@ const CONFIG_VERSION: u32 = 1;
 const MAX_NAME: usize = 255;
 const MAX_PATH: usize = 4096;
 const MAX_CHILDREN: usize = 256;
-const MAX_DEPTH: usize = 3;
+/// Root, top-level vdev, spare, replacing, leaf: a device standing in for
+/// another (a hot spare) whose original is being replaced sits four levels
+/// below the root.
+const MAX_DEPTH: usize = 4;
+/// Hot spares a pool may list.
+pub const MAX_SPARES: usize = 64;
 
 /// The device size tarn uses: labels are placed at 256 KiB boundaries.
 pub fn usable_device_size(raw: u64) -> u64 {
@@ -94,6 +105,9 @@ pub enum VdevKind {
     /// A device being replaced and its replacement (two children), until
     /// the replacement is resilvered.
     Replacing = 7,
+    /// A device and the hot spare standing in for it (two children): a
+    /// mirror of the two until the administrator detaches one of them.
+    Spare = 8,
 }
 
 impl VdevKind {
@@ -108,6 +122,7 @@ impl VdevKind {
             5 => Cache,
             6 => Log,
             7 => Replacing,
+            8 => Spare,
             _ => return None,
         })
     }
@@ -122,6 +137,7 @@ impl VdevKind {
             Cache => "cache",
             Log => "log",
             Replacing => "replacing",
+            Spare => "spare",
         }
     }
     pub fn is_leaf(self) -> bool {
@@ -219,6 +235,9 @@ pub enum PoolState {
     Active = 0,
     Exported = 1,
     Destroyed = 2,
+    /// The label of an available hot spare: the device is no leaf of the
+    /// pool's tree, but listed among its spares.
+    Spare = 3,
 }
 
 impl PoolState {
@@ -227,6 +246,7 @@ impl PoolState {
             0 => Some(PoolState::Active),
             1 => Some(PoolState::Exported),
             2 => Some(PoolState::Destroyed),
+            3 => Some(PoolState::Spare),
             _ => None,
         }
     }
@@ -235,6 +255,7 @@ impl PoolState {
             PoolState::Active => "ACTIVE",
             PoolState::Exported => "EXPORTED",
             PoolState::Destroyed => "DESTROYED",
+            PoolState::Spare => "SPARE",
         }
     }
 }
@@ -257,6 +278,9 @@ pub struct LabelConfig {
     /// guid of the top-level vdev that device belongs to.
     pub top_guid: u64,
     pub tree: VdevNode,
+    /// The pool's hot spares (leaf nodes), available or in use: an in-use
+    /// spare is also a leaf of `tree`, under a spare node.
+    pub spares: Vec<VdevNode>,
 }
 
 impl LabelConfig {
@@ -274,6 +298,18 @@ impl LabelConfig {
         p.u64(self.device_guid);
         p.u64(self.top_guid);
         self.tree.encode(&mut p);
+        if !self.spares.is_empty() {
+            if self.spares.len() > MAX_SPARES {
+                return Err(format!("{} hot spares exceed {}", self.spares.len(), MAX_SPARES));
+            }
+            p.u16(self.spares.len() as u16);
+            for s in &self.spares {
+                if !s.kind.is_leaf() || !s.children.is_empty() {
+                    return Err(format!("hot spare {:016x} is a {} node, not a device", s.guid, s.kind.name()));
+                }
+                s.encode(&mut p);
+            }
+        }
         let payload = p.into_vec();
         if payload.len() > CONFIG_SIZE - 16 - 32 {
             return Err(format!("vdev config of {} bytes does not fit in a label", payload.len()));
@@ -324,12 +360,36 @@ impl LabelConfig {
             device_guid: r.u64()?,
             top_guid: r.u64()?,
             tree: VdevNode::decode(&mut r, 0)?,
+            spares: Vec::new(),
         };
         if cfg.tree.kind != VdevKind::Root {
             return Err(DecodeError::new(what, "vdev tree does not start at a root"));
         }
+        let mut cfg = cfg;
+        cfg.spares = decode_spares(&mut r)?;
         Ok(cfg)
     }
+}
+
+/// The hot spares after the tree: none when the payload ends there.
+fn decode_spares(r: &mut Reader) -> Result<Vec<VdevNode>, DecodeError> {
+    if r.remaining() == 0 {
+        return Ok(Vec::new());
+    }
+    let n = r.u16()? as usize;
+    if n == 0 || n > MAX_SPARES {
+        return Err(r.err(format!("{} hot spares (1 to {} when listed)", n, MAX_SPARES)));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        // A spare is a leaf: one level below where the root would be.
+        let s = VdevNode::decode(r, MAX_DEPTH)?;
+        if !s.kind.is_leaf() || !s.children.is_empty() {
+            return Err(r.err(format!("hot spare {:016x} is a {} node, not a device", s.guid, s.kind.name())));
+        }
+        out.push(s);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -370,6 +430,7 @@ mod tests {
                 path: String::new(),
                 children: vec![leaf(0, 11, "/srv/a.img"), leaf(1, 12, "/srv/b.img")],
             },
+            spares: vec![],
         }
     }
 
@@ -380,6 +441,49 @@ mod tests {
         assert_eq!(b.len(), CONFIG_SIZE);
         assert_eq!(LabelConfig::decode(&b).unwrap(), c);
         assert_eq!(c.tree.leaves().len(), 2);
+    }
+
+    /// A config with hot spares, one of them in use under a spare node
+    /// whose original is being replaced (the deepest tree tarn writes).
+    fn with_spares() -> LabelConfig {
+        let mut c = sample();
+        let leaf = |id, guid, path: &str| VdevNode { kind: VdevKind::File, id, guid, ashift: 12, nparity: 0, asize: 1 << 33, metaslab_shift: 26, path: path.into(), children: vec![] };
+        let interior = |kind, id, guid, children| VdevNode { kind, id, guid, ashift: 12, nparity: 0, asize: 1 << 33, metaslab_shift: 26, path: String::new(), children };
+        let replacing = interior(VdevKind::Replacing, 0, 40, vec![leaf(0, 12, "/srv/b.img"), leaf(1, 13, "/srv/new.img")]);
+        let spare = interior(VdevKind::Spare, 1, 41, vec![replacing, leaf(1, 30, "/srv/s1.img")]);
+        c.tree.children = vec![interior(VdevKind::Mirror, 0, 42, vec![leaf(0, 11, "/srv/a.img"), spare])];
+        c.spares = vec![leaf(0, 30, "/srv/s1.img"), leaf(1, 31, "/srv/s2.img")];
+        c
+    }
+
+    #[test]
+    fn round_trip_with_spares() {
+        let c = with_spares();
+        assert_eq!(LabelConfig::decode(&c.encode().unwrap()).unwrap(), c);
+        let mut s = c.clone();
+        s.state = PoolState::Spare;
+        s.device_guid = 31;
+        s.top_guid = 0;
+        assert_eq!(LabelConfig::decode(&s.encode().unwrap()).unwrap(), s);
+    }
+
+    #[test]
+    fn spares_are_leaves_and_bounded() {
+        let mut c = with_spares();
+        c.spares[0].kind = VdevKind::Mirror;
+        assert!(c.encode().is_err(), "an interior node is no hot spare");
+        let mut c = with_spares();
+        c.spares = (0..=MAX_SPARES as u32).map(|i| VdevNode { id: i, guid: 100 + i as u64, ..c.spares[0].clone() }).collect();
+        assert!(c.encode().is_err(), "more spares than MAX_SPARES");
+        // A listed count of zero is not how "no spares" is written.
+        let mut w = Writer::new();
+        w.u16(0);
+        assert!(decode_spares(&mut Reader::new(&w.into_vec(), "t")).is_err());
+        // A spare with children is refused on read too.
+        let mut w = Writer::new();
+        w.u16(1);
+        with_spares().tree.children[0].encode(&mut w);
+        assert!(decode_spares(&mut Reader::new(&w.into_vec(), "t")).is_err());
     }
 
     #[test]

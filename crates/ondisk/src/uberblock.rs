@@ -39,6 +39,12 @@ pub const FORMAT_VERSION: u64 = 1;
 /// compatible: a reader that does not know it reads every block correctly,
 /// but a writer that did not consult the table would free shared blocks.
 pub const FEATURE_BLOCK_CLONING: u64 = 1 << 0;
+/// Feature bit *hot spares* (label config `features_compat`): the labels
+/// list hot spares after the vdev tree, and an available spare's own label
+/// has state SPARE. Read-only compatible: a reader that does not know it
+/// reads every block correctly (an in-use spare is a leaf of the tree like
+/// any other), but a writer would drop the list.
+pub const FEATURE_SPARES: u64 = 1 << 1;
 /// Feature bit *intent log* (label config `features_compat`): some file
 /// system's record names an intent-log chain (dataset record key `zil`).
 /// Read-only compatible: a reader that does not know it sees the pool as

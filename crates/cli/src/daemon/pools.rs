@@ -16,6 +16,7 @@ use tarn_engine::arc::l2::CacheDevStatus;
 use tarn_engine::dataset::props;
 use tarn_engine::error::printable;
 use tarn_engine::pool::scan::{ScanFunc, ScanState, ScanStatus};
+use tarn_engine::pool::spare::SpareStatus;
 use tarn_engine::pool::{discover, vet::open_for_import, DiscoveredPool, PoolStatus, Suspension, VdevStatus};
 use tarn_engine::posix::errors::{named_errors, NamedError};
 use tarn_engine::sys::{BlockDevice, ThrottledDevice};
@@ -119,21 +120,25 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         }
         PoolCmd::Add { force, name, kind, devices } => {
             let spec: Vec<PathBuf> = std::iter::once(PathBuf::from(&kind)).chain(devices).collect();
-            let (data, cache) = split_vdevs(&spec)?;
-            if data.is_empty() && cache.is_empty() {
-                return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL [mirror|raidzN] DEVICE... [cache DEVICE...])", name)));
+            let v = split_vdevs(&spec)?;
+            if v.is_empty() {
+                return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL [mirror|raidzN] DEVICE... [cache DEVICE...] [spare DEVICE...])", name)));
             }
             let pool = &st.live(&name, out)?.pool;
-            if !data.is_empty() {
-                let res = pool.add_vdevs(&data, force).map_err(|e| e.context(format!("cannot add to pool '{}'", name)));
+            let context = |e: Error| e.context(format!("cannot add to pool '{}'", name));
+            if !v.tops.is_empty() {
+                let res = pool.add_vdevs(&v.tops, force).map_err(context);
                 cache_devices(&name, pool).and(res)?;
             }
-            if cache.is_empty() {
-                return Ok(());
+            if !v.cache.is_empty() {
+                pool.add_caches(&v.cache, force).map_err(context)?;
             }
-            pool.add_caches(&cache, force).map_err(|e| e.context(format!("cannot add to pool '{}'", name)))
+            if !v.spares.is_empty() {
+                pool.add_spares(&v.spares, force).map_err(context)?;
+            }
+            Ok(())
         }
-        PoolCmd::Remove { name, devices } => st.live(&name, out)?.pool.remove_caches(&devices),
+        PoolCmd::Remove { name, devices } => st.live(&name, out)?.pool.remove_devices(&devices),
         PoolCmd::Sync { names } => {
             let names = if names.is_empty() { st.pools.keys().cloned().collect() } else { names };
             names.iter().try_for_each(|n| st.live(n, out)?.pool.sync().map_err(|e| e.context(format!("cannot sync pool '{}'", n))))
@@ -320,8 +325,9 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
     if let Some(m) = &mountpoint {
         root_props.push(("mountpoint".into(), m.clone()));
     }
-    let (data, cache) = split_vdevs(&a.devices)?;
-    let mut opts = CreateOptions { force: a.force, cache, tunables: t.clone(), root_props, ..Default::default() };
+    let v = split_vdevs(&a.devices)?;
+    let data = v.tops;
+    let mut opts = CreateOptions { force: a.force, cache: v.cache, spares: v.spares, tunables: t.clone(), root_props, ..Default::default() };
     for (k, v) in split_assignments(&a.pool_props, "-o")? {
         if k == "ashift" {
             opts.ashift = v.parse().map_err(|_| Error::invalid(format!("bad ashift '{}': a number from 9 to 16", v)))?;
@@ -390,7 +396,7 @@ fn faulted_status(entry: &CachedPool, why: &str) -> PoolStatus {
         .devices
         .iter()
         .enumerate()
-        .map(|(i, d)| VdevStatus { id: i as u32, path: d.clone(), kind: String::new(), guid: 0, state: "-".into(), fault: None, size: 0, allocated: 0, read_errors: 0, write_errors: 0, checksum_errors: 0, direct_io: false, repaired_bytes: 0, children: vec![] })
+        .map(|(i, d)| VdevStatus { id: i as u32, path: d.clone(), kind: String::new(), guid: 0, state: "-".into(), fault: None, size: 0, allocated: 0, read_errors: 0, write_errors: 0, checksum_errors: 0, direct_io: false, repaired_bytes: 0, missed_txgs: None, children: vec![] })
         .collect();
     PoolStatus {
         name: entry.name.clone(),
@@ -406,6 +412,7 @@ fn faulted_status(entry: &CachedPool, why: &str) -> PoolStatus {
         data_errors: 0,
         suspension: None,
         scan: None,
+        spares: vec![],
     }
 }
 
@@ -497,31 +504,90 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
     }
     out.line(format!("   txg: {}", s.txg));
     out.line("config:\n");
-    let mut rows = vec![vec![s.name.clone(), s.state.clone(), fmt::size(s.size), fmt::size(s.allocated), "-".into(), "-".into(), "-".into()]];
+    let mut rows: Vec<Row> = vec![(vec![s.name.clone(), s.state.clone(), fmt::size(s.size), fmt::size(s.allocated), "-".into(), "-".into(), "-".into()], None)];
     let mut faults = Vec::new();
+    let resilvering = s.scan.as_ref().is_some_and(|sc| sc.func == ScanFunc::Resilver && sc.state == ScanState::Scanning);
     for v in &s.vdevs {
-        vdev_rows(v, 1, &mut rows, &mut faults);
+        vdev_rows(v, 1, resilvering, &mut rows, &mut faults);
     }
-    out.text.push_str(&fmt::table(&["NAME", "STATE", "SIZE", "ALLOC", "READ", "WRITE", "CKSUM"], &rows, false));
+    spare_rows(&s.spares, &mut rows);
+    out.text.push_str(&noted_table(&["NAME", "STATE", "SIZE", "ALLOC", "READ", "WRITE", "CKSUM"], &rows));
     faults.into_iter().for_each(|f| out.line(f));
     print_errors(s, errors, verbose, out);
 }
 
+/// A row of the config table, and a note printed after it (zpool's
+/// "(resilvering)", a spare's "currently in use"): apart from the table's
+/// columns, so that it widens none of them.
+type Row = (Vec<String>, Option<String>);
+
+/// The table of `rows`, each note where the row's cells end: in the first
+/// column the row leaves empty (a spare's after its state, as zpool), or
+/// after the table's last column.
+fn noted_table(header: &[&str], rows: &[Row]) -> String {
+    let cells: Vec<Vec<String>> = rows.iter().map(|(c, _)| c.clone()).collect();
+    let table = fmt::table(header, &cells, false);
+    let head = table.lines().next().unwrap_or_default();
+    let width = table.lines().map(|l| l.chars().count()).max().unwrap_or(0) + 2;
+    // Where each column starts: its header's place in the header line.
+    let mut starts = Vec::new();
+    let mut from = 0;
+    for h in header {
+        let at = head[from..].find(h).map_or(width, |i| from + i);
+        starts.push(at);
+        from = at + h.len();
+    }
+    let mut out = String::new();
+    // The table's first line is the header; then one line per row.
+    let noted = std::iter::once((0, None)).chain(rows.iter().map(|(c, n)| (c.len(), n.as_deref())));
+    for (line, (used, note)) in table.lines().zip(noted) {
+        out.push_str(line);
+        if let Some(n) = note {
+            let at = starts.get(used).copied().unwrap_or(width).max(line.chars().count() + 2);
+            out.push_str(&" ".repeat(at - line.chars().count()));
+            out.push_str(n);
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The rows of vdev `v` and its children in the config table, indented
-/// by depth as zpool's, with a line for each one not online.
-fn vdev_rows(v: &VdevStatus, depth: usize, rows: &mut Vec<Vec<String>>, faults: &mut Vec<String>) {
+/// by depth as zpool's, with a line for each one not online; a leaf that
+/// missed txgs while a resilver runs is "(resilvering)".
+fn vdev_rows(v: &VdevStatus, depth: usize, resilvering: bool, rows: &mut Vec<Row>, faults: &mut Vec<String>) {
     let leaf = v.children.is_empty();
     let count = |n: u64| if leaf { n.to_string() } else { "0".to_string() };
     let name = format!("{}{}", "  ".repeat(depth), v.path);
     if v.repaired_bytes > 0 {
         faults.push(format!("  {}: {} rewritten from good copies since import", v.path, fmt::size(v.repaired_bytes)));
     }
-    rows.push(vec![name, v.state.clone(), if depth == 1 { fmt::size(v.size) } else { "-".into() }, if depth == 1 { fmt::size(v.allocated) } else { "-".into() }, count(v.read_errors), count(v.write_errors), count(v.checksum_errors)]);
+    let note = (resilvering && leaf && v.missed_txgs.is_some() && v.state == "ONLINE").then(|| "(resilvering)".to_string());
+    rows.push((vec![name, v.state.clone(), if depth == 1 { fmt::size(v.size) } else { "-".into() }, if depth == 1 { fmt::size(v.allocated) } else { "-".into() }, count(v.read_errors), count(v.write_errors), count(v.checksum_errors)], note));
     if let Some(f) = &v.fault {
         faults.push(format!("  {} is {}: {}", v.path, v.state, f));
     }
     for c in &v.children {
-        vdev_rows(c, depth + 1, rows, faults);
+        vdev_rows(c, depth + 1, resilvering, rows, faults);
+    }
+}
+
+/// The "spares" rows of the config table, as zpool's: each spare AVAIL,
+/// INUSE ("currently in use") or UNAVAIL (and why).
+fn spare_rows(spares: &[SpareStatus], rows: &mut Vec<Row>) {
+    if spares.is_empty() {
+        return;
+    }
+    rows.push((vec!["spares".into()], None));
+    for sp in spares {
+        let note = match sp.state.as_str() {
+            "INUSE" => Some(match &sp.in_use_for {
+                Some(o) => format!("currently in use (for {})", o),
+                None => "currently in use".into(),
+            }),
+            _ => sp.fault.clone(),
+        };
+        rows.push((vec![format!("  {}", sp.path), sp.state.clone()], note));
     }
 }
 

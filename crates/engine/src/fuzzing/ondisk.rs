@@ -95,7 +95,8 @@ fn check_label(c: &LabelConfig, region: &[u8]) {
     let enc = c.encode().expect("a config decoded from a label fits in one");
     assert_eq!(enc.len(), CONFIG_SIZE);
     assert_eq!(LabelConfig::decode(&enc).as_ref(), Ok(c));
-    // The decoder ignores payload bytes past the vdev tree and the padding;
+    // The decoder ignores payload bytes past the vdev tree (and the hot
+    // spares after it) and the padding;
     // when the declared payload length is the one re-encoding produces, the
     // payload must come back byte for byte.
     let payload_len = le_u32(&enc, 12) as usize;
@@ -105,14 +106,16 @@ fn check_label(c: &LabelConfig, region: &[u8]) {
     assert!(c.tree.leaves().iter().all(|l| l.kind.is_leaf()));
     let _ = c.tree.guid_sum();
     check_tree_bounds(&c.tree);
+    assert!(c.spares.len() <= tarn_ondisk::label::MAX_SPARES, "{} hot spares", c.spares.len());
+    assert!(c.spares.iter().all(|s| s.kind.is_leaf() && s.children.is_empty()), "a hot spare that is no leaf");
 }
 
-/// The decoder's limits on the vdev tree hold: at most 3 levels below the
+/// The decoder's limits on the vdev tree hold: at most 4 levels below the
 /// root, at most 256 children per node.
 fn check_tree_bounds(root: &VdevNode) {
     let mut stack = vec![(root, 0usize)];
     while let Some((n, depth)) = stack.pop() {
-        assert!(depth <= 3, "vdev tree deeper than 3 levels below the root");
+        assert!(depth <= 4, "vdev tree deeper than 4 levels below the root");
         assert!(n.children.len() <= 256, "vdev node with {} children", n.children.len());
         stack.extend(n.children.iter().map(|c| (c, depth + 1)));
     }

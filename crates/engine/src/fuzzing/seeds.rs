@@ -91,8 +91,13 @@ fn sample_labels() -> Vec<LabelConfig> {
         device_guid: 11,
         top_guid: 11,
         tree: vdev(VdevKind::Root, 0, 0x1234, "", vec![file(0, 11, "/srv/a.img"), file(1, 12, "/srv/b.img")]),
+        spares: vec![],
     };
-    let mirror = vdev(VdevKind::Mirror, 0, 20, "", vec![disk(0, 21, "/dev/sda"), disk(1, 22, "/dev/sdb")]);
+    // The deepest tree tarn writes: root → mirror → spare → replacing →
+    // disks (a hot spare in use whose original is being replaced).
+    let replacing = vdev(VdevKind::Replacing, 0, 23, "", vec![disk(0, 22, "/dev/sdb"), disk(1, 24, "/dev/sdf")]);
+    let spare = vdev(VdevKind::Spare, 1, 25, "", vec![replacing, disk(1, 26, "/dev/sdg")]);
+    let mirror = vdev(VdevKind::Mirror, 0, 20, "", vec![disk(0, 21, "/dev/sda"), spare]);
     let raidz = vdev(
         VdevKind::Raidz,
         1,
@@ -101,7 +106,6 @@ fn sample_labels() -> Vec<LabelConfig> {
         vec![disk(0, 31, "/dev/sdc"), disk(1, 32, "/dev/sdd"), disk(2, 33, "/dev/sde")],
     );
     let cache = vdev(VdevKind::Cache, 2, 40, "", vec![disk(0, 41, "/dev/nvme0n1")]);
-    // The deepest tree the decoder accepts: root → log → mirror → disks.
     let log_mirror = vdev(VdevKind::Mirror, 0, 52, "", vec![disk(0, 53, "/dev/nvme1n1"), disk(1, 54, "/dev/nvme2n1")]);
     let log = vdev(VdevKind::Log, 3, 50, "", vec![disk(0, 51, "/dev/nvme3n1"), log_mirror]);
     let nested = LabelConfig {
@@ -111,9 +115,12 @@ fn sample_labels() -> Vec<LabelConfig> {
         device_guid: 32,
         top_guid: 30,
         tree: vdev(VdevKind::Root, 0, 0x99, "", vec![mirror, raidz, cache, log]),
+        spares: vec![disk(0, 26, "/dev/sdg"), disk(1, 27, "/dev/sdh")],
         ..simple.clone()
     };
-    vec![simple, nested]
+    // An available hot spare's own label.
+    let spare_label = LabelConfig { state: PoolState::Spare, device_guid: 27, top_guid: 0, ..nested.clone() };
+    vec![simple, nested, spare_label]
 }
 
 /// Label seeds: the checksummed bytes after the magic, up to the payload's end.
@@ -126,12 +133,12 @@ pub fn label() -> Vec<Vec<u8>> {
             enc[8..end].to_vec()
         })
         .collect();
-    // The deepest sample again, with one more leaf node inside the declared
-    // payload after the tree (the decoder ignores it): flipping the child
-    // count of the last, deepest leaf from 0 to 1 turns that node into a
-    // fourth level, which the decoder must refuse.
-    let mut slack = out.last().expect("samples exist").clone();
+    // The first sample with a hot spare listed after its tree: flipping the
+    // spare's child count from 0 to 1 gives it a child, which the decoder
+    // must refuse.
+    let mut slack = out.first().expect("samples exist").clone();
     let mut w = Writer::new();
+    w.u16(1);
     w.u8(VdevKind::Disk as u8);
     w.u32(0);
     w.u64(60);

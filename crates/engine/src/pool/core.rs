@@ -167,6 +167,9 @@ pub struct PoolCore {
     /// Blocks written since import with copies nearer each other than the
     /// allocator's minimum distance (no room far enough apart).
     pub near_copies: AtomicU64,
+    /// The hot spares standing by, and what wakes the spare thread
+    /// (`pool::spare`).
+    pub spares: super::spare::SpareSet,
 }
 
 #[derive(Debug, Default)]

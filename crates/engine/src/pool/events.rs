@@ -132,6 +132,9 @@ pub mod class {
     /// A device attached, or starting to replace another (`pool attach`,
     /// `pool replace`).
     pub const VDEV_ATTACH: &str = "sysevent.fs.zfs.vdev_attach";
+    /// A hot spare stood in for a device, or is available again
+    /// (`pool::spare`).
+    pub const VDEV_SPARE: &str = "sysevent.fs.zfs.vdev_spare";
     /// Device error counts reset (`pool clear`).
     pub const VDEV_CLEAR: &str = "sysevent.fs.zfs.vdev_clear";
     /// The pool's configuration on disk changed (cache devices).

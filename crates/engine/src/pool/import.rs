@@ -160,6 +160,9 @@ pub(crate) struct Found {
     pub ubs: Vec<Uberblock>,
     /// Devices given that import could not use and no leaf names.
     pub unusable: Vec<super::pool::Unusable>,
+    /// The config's hot spares that are not in its tree, each on the
+    /// device found for it or why none was.
+    pub spares: Vec<super::spare::FoundSpare>,
 }
 
 impl Found {
@@ -176,7 +179,7 @@ pub(crate) fn plan_rewind(f: &Found, opts: &OpenOptions, why: Error) -> Result<R
     let mut tried = Tried::default();
     for ub in &f.ubs[1..] {
         assert!(ub.txg < newest.txg, "uberblocks are sorted newest first");
-        match Pool::try_open(&f.config, f.devs.clone(), vec![], &ro, ub.clone()) {
+        match Pool::try_open(&f.config, f.devs.clone(), vec![], &[], &ro, ub.clone()) {
             Err(e) => tried.push(ub.txg, e.msg),
             Ok(pool) => match check_deep_rewind(&pool, newest.txg) {
                 Err(e) => tried.push(ub.txg, e.msg),

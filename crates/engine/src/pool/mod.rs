@@ -66,6 +66,7 @@ mod pool;
 pub mod resilver;
 pub mod scan;
 pub mod spacemap;
+pub mod spare;
 pub mod vdev_add;
 pub mod vdev_admin;
 pub mod vdev_change;

@@ -12,7 +12,7 @@ use tarn_ondisk::bp::{BlockPtr, ChecksumType, ObjectType};
 use tarn_ondisk::dnode::ObjsetType;
 use tarn_ondisk::kv::{self, KvMap};
 use tarn_ondisk::label::{self, LabelConfig, PoolState, VdevKind, VdevNode};
-use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_INTENT_LOG, FEATURE_VDEV_TREE, FORMAT_VERSION};
+use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_INTENT_LOG, FEATURE_SPARES, FEATURE_VDEV_TREE, FORMAT_VERSION};
 
 use super::alloc::metaslab::Allocator;
 use super::core::PoolCore;
@@ -59,6 +59,9 @@ pub struct CreateOptions {
     /// Cache devices (L2ARC) to add once the pool exists (`pool create …
     /// cache DEV`); vetted with the data devices, before anything is written.
     pub cache: Vec<PathBuf>,
+    /// Hot spares to list once the pool exists (`pool create … spare
+    /// DEV`); vetted with the data devices, before anything is written.
+    pub spares: Vec<PathBuf>,
     pub tunables: Tunables,
     /// Properties of the root dataset (`-O`).
     pub root_props: Vec<(String, String)>,
@@ -72,7 +75,7 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { ashift: 12, size: None, force: false, cache: vec![], tunables: Tunables::default(), root_props: vec![], pool_props: vec![], arc: None }
+        CreateOptions { ashift: 12, size: None, force: false, cache: vec![], spares: vec![], tunables: Tunables::default(), root_props: vec![], pool_props: vec![], arc: None }
     }
 }
 
@@ -120,6 +123,10 @@ pub struct VdevStatus {
     /// Bytes rewritten onto the device from good copies since import.
     #[serde(default)]
     pub repaired_bytes: u64,
+    /// A leaf's dirty time log: the oldest and newest txg it missed, while
+    /// it has any (what a resilver copies onto it).
+    #[serde(default)]
+    pub missed_txgs: Option<(u64, u64)>,
     #[serde(default)]
     pub children: Vec<VdevStatus>,
 }
@@ -148,6 +155,7 @@ fn vdev_status(v: &crate::vdev::Vdev, size: u64, allocated: u64) -> VdevStatus {
         checksum_errors: c,
         direct_io: false,
         repaired_bytes: v.repaired_bytes.load(Ordering::Relaxed),
+        missed_txgs: v.leaf().and_then(|_| v.dtl.lock().span()),
         children: v.children.iter().map(|ch| vdev_status(ch, size, allocated)).collect(),
     }
 }
@@ -177,6 +185,9 @@ pub struct PoolStatus {
     /// The running or last scan, as recorded in the pool (`None`: none).
     #[serde(default)]
     pub scan: Option<super::scan::ScanStatus>,
+    /// The hot spares (`pool::spare`), AVAIL, INUSE or UNAVAIL.
+    #[serde(default)]
+    pub spares: Vec<super::spare::SpareStatus>,
 }
 
 /// What a suspended pool has on disk and what it cannot write any more:
@@ -252,9 +263,9 @@ pub(crate) struct Shared {
     history: Mutex<std::collections::VecDeque<TxgRecord>>,
     /// What the import rewound, and what it did without.
     rewound: Mutex<Option<Rewind>>,
-    open_warnings: Mutex<Vec<String>>,
+    pub(super) open_warnings: Mutex<Vec<String>>,
     /// Devices with the open-file lock, kept alive as long as the pool
-    /// (or until they leave its tree: `release_lock`).
+    /// (or until they leave it: `release_lock`).
     locks: Mutex<Vec<Arc<FileDevice>>>,
 }
 
@@ -262,6 +273,8 @@ pub(crate) struct Shared {
 pub struct Pool {
     sh: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The hot spares' thread (`pool::spare`), when the pool writes.
+    pub(super) spare_thread: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
 }
 
@@ -396,17 +409,23 @@ impl Pool {
             return Err(Error::invalid("a pool needs at least one device"));
         }
         let paths: Vec<&PathBuf> = tops.iter().flat_map(|t| t.devices.iter()).collect();
-        let roles: Vec<(PathBuf, Role)> = paths.iter().map(|p| ((*p).clone(), Role::Data)).chain(opts.cache.iter().map(|p| (p.clone(), Role::Cache))).collect();
+        let roles: Vec<(PathBuf, Role)> = paths
+            .iter()
+            .map(|p| ((*p).clone(), Role::Data))
+            .chain(opts.cache.iter().map(|p| (p.clone(), Role::Cache)))
+            .chain(opts.spares.iter().map(|p| (p.clone(), Role::Spare)))
+            .collect();
         let vetted = super::vet::open_devices(&roles, opts.size, opts.force, None)?;
         // Files this call created are removed again on failure; existing ones are left.
         let created: Vec<String> = vetted.iter().filter(|v| v.created).map(|v| v.path.clone()).collect();
-        let (data, cache): (Vec<Vetted>, Vec<Vetted>) = vetted.into_iter().partition(|v| v.role == Role::Data);
+        let (data, rest): (Vec<Vetted>, Vec<Vetted>) = vetted.into_iter().partition(|v| v.role == Role::Data);
+        let (cache, spares): (Vec<Vetted>, Vec<Vetted>) = rest.into_iter().partition(|v| v.role == Role::Cache);
         let locks = data.iter().map(|v| v.dev.clone()).collect();
         let mut devs = data.iter().map(|v| (v.path.clone(), v.dev.clone() as Arc<dyn BlockDevice>));
         let new: Vec<NewTop> = tops.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect();
         drop(devs);
         drop(data);
-        let res = Self::create_tops(name, new, locks, opts).and_then(|pool| match pool.attach_caches(cache) {
+        let res = Self::create_tops(name, new, locks, opts).and_then(|pool| match pool.attach_caches(cache).and_then(|()| pool.attach_spares(spares)) {
             Ok(()) => Ok(pool),
             Err(e) => {
                 // The pool was made but cannot have what was asked for: undo it.
@@ -460,6 +479,7 @@ impl Pool {
             device_guid: 0,
             top_guid: 0,
             tree,
+            spares: vec![],
         };
         for (_, dev) in &devs {
             clear_labels(dev.as_ref()).map_err(|e| Error::io(format!("clearing labels of {}", dev.name()), e))?;
@@ -519,7 +539,8 @@ impl Pool {
     /// Opens (imports) the pool whose devices are at `paths`. A path that
     /// cannot be opened counts as a missing device (`open_paths`).
     pub fn open(paths: &[PathBuf], opts: &OpenOptions) -> Result<Pool> {
-        let (devs, locks, unopened) = open_paths(paths, opts.readonly)?;
+        let (mut devs, mut locks, mut unopened) = open_paths(paths, opts.readonly)?;
+        open_recorded_spares(&mut devs, &mut locks, &mut unopened, opts.readonly);
         Self::open_found(Self::find(devs, unopened, opts)?, locks, opts)
     }
 
@@ -543,7 +564,7 @@ impl Pool {
 
     fn open_matched(f: &Found, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions) -> Result<Pool> {
         let newest = f.newest().clone();
-        let why = match Self::try_open(&f.config, f.devs.clone(), locks.clone(), opts, newest.clone()) {
+        let why = match Self::try_open(&f.config, f.devs.clone(), locks.clone(), &f.spares, opts, newest.clone()) {
             Ok(p) => return Ok(p),
             Err(e) => e,
         };
@@ -554,7 +575,7 @@ impl Pool {
             return Err(Error::corrupt(plan.refusal()));
         }
         let ub = f.ubs.iter().find(|u| u.txg == plan.txg).expect("the plan's txg is one of the uberblocks").clone();
-        let pool = Self::try_open(&f.config, f.devs.clone(), locks, opts, ub)
+        let pool = Self::try_open(&f.config, f.devs.clone(), locks, &f.spares, opts, ub)
             .map_err(|e| e.context(format!("pool '{}': rewinding to txg {}", plan.pool, plan.txg)))?;
         if !opts.readonly {
             pool.sh.forget_uberblocks_after(plan.txg, newest.txg)?;
@@ -572,7 +593,7 @@ impl Pool {
 
     fn check_found(f: Found, opts: &OpenOptions) -> Result<Rewind> {
         let ro = OpenOptions { readonly: true, cache_devices: vec![], ..opts.clone() };
-        match Self::try_open(&f.config, f.devs.clone(), vec![], &ro, f.newest().clone()) {
+        match Self::try_open(&f.config, f.devs.clone(), vec![], &[], &ro, f.newest().clone()) {
             Ok(_) => Ok(Rewind::none(&f.config.pool_name, f.newest())),
             Err(why) => plan_rewind(&f, opts, why),
         }
@@ -589,7 +610,7 @@ impl Pool {
     /// `unopened` are the devices that could not be opened.
     fn find(devs: Vec<(String, Arc<dyn BlockDevice>)>, unopened: Vec<Unusable>, opts: &OpenOptions) -> Result<Found> {
         opts.tunables.validate()?;
-        let (config, devs, unusable) = match_devices(devs, unopened)?;
+        let (config, devs, unusable, spares) = match_devices(devs, unopened)?;
         check_features(&config, opts.readonly)?;
         let mut ubs = Vec::new();
         for (_, d) in &devs {
@@ -604,7 +625,7 @@ impl Pool {
         if ubs.is_empty() {
             return Err(Error::corrupt(format!("pool '{}': no valid uberblock on any device", config.pool_name)));
         }
-        Ok(Found { config, devs, ubs, unusable })
+        Ok(Found { config, devs, ubs, unusable, spares })
     }
 
     /// What the import rewound (None: it opened the newest txg).
@@ -620,7 +641,7 @@ impl Pool {
 
     /// Opens the pool as of `ub` (import's last step, and each try of a
     /// rewind plan, read-only).
-    pub(super) fn try_open(config: &LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, opts: &OpenOptions, ub: Uberblock) -> Result<Pool> {
+    pub(super) fn try_open(config: &LabelConfig, devs: Vec<(String, Arc<dyn BlockDevice>)>, locks: Vec<Arc<FileDevice>>, spares: &[super::spare::FoundSpare], opts: &OpenOptions, ub: Uberblock) -> Result<Pool> {
         let mut cfg = config.clone();
         cfg.state = PoolState::Active;
         let newest: Vec<Option<u64>> = devs.iter().map(|(_, d)| super::vdev_admin::newest_uberblock(d.as_ref(), config.pool_guid)).collect();
@@ -635,6 +656,7 @@ impl Pool {
         sh.core.refresh_space();
         let (mos, root, props, rec) = sh.core_objsets_open(&ub)?;
         let sh = Arc::new(sh.finish(mos, root, Some(rec)));
+        sh.load_spares(&cfg, spares);
         if let Some(obj) = kv::get_u64(&props, KEY_BRT) {
             sh.core.brt.load(obj)?;
         }
@@ -702,7 +724,8 @@ impl Pool {
                     .expect("spawning the sync thread"),
             )
         };
-        Pool { sh, thread: Mutex::new(thread), closed: Mutex::new(false) }
+        let spares = if sh.core.readonly { None } else { super::spare::start_thread(&sh) };
+        Pool { sh, thread: Mutex::new(thread), spare_thread: Mutex::new(spares), closed: Mutex::new(false) }
     }
 
     pub fn name(&self) -> &str {
@@ -814,6 +837,7 @@ impl Pool {
             data_errors: core.errlog.total(),
             suspension: self.suspension(),
             scan: Some(self.sh.scan.status()).filter(|s| s.state != ScanState::None),
+            spares: self.spares(),
         }
     }
 
@@ -897,15 +921,7 @@ impl Pool {
     /// The sync thread writes the directory (it adds the block reference
     /// table's key there too), so a change made here cannot race with it.
     pub(crate) fn update_pool_dir(&self, f: impl FnOnce(&mut KvMap) -> Result<()>) -> Result<()> {
-        self.sh.core.check_writable()?;
-        {
-            let mut d = self.sh.pool_props.lock();
-            let mut props = d.clone();
-            f(&mut props)?;
-            *d = props;
-            self.sh.dir_dirty.store(true, Ordering::Release);
-        }
-        self.sync()
+        self.sh.update_pool_dir(f)
     }
 
     /// The block reference table's figures (block cloning).
@@ -948,6 +964,10 @@ impl Pool {
         let mut cfg = self.sh.config.lock().clone();
         cfg.state = state;
         cfg.config_txg = self.uberblock().txg + 1;
+        if state == PoolState::Destroyed {
+            // A destroyed pool's spares stand by for nothing: free again.
+            self.sh.release_spares();
+        }
         self.sh.write_configs(&cfg)
     }
 
@@ -956,6 +976,9 @@ impl Pool {
         // Injected faults end with the pool: the final sync is not
         // failed (or delayed) by a rehearsal (`pool::inject`).
         self.clear_injections();
+        // No spare stands in while the pool closes (one standing in now
+        // finishes first: it needs the sync thread).
+        self.stop_spare_thread();
         // A scan stops first: it reads (and repairs) through the devices
         // about to be shut. Its record, written by the last sync below,
         // keeps it running for the next import.
@@ -1012,7 +1035,7 @@ impl Pool {
         if self.sh.scan.start(ScanFunc::Scrub)? == Start::Resumed {
             return Ok(());
         }
-        self.spawn_scan(ScanFunc::Scrub)
+        spawn_scan(&self.sh, ScanFunc::Scrub)
     }
 
     /// Starts resilvering every leaf that is up and missed txgs (see
@@ -1021,18 +1044,7 @@ impl Pool {
     /// leaf). Nothing to resilver: Ok, nothing started.
     pub fn resilver_start(&self) -> Result<()> {
         self.scan_allowed()?;
-        if super::resilver::targets(&self.sh.core).is_empty() {
-            return Ok(());
-        }
-        // A scrub gives way to the resilver; a resilver under way starts
-        // again, to cover the leaves that joined it (as OpenZFS restarts a
-        // resilver when a device is attached).
-        let st = self.sh.scan.status();
-        if st.state == ScanState::Scanning {
-            self.sh.scan.cancel();
-        }
-        self.sh.scan.start(ScanFunc::Resilver)?;
-        self.spawn_scan(ScanFunc::Resilver)
+        self.sh.resilver_start()
     }
 
     /// At import: leaves that missed txgs resilver at once (back after an
@@ -1057,22 +1069,6 @@ impl Pool {
         }
     }
 
-    /// Runs the scan `Scanner::start` set up on a thread of its own.
-    fn spawn_scan(&self, func: ScanFunc) -> Result<()> {
-        let sh = self.sh.clone();
-        let spawned = std::thread::Builder::new().name(format!("scan {}", self.sh.core.name)).spawn(move || run_scan(&sh, func, &mut || {}));
-        match spawned {
-            Ok(t) => {
-                self.sh.scan.set_thread(t);
-                Ok(())
-            }
-            Err(e) => {
-                let err = Error::io(format!("pool '{}': cannot start the scan thread", self.sh.core.name), e);
-                self.sh.scan.end(PassEnd::Canceled, Some(err.to_string()));
-                Err(err)
-            }
-        }
-    }
 
     /// Scrubs in the caller's thread, to the end (see `scrub_start`).
     pub fn scrub(&self) -> Result<ScanReport> {
@@ -1157,6 +1153,65 @@ impl Pool {
     }
 }
 
+/// Runs the scan `Scanner::start` set up on a thread of its own.
+fn spawn_scan(sh: &Arc<Shared>, func: ScanFunc) -> Result<()> {
+    let s2 = sh.clone();
+    let spawned = std::thread::Builder::new().name(format!("scan {}", sh.core.name)).spawn(move || run_scan(&s2, func, &mut || {}));
+    match spawned {
+        Ok(t) => {
+            sh.scan.set_thread(t);
+            Ok(())
+        }
+        Err(e) => {
+            let err = Error::io(format!("pool '{}': cannot start the scan thread", sh.core.name), e);
+            sh.scan.end(PassEnd::Canceled, Some(err.to_string()));
+            Err(err)
+        }
+    }
+}
+
+impl Shared {
+    /// Starts resilvering every leaf that is up and missed txgs (see
+    /// `Pool::resilver_start`, which checks that the pool may scan).
+    pub(super) fn resilver_start(self: &Arc<Self>) -> Result<()> {
+        self.core.check_writable()?;
+        if let Some(f) = self.core.txg.failure() {
+            return Err(Error::new(ErrorKind::Suspended, format!("cannot resilver '{}': the pool is suspended: {}", self.core.name, f)));
+        }
+        if super::resilver::targets(&self.core).is_empty() {
+            return Ok(());
+        }
+        // A scrub gives way to the resilver; a resilver under way starts
+        // again, to cover the leaves that joined it (as OpenZFS restarts a
+        // resilver when a device is attached).
+        let st = self.scan.status();
+        if st.state == ScanState::Scanning {
+            self.scan.cancel();
+        }
+        self.scan.start(ScanFunc::Resilver)?;
+        spawn_scan(self, ScanFunc::Resilver)
+    }
+
+    /// See `Pool::update_pool_dir`.
+    pub(super) fn update_pool_dir(&self, f: impl FnOnce(&mut KvMap) -> Result<()>) -> Result<()> {
+        self.core.check_writable()?;
+        {
+            let mut d = self.pool_props.lock();
+            let mut props = d.clone();
+            f(&mut props)?;
+            *d = props;
+            self.dir_dirty.store(true, Ordering::Release);
+        }
+        self.core.txg.wait_synced(0)
+    }
+
+    /// Syncs the pool directory as it is (the leaves' state, which the
+    /// sync compares itself): after a change of the tree.
+    pub(super) fn sync_dir(&self) -> Result<()> {
+        self.update_pool_dir(|_| Ok(()))
+    }
+}
+
 /// One pass of the pool's scan (a scrub, or a resilver), with the
 /// allocator's hold on frees (see `pool::scan`); its end is recorded in the
 /// scanner however it ends.
@@ -1228,7 +1283,7 @@ fn set_pool_prop(props: &mut KvMap, name: &str, value: &str) -> Result<()> {
 
 /// Feature bits this version understands.
 const KNOWN_FEATURES_INCOMPAT: u64 = FEATURE_VDEV_TREE;
-const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING | FEATURE_INTENT_LOG;
+const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING | FEATURE_SPARES | FEATURE_INTENT_LOG;
 
 /// Refuses pools written by a newer format: incompatible features always,
 /// compatible ones unless opening read-only.
@@ -1292,8 +1347,39 @@ pub(crate) struct Unusable {
     pub why: Error,
 }
 
-/// The devices matched to a config's leaves (see `match_devices`).
-type Matched = (LabelConfig, NamedDevices, Vec<Unusable>);
+/// The devices matched to a config's leaves (see `match_devices`), and
+/// its hot spares standing by.
+type Matched = (LabelConfig, NamedDevices, Vec<Unusable>, Vec<super::spare::FoundSpare>);
+
+/// Opens the hot spares the newest config among `devs` lists that are not
+/// among them, at their recorded paths (the daemon's cache file names the
+/// tree's devices; `import -d` finds spares in the directory): locked
+/// unless `readonly`. One that cannot be opened is `unopened`, with why,
+/// and UNAVAIL once imported.
+fn open_recorded_spares(devs: &mut NamedDevices, locks: &mut Vec<Arc<FileDevice>>, unopened: &mut Vec<Unusable>, readonly: bool) {
+    let configs: Vec<LabelConfig> = devs.iter().filter_map(|(_, d)| read_labels(d.as_ref()).config).collect();
+    let Some(best) = configs.iter().filter(|c| c.state != PoolState::Spare).max_by_key(|c| c.config_txg) else { return };
+    for s in &best.spares {
+        let given = configs.iter().any(|c| c.pool_guid == best.pool_guid && c.device_guid == s.guid);
+        if given || devs.iter().any(|(p, _)| p == &s.path) || unopened.iter().any(|u| u.path == s.path) {
+            continue;
+        }
+        let p = Path::new(&s.path);
+        let opened = if readonly {
+            FileDevice::open_read_only(p).map_err(|e| Error::io(format!("cannot open '{}'", s.path), e))
+        } else {
+            super::vet::open_for_import(p)
+        };
+        match opened {
+            Ok(fd) => {
+                let fd = Arc::new(fd);
+                locks.push(fd.clone());
+                devs.push((s.path.clone(), fd));
+            }
+            Err(why) => unopened.push(Unusable { path: s.path.clone(), guid: Some(s.guid), why }),
+        }
+    }
+}
 
 /// Orders `devs` as the leaves of the newest config among them, with a
 /// placeholder for each leaf not found (`vdevs::missing_device`); refused
@@ -1320,7 +1406,10 @@ fn match_devices(devs: NamedDevices, mut unusable: Vec<Unusable>) -> Result<Matc
             }
         }
     }
-    let Some(best) = labelled.iter().map(|(_, _, c)| c).max_by_key(|c| c.config_txg).cloned() else {
+    let Some(best) = labelled.iter().map(|(_, _, c)| c).filter(|c| c.state != PoolState::Spare).max_by_key(|c| c.config_txg).cloned() else {
+        if let Some((p, _, c)) = labelled.first() {
+            return Err(Error::invalid(format!("'{}' is a hot spare of pool '{}', not one of its devices: import the pool from its devices", p, c.pool_name)));
+        }
         let Some(first) = unusable.first() else { return Err(Error::invalid("no devices given")) };
         let why: Vec<&str> = unusable.iter().map(|u| u.why.msg.as_str()).collect();
         return Err(Error::new(first.why.kind, why.join("; ")));
@@ -1333,6 +1422,7 @@ fn match_devices(devs: NamedDevices, mut unusable: Vec<Unusable>) -> Result<Matc
             p, c.pool_name, c.pool_guid, best.pool_name, best.pool_guid
         )));
     }
+    let spares = standing_by(&best, &mut labelled, &mut unusable);
     labelled.retain(|(p, d, c)| match too_small(&best, c.device_guid, p, d.as_ref()) {
         Some(why) => {
             unusable.push(Unusable { path: p.clone(), guid: Some(c.device_guid), why });
@@ -1361,7 +1451,43 @@ fn match_devices(devs: NamedDevices, mut unusable: Vec<Unusable>) -> Result<Matc
             }
         }
     }
-    Ok((best, ordered, unusable))
+    Ok((best, ordered, unusable, spares))
+}
+
+/// Takes out of `labelled` the devices of `config`'s hot spares that are
+/// not in its tree (by guid, whatever their label's state: a spare
+/// detached just before a crash still has its member label), and the
+/// spare labels of spares it no longer lists (`unusable`); returns the
+/// spares found, and for each spare not found, why (its `unusable` entry).
+fn standing_by(config: &LabelConfig, labelled: &mut Vec<(String, Arc<dyn BlockDevice>, LabelConfig)>, unusable: &mut Vec<Unusable>) -> Vec<super::spare::FoundSpare> {
+    let in_tree: std::collections::HashSet<u64> = config.tree.leaves().iter().map(|l| l.guid).collect();
+    let standby: Vec<u64> = config.spares.iter().map(|s| s.guid).filter(|g| !in_tree.contains(g)).collect();
+    let mut found: Vec<super::spare::FoundSpare> = Vec::new();
+    labelled.retain(|(p, d, c)| {
+        if standby.contains(&c.device_guid) {
+            if !found.iter().any(|f| f.guid == c.device_guid) {
+                found.push(super::spare::FoundSpare { guid: c.device_guid, dev: Ok(d.clone()) });
+            }
+            return false;
+        }
+        if c.state == PoolState::Spare && !in_tree.contains(&c.device_guid) {
+            let why = Error::invalid(format!("'{}' was a hot spare of pool '{}', which no longer lists it", p, c.pool_name));
+            unusable.push(Unusable { path: p.clone(), guid: Some(c.device_guid), why });
+            return false;
+        }
+        true
+    });
+    for g in standby {
+        if found.iter().any(|f| f.guid == g) {
+            continue;
+        }
+        let why = match unusable.iter().position(|u| u.guid == Some(g)) {
+            Some(i) => unusable.remove(i).why.msg,
+            None => "not found at import".to_string(),
+        };
+        found.push(super::spare::FoundSpare { guid: g, dev: Err(why) });
+    }
+    found
 }
 
 /// Why device `dev` (at `path`, leaf `guid` of `config`) cannot hold what
@@ -1446,6 +1572,7 @@ impl ShellShared {
             errlog: super::errlog::ErrorLog::new(&config.pool_name),
             events,
             near_copies: Default::default(),
+            spares: Default::default(),
         });
         core.refresh_space();
         // A faulted leaf degrades its vdev or, when that was its last
@@ -1606,10 +1733,29 @@ impl Shared {
         self.locks.lock().retain(|l| Arc::as_ptr(l) as *const u8 != target);
     }
 
+    /// Writes `cfg` to every leaf that is up (see `write_configs`) and, as
+    /// a spare label, to every available hot spare; it is the pool's config
+    /// from then on.
     pub(super) fn write_configs(&self, cfg: &LabelConfig) -> Result<()> {
+        super::spare::check_spares(cfg)?;
         write_configs(&self.core, cfg)?;
+        self.write_spare_labels(cfg);
         *self.config.lock() = cfg.clone();
         Ok(())
+    }
+
+    /// Keeps a device's open-file lock with the pool's (a hot spare added).
+    pub(super) fn keep_lock(&self, dev: Arc<FileDevice>) {
+        self.locks.lock().push(dev);
+    }
+
+    /// Says who holds `dev`'s lock, when it is one of the pool's files:
+    /// what another command that wants the device is told (`pool::vet`).
+    pub(super) fn set_lock_owner(&self, dev: &Arc<dyn BlockDevice>, owner: &str) {
+        let target = Arc::as_ptr(dev) as *const u8;
+        if let Some(l) = self.locks.lock().iter().find(|l| Arc::as_ptr(l) as *const u8 == target) {
+            l.set_lock_owner(owner.to_string());
+        }
     }
 
     /// After a rewind to `txg`, the abandoned newer uberblocks are erased so
@@ -1704,6 +1850,12 @@ impl Shared {
         let dirty0 = core.txg.dirty_of(txg);
         let io0 = self.device_writes();
         let group = WriteGroup::new(Some(Box::new(move |bytes| t2.dirty_retire(txg, bytes))));
+        // The leaves the txg's uberblock may go to: those in the tree now.
+        // A leaf that joins during the sync (`vdev_change`, a hot spare)
+        // is recorded with its DTL only by the next txg's pool directory;
+        // an uberblock of this txg on it would tell import it missed
+        // nothing up to here (`vdev_admin::derive_dtls`).
+        let members: std::collections::HashSet<u64> = core.leaves().iter().map(|(_, l)| l.guid).collect();
         // A device truncated or deleted since the last txg is not written
         // to at all (writes past the end of a truncated file would grow it
         // back with zeros).
@@ -1759,7 +1911,7 @@ impl Shared {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         }
         self.check_devices()?;
-        self.write_uberblock(&ub)?;
+        self.write_uberblock(&ub, &members)?;
         {
             let mut s = self.sync.lock();
             s.ub = ub;
@@ -1862,12 +2014,16 @@ impl Shared {
         }
     }
 
-    /// Writes the uberblock to every ring of every leaf that is up, then
-    /// flushes them. A leaf of a redundant vdev that fails faults and is
-    /// left; the txg fails when a top-level vdev is left with no leaf.
-    fn write_uberblock(&self, ub: &Uberblock) -> Result<()> {
+    /// Writes the uberblock to every ring of every leaf that is up and was
+    /// in the tree when the txg's sync began (`members`), then flushes
+    /// them. A leaf of a redundant vdev that fails faults and is left; the
+    /// txg fails when a top-level vdev is left with no leaf.
+    fn write_uberblock(&self, ub: &Uberblock, members: &std::collections::HashSet<u64>) -> Result<()> {
         for (top, v) in self.core.leaves() {
             let (Some(leaf), true) = (v.leaf(), v.state().usable()) else { continue };
+            if !members.contains(&v.guid) {
+                continue;
+            }
             let buf = uberblock_slot(ub, v.ashift);
             for i in 0..label::LABEL_COUNT {
                 let off = label::ub_slot_offset(i, v.dev_size, v.ashift, ub.txg);
@@ -1932,6 +2088,7 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
     // One device under two names (a symlink, `-d` given twice) is one device:
     // listing it twice would make the import open it twice.
     let mut seen = Vec::new();
+    let mut spare_paths: Vec<(u64, PathBuf)> = Vec::new();
     for path in candidates {
         let id = std::fs::metadata(&path).ok().and_then(|m| crate::sys::inuse::DeviceId::of(&m));
         if id.is_some_and(|id| seen.contains(&id)) {
@@ -1939,6 +2096,12 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
         }
         seen.extend(id);
         let Some(cfg) = probe(&path) else { continue };
+        if cfg.state == PoolState::Spare {
+            // A spare is no pool: it joins the devices of the pool it is
+            // listed by, if that pool is found (below).
+            spare_paths.push((cfg.pool_guid, path));
+            continue;
+        }
         let entry = match pools.iter_mut().find(|(d, _)| d.guid == cfg.pool_guid) {
             Some(e) => e,
             None => {
@@ -1955,6 +2118,11 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
             entry.1 = cfg.clone();
         }
         entry.0.devices.push(path.display().to_string());
+    }
+    for (pool, path) in spare_paths {
+        if let Some((d, _)) = pools.iter_mut().find(|(d, _)| d.guid == pool) {
+            d.devices.push(path.display().to_string());
+        }
     }
     for (d, cfg) in pools.iter_mut() {
         let found: Vec<u64> = d.devices.iter().filter_map(|p| probe(Path::new(p)).map(|c| c.device_guid)).collect();

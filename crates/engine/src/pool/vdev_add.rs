@@ -47,9 +47,13 @@ fn check_new_devices(core: &super::core::PoolCore, tops: &[NewTop]) -> Result<()
     Ok(())
 }
 
-/// Refuses `dev` (given as `name`) when it is already a leaf of the pool.
+/// Refuses `dev` (given as `name`) when it is already a leaf or a hot
+/// spare standing by of the pool.
 pub(super) fn refuse_own_device(core: &super::core::PoolCore, name: &str, dev: &Arc<dyn BlockDevice>) -> Result<()> {
     let ptr = |d: &Arc<dyn BlockDevice>| Arc::as_ptr(d) as *const u8;
+    if core.spares.holding(dev).is_some() {
+        return Err(Error::new(crate::error::ErrorKind::Busy, format!("'{}' is a hot spare of active pool '{}'", name, core.name)));
+    }
     match core.leaves().into_iter().find(|(_, l)| l.leaf().is_some_and(|io| ptr(&io.device()) == ptr(dev))) {
         Some((_, l)) => Err(Error::new(crate::error::ErrorKind::Busy, format!("'{}' is part of active pool '{}' (as '{}')", name, core.name, l.path))),
         None => Ok(()),

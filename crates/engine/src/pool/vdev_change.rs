@@ -9,7 +9,10 @@
 //! - **detach** DEVICE: a child of a mirror or of a replacing vdev leaves
 //!   it; a mirror or replacing vdev left with one child is replaced by that
 //!   child. Refused when no sibling that stays holds every block (up, with
-//!   an empty DTL): "no valid replicas".
+//!   an empty DTL): "no valid replicas". A child of a spare vdev (a hot
+//!   spare standing in, `pool::spare`) leaves by `Pool::detach_from_spare`:
+//!   the spare goes back to standing by, or the device it stood in for
+//!   leaves and the spare stays for good.
 //! - **replace** OLD NEW: OLD's place becomes a *replacing* vdev of OLD
 //!   and NEW — a mirror of the two, so OLD (when it still works) keeps
 //!   serving reads and the pool keeps its redundancy while NEW is
@@ -21,7 +24,9 @@
 //!   has it (`Vdev::column_source`). A RAID-Z member already out of service
 //!   (faulted, missing, removed or offline) has nothing to offer and is
 //!   replaced in place instead: NEW takes its slot at once, rebuilt from
-//!   parity.
+//!   parity. A device a hot spare stands in for is always replaced beside
+//!   itself, under the spare vdev; when its replacement completes, the
+//!   spare is free again.
 //!
 //! ## How a change is made (`Shared::change_top`)
 //! One change at a time (`Shared::tree_lock`). The config's node of the
@@ -94,12 +99,18 @@ impl Pool {
             Some(p) => p.to_path_buf(),
             None => Path::new(&self.leaf_for(old, "replace")?.1.path).to_path_buf(),
         };
+        if let Some(spare) = self.spare_for_replace(old, &path.display().to_string())? {
+            return self.replace_with_spare(old, spare);
+        }
         let (name, dev) = self.vet_new(&path, force)?;
         self.replace_opened(old, &name, dev)
     }
 
     /// As `replace_device`, on an opened device known as `name`.
     pub fn replace_device_on(&self, old: &str, name: &str, dev: Arc<dyn BlockDevice>, force: bool) -> Result<()> {
+        if let Some(spare) = self.spare_on(&dev) {
+            return self.replace_with_spare(old, spare);
+        }
         vet::check_contents(name, dev.as_ref(), Role::Data, force, None)?;
         self.replace_opened(old, name, dev)
     }
@@ -113,9 +124,13 @@ impl Pool {
             let (top, leaf) = self.leaf_for(dev, "detach")?;
             let cfg = sh.config.lock().clone();
             let node = top_node(&cfg, top.id())?;
-            let Some(parent) = parent_of(node, leaf.guid).filter(|p| matches!(p.kind, VdevKind::Mirror | VdevKind::Replacing)) else {
-                return Err(Error::invalid(format!("cannot detach '{}': only applicable to mirror and replacing vdevs", dev)));
+            let Some(parent) = parent_of(node, leaf.guid).filter(|p| matches!(p.kind, VdevKind::Mirror | VdevKind::Replacing | VdevKind::Spare)) else {
+                return Err(Error::invalid(format!("cannot detach '{}': only applicable to mirror, replacing and spare vdevs", dev)));
             };
+            if parent.kind == VdevKind::Spare {
+                drop(_g);
+                return self.detach_from_spare(dev);
+            }
             let stays = |c: &VdevNode| c.guid != leaf.guid && c.leaves().iter().all(|l| leaf_whole(&top, l.guid));
             if !parent.children.iter().any(stays) {
                 return Err(Error::invalid(format!("cannot detach '{}': no valid replicas (no other child of {} holds every block)", dev, vdevs::display_name(parent))));
@@ -151,6 +166,9 @@ impl Pool {
     fn attach_opened(&self, existing: &str, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
         let sh = self.shared();
         sh.core.check_writable()?;
+        if self.spare_on(&dev).is_some() {
+            return Err(Error::invalid(format!("cannot attach '{}' to '{}': it is a hot spare of pool '{}' (a spare stands in with 'tarn pool replace {} {} {}')", name, existing, sh.core.name, sh.core.name, existing, name)));
+        }
         super::vdev_add::refuse_own_device(&sh.core, name, &dev)?;
         {
             let _g = sh.tree_lock.lock();
@@ -173,7 +191,7 @@ impl Pool {
                     m.children.push(new);
                     (m, guid)
                 }
-                VdevKind::Mirror => return refuse("it is being replaced (attach to the mirror's other children, or wait for the replacement)"),
+                VdevKind::Mirror => return refuse("it is being replaced or has a hot spare standing in (attach to the mirror's other children, or wait)"),
                 _ => return refuse("can only attach to mirrors and top-level disks"),
             };
             sh.change_top(edited, vec![(guid, dev)])?;
@@ -197,8 +215,14 @@ impl Pool {
             if parent.is_some_and(|p| p.kind == VdevKind::Replacing) {
                 return refuse(format!("'{}' is already being replaced", leaf.path));
             }
+            if cfg.spares.iter().any(|s| s.guid == leaf.guid) {
+                return refuse(format!("'{}' is a hot spare in use: detach it, or replace the device it stands in for", leaf.path));
+            }
+            // Under a spare vdev the device is replaced beside itself
+            // whatever its state: the spare goes when the replacement is
+            // done (`complete_replacements`).
             let how = match node.kind {
-                VdevKind::Raidz if !leaf.state().usable() => Replace::InPlace,
+                VdevKind::Raidz if !leaf.state().usable() && !parent.is_some_and(|p| p.kind == VdevKind::Spare) => Replace::InPlace,
                 _ => Replace::Beside,
             };
             let slot = node.leaves().into_iter().find(|l| l.guid == leaf.guid).expect("the leaf is under its top-level vdev").clone();
@@ -227,7 +251,7 @@ impl Pool {
     /// After `leaf` left the tree: once a sync has passed (so nothing
     /// writes to it any more), its labels are erased when they are still
     /// this pool's, so the device is free for any use.
-    fn leaf_left(&self, leaf: &Vdev, how: &str) -> Result<()> {
+    pub(super) fn leaf_left(&self, leaf: &Vdev, how: &str) -> Result<()> {
         self.sync()?;
         let line = format!("'{}' {} from pool '{}'", leaf.path, how, self.name());
         forget_leaf(self.shared(), leaf, line);
@@ -255,20 +279,31 @@ pub(super) fn complete_replacements(sh: &Shared) -> Vec<String> {
             for old in r.children.iter().filter(|c| c.guid != new.guid) {
                 edited = without_leaf(&edited, old.guid);
             }
+            // The original of a spare vdev replaced: the spare is free again
+            // (`pool::spare`).
+            let spared = parent_of(&top, r.guid).filter(|p| p.kind == VdevKind::Spare && p.children.first().is_some_and(|c| c.guid == r.guid));
+            let freed: Vec<u64> = spared.and_then(|p| p.children.last()).map(|s| s.guid).into_iter().collect();
+            for g in &freed {
+                edited = without_leaf(&edited, *g);
+            }
             let gone: Vec<Arc<Vdev>> = rt.leaf_arcs().into_iter().filter(|l| r.children.iter().any(|c| c.guid == l.guid && c.guid != new.guid)).collect();
+            let returned: Vec<Arc<Vdev>> = rt.leaf_arcs().into_iter().filter(|l| freed.contains(&l.guid)).collect();
             if let Err(e) = sh.change_top(edited, vec![]) {
                 errors.push(format!("cannot complete the replacement by '{}': {}", new.path, e));
                 break;
             }
-            (gone, new.path.clone())
+            (gone, returned, new.path.clone())
         };
-        let (gone, by) = done;
+        let (gone, returned, by) = done;
         if let Err(e) = sh.core.txg.wait_synced(0) {
             errors.push(format!("the replacement by '{}' is done, but the old device's labels stay: {}", by, e));
             break;
         }
         for l in &gone {
             forget_leaf(sh, l, format!("'{}' replaced by '{}' in pool '{}'", l.path, by, sh.core.name));
+        }
+        for l in &returned {
+            sh.spare_returned(l);
         }
     }
     errors
@@ -281,6 +316,12 @@ impl Shared {
     /// labels. See the module docs. On an error the pool keeps its old
     /// tree.
     pub(super) fn change_top(&self, node: VdevNode, added: Vec<(u64, Arc<dyn BlockDevice>)>) -> Result<()> {
+        self.change_tree(node, added, &|_| {})
+    }
+
+    /// As `change_top`, with `edit` making a change of its own to the
+    /// config written with the new tree (a spare taken off the list).
+    pub(super) fn change_tree(&self, node: VdevNode, added: Vec<(u64, Arc<dyn BlockDevice>)>, edit: &dyn Fn(&mut LabelConfig)) -> Result<()> {
         let core = &self.core;
         let old = core.vdevs.top(node.id);
         let mut leaves: HashMap<u64, Arc<Vdev>> = old.leaf_arcs().into_iter().map(|l| (l.guid, l)).collect();
@@ -309,6 +350,7 @@ impl Shared {
         }
         let mut cfg: LabelConfig = self.config.lock().clone();
         cfg.tree.children[node.id as usize] = node.clone();
+        edit(&mut cfg);
         if redundant {
             cfg.features_incompat |= FEATURE_VDEV_TREE;
         }
@@ -324,7 +366,7 @@ impl Shared {
 }
 
 /// The config node of top-level vdev `id`.
-fn top_node(cfg: &LabelConfig, id: u32) -> Result<&VdevNode> {
+pub(super) fn top_node(cfg: &LabelConfig, id: u32) -> Result<&VdevNode> {
     cfg.tree.children.get(id as usize).ok_or_else(|| Error::corrupt(format!("pool '{}': no top-level vdev {} in the config", cfg.pool_name, id)))
 }
 
@@ -347,7 +389,7 @@ fn new_node(top: &VdevNode, name: &str, dev: &dyn BlockDevice, id: u32) -> Resul
 
 /// The interior node whose child leaf `guid` is (None when it is `node`
 /// itself, a plain top-level vdev).
-fn parent_of(node: &VdevNode, guid: u64) -> Option<&VdevNode> {
+pub(super) fn parent_of(node: &VdevNode, guid: u64) -> Option<&VdevNode> {
     if node.children.iter().any(|c| c.guid == guid) {
         return Some(node);
     }
@@ -365,7 +407,7 @@ fn replacings(node: &VdevNode) -> Vec<&VdevNode> {
 
 /// `node` without leaf `guid`; an interior vdev left with one child is
 /// that child (in its place, with its position).
-fn without_leaf(node: &VdevNode, guid: u64) -> VdevNode {
+pub(super) fn without_leaf(node: &VdevNode, guid: u64) -> VdevNode {
     let mut n = node.clone();
     n.children = node.children.iter().filter(|c| c.guid != guid).map(|c| without_leaf(c, guid)).collect();
     for (i, c) in n.children.iter_mut().enumerate() {
@@ -380,7 +422,7 @@ fn without_leaf(node: &VdevNode, guid: u64) -> VdevNode {
 }
 
 /// `node` with leaf `guid` replaced by `with`.
-fn with_leaf_replaced(node: &VdevNode, guid: u64, with: &VdevNode) -> VdevNode {
+pub(super) fn with_leaf_replaced(node: &VdevNode, guid: u64, with: &VdevNode) -> VdevNode {
     if node.guid == guid {
         return with.clone();
     }
@@ -390,14 +432,14 @@ fn with_leaf_replaced(node: &VdevNode, guid: u64, with: &VdevNode) -> VdevNode {
 }
 
 /// Whether leaf `guid` under `top` holds every block: up, nothing missed.
-fn leaf_whole(top: &Arc<Vdev>, guid: u64) -> bool {
+pub(super) fn leaf_whole(top: &Arc<Vdev>, guid: u64) -> bool {
     top.leaf_arcs().iter().any(|l| l.guid == guid && l.up() && l.dtl.lock().is_empty())
 }
 
 /// A leaf that left the tree, a sync ago (nothing writes to it any more):
 /// its labels erased, its lock released, and a vdev_remove event saying
 /// `line`.
-fn forget_leaf(sh: &Shared, leaf: &Vdev, line: String) {
+pub(super) fn forget_leaf(sh: &Shared, leaf: &Vdev, line: String) {
     erase_labels(&sh.core, leaf);
     if let Some(io) = leaf.leaf() {
         sh.release_lock(&io.device());

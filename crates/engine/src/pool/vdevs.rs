@@ -282,6 +282,7 @@ pub fn display_name(n: &VdevNode) -> String {
     match n.kind {
         VdevKind::Mirror => format!("mirror-{}", n.id),
         VdevKind::Replacing => format!("replacing-{}", n.id),
+        VdevKind::Spare => format!("spare-{}", n.id),
         VdevKind::Raidz => format!("raidz{}-{}", n.nparity, n.id),
         _ => n.path.clone(),
     }
@@ -330,7 +331,7 @@ pub fn check_present(config: &LabelConfig, present: &HashSet<u64>) -> Result<Vec
             _ => 0,
         };
         let names = |v: &[&VdevNode]| v.iter().map(|l| format!("'{}' (guid {:016x})", l.path, l.guid)).collect::<Vec<_>>().join(", ");
-        if gone.len() > redundancy {
+        if !serves_all(top, &|g| present.contains(&g)) {
             return Err(Error::not_found(format!(
                 "pool '{}': {} cannot be opened: {} missing, {} can be lost",
                 config.pool_name,
@@ -342,6 +343,18 @@ pub fn check_present(config: &LabelConfig, present: &HashSet<u64>) -> Result<Vec
         missing.extend(gone.iter().map(|l| l.path.clone()));
     }
     Ok(missing)
+}
+
+/// Whether the vdev of config node `node` can serve every block with the
+/// leaves `whole` says hold theirs: a leaf that does; a mirror, replacing
+/// or spare vdev with a child that can; a RAID-Z vdev with no more
+/// children that cannot than parity.
+pub fn serves_all(node: &VdevNode, whole: &dyn Fn(u64) -> bool) -> bool {
+    match node.kind {
+        k if k.is_leaf() => whole(node.guid),
+        VdevKind::Raidz => node.children.iter().filter(|c| !serves_all(c, whole)).count() <= node.nparity as usize,
+        _ => node.children.iter().any(|c| serves_all(c, whole)),
+    }
 }
 
 /// A placeholder for a leaf import did not find or could not use (`why`).
@@ -361,6 +374,7 @@ pub fn build(node: &VdevNode, open: &mut dyn FnMut(&VdevNode) -> Result<Arc<Vdev
     let kind = match node.kind {
         VdevKind::Mirror => Kind::Mirror,
         VdevKind::Replacing => Kind::Replacing,
+        VdevKind::Spare => Kind::Spare,
         VdevKind::Raidz => {
             let g = RaidzGeometry::new(node.children.len(), node.nparity as usize, node.ashift as u32)
                 .map_err(|e| Error::corrupt(format!("{}: {}", display_name(node), e)))?;
@@ -451,6 +465,8 @@ impl PoolCore {
         if let Some(l) = t.leaves().into_iter().find(|l| l.path == leaf) {
             l.dtl.lock().add(txg);
         }
+        // A hot spare may stand in (`pool::spare`).
+        self.spares.watch.want(guid);
         if t.writable() {
             eprintln!("tarn: pool '{}': {}; {} is {} and the pool goes on", self.name, fault_message(leaf, h), t.path, t.state().name());
         } else {

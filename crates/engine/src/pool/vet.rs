@@ -29,6 +29,7 @@
 //! | mounted, swap, dm/md member, loop backing file, busy | refused | refused |
 //! | label ACTIVE, no holder (a crashed host, another host) | refused | taken |
 //! | label EXPORTED | refused | taken |
+//! | label SPARE (a hot spare of a pool not imported here) | refused | taken |
 //! | label DESTROYED | taken | taken |
 //! | cache header of another pool | refused | taken |
 //! | a signature (ext4, xfs, swap, ZFS, GPT, …) | refused | taken |
@@ -55,12 +56,14 @@ use crate::sys::probe::{probe_device, Signature};
 pub enum Role {
     Data,
     Cache,
+    /// A hot spare: vetted as a data device, as it may become one.
+    Spare,
 }
 
 impl Role {
     fn min_bytes(self) -> u64 {
         match self {
-            Role::Data => label::MIN_DEVICE_BYTES,
+            Role::Data | Role::Spare => label::MIN_DEVICE_BYTES,
             Role::Cache => l2::MIN_DEVICE_BYTES,
         }
     }
@@ -180,7 +183,11 @@ fn lock(p: &Path, dev: FileDevice, role: Role, created: bool) -> Result<Vetted> 
 pub fn check_contents(path: &str, dev: &dyn BlockDevice, role: Role, force: bool, own_pool: Option<u64>) -> Result<()> {
     let size = dev.size_bytes();
     if size < role.min_bytes() {
-        let what = if role == Role::Data { "a pool device" } else { "a cache device" };
+        let what = match role {
+            Role::Data => "a pool device",
+            Role::Spare => "a hot spare",
+            Role::Cache => "a cache device",
+        };
         return Err(Error::invalid(format!("'{}' is too small: {} bytes, {} needs at least {}", path, size, what, role.min_bytes())));
     }
     let config = read_labels(dev).config;
@@ -188,6 +195,7 @@ pub fn check_contents(path: &str, dev: &dyn BlockDevice, role: Role, force: bool
         let refused = match c.state {
             PoolState::Destroyed => None,
             PoolState::Exported => Some(format!("'{}' is part of exported pool '{}'; use -f to overwrite it", path, c.pool_name)),
+            PoolState::Spare => Some(format!("'{}' is a hot spare of pool '{}' (not imported here); use -f to overwrite it", path, c.pool_name)),
             _ => Some(format!(
                 "'{}' may be part of active pool '{}' (last used on host '{}', not exported, held by no process here); use -f if no other host uses it",
                 path, c.pool_name, c.hostname

@@ -21,9 +21,12 @@
 //!
 //! ## What exists now
 //! [`Vdev`] (tree.rs) is a node: a leaf with its scheduler (`io::Leaf`), a
-//! mirror, a RAID-Z vdev (its arithmetic in [`raidz`], pure functions), or
-//! a replacing vdev (a device and its replacement, `pool replace`: a mirror
-//! of the two, at the top level, under a mirror or as a RAID-Z member).
+//! mirror, a RAID-Z vdev (its arithmetic in [`raidz`], pure functions), a
+//! replacing vdev (a device and its replacement, `pool replace`: a mirror
+//! of the two, at the top level, under a mirror or as a RAID-Z member), or
+//! a spare vdev (a device and the hot spare standing in for it,
+//! `pool/spare.rs`: the same mirror of two, which stays until one of them
+//! is detached).
 //! The pool keeps its top-level vdevs in a `VdevSet` (`PoolCore::vdevs`):
 //! readers take a snapshot, and `pool attach/detach/replace/add` swap in a
 //! rebuilt node around the same leaves (`pool/vdev_change.rs`,

@@ -27,6 +27,11 @@ pub enum Kind {
     /// the old device leaves the tree. The only interior vdev that may sit
     /// under another (a mirror or a RAID-Z vdev).
     Replacing,
+    /// A device and the hot spare standing in for it (`pool/spare.rs`):
+    /// a mirror of the two, as a replacing vdev is, but one that stays
+    /// until the administrator detaches one of them. Sits where a
+    /// replacing vdev may, and may hold one (the original being replaced).
+    Spare,
     /// Each block spread over the children with parity (`vdev/raidz`).
     Raidz(RaidzGeometry),
 }
@@ -223,12 +228,15 @@ impl Vdev {
     }
 
     /// Whether this vdev may lack the blocks born in txg `birth`: a leaf
-    /// whose DTL holds it, a mirror all of whose children may, a RAID-Z
-    /// vdev with more such children than parity.
+    /// whose DTL holds it; a mirror (or replacing or spare vdev) none of
+    /// whose children that are up holds it — a child that is down cannot
+    /// give it, whatever its DTL says (a faulted device's DTL holds only
+    /// the txgs since its fault); a RAID-Z vdev with more such children
+    /// than parity.
     pub fn missed_txg(&self, birth: u64) -> bool {
         match &self.kind {
             Kind::Leaf(_) => self.dtl.lock().contains(birth),
-            Kind::Mirror | Kind::Replacing => self.children.iter().all(|c| c.missed_txg(birth)),
+            Kind::Mirror | Kind::Replacing | Kind::Spare => self.children.iter().all(|c| !c.up() || c.missed_txg(birth)),
             Kind::Raidz(g) => self.children.iter().filter(|c| c.missed_txg(birth)).count() > g.nparity(),
         }
     }
@@ -266,6 +274,7 @@ impl Vdev {
             Kind::Leaf(_) => "leaf".into(),
             Kind::Mirror => "mirror".into(),
             Kind::Replacing => "replacing".into(),
+            Kind::Spare => "spare".into(),
             Kind::Raidz(g) => format!("raidz{}", g.nparity()),
         }
     }
@@ -284,7 +293,7 @@ impl Vdev {
     pub fn redundancy(&self) -> usize {
         match &self.kind {
             Kind::Leaf(_) => 0,
-            Kind::Mirror | Kind::Replacing => self.children.len().saturating_sub(1),
+            Kind::Mirror | Kind::Replacing | Kind::Spare => self.children.len().saturating_sub(1),
             Kind::Raidz(g) => g.nparity(),
         }
     }
@@ -340,9 +349,10 @@ impl Vdev {
     }
 
     /// The leaf a RAID-Z column kept on this child is read from, for a
-    /// block born in `birth`: the child itself, or, for a replacing vdev
-    /// (a RAID-Z member being replaced), its first leaf that is up and did
-    /// not miss `birth`, else its first leaf that is up.
+    /// block born in `birth`: the child itself, or, for a replacing or
+    /// spare vdev (a RAID-Z member being replaced, or with a hot spare
+    /// standing in), its first leaf that is up and did not miss `birth`,
+    /// else its first leaf that is up.
     pub(crate) fn column_source(&self, birth: u64) -> Option<&Vdev> {
         match &self.kind {
             Kind::Leaf(_) => Some(self),
@@ -383,7 +393,7 @@ impl Vdev {
                 (rc.failed)(self, offset, &e);
                 Err(e)
             }
-            Kind::Mirror | Kind::Replacing => self.mirror_read(class, offset, len, birth, rc),
+            Kind::Mirror | Kind::Replacing | Kind::Spare => self.mirror_read(class, offset, len, birth, rc),
             Kind::Raidz(g) => raidz::io::read(self, *g, class, offset, len, birth, rc),
         }
     }
@@ -459,7 +469,7 @@ impl Vdev {
     pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
         match &self.kind {
             Kind::Leaf(l) => l.write(class, offset, buf, group, retire),
-            Kind::Mirror | Kind::Replacing => {
+            Kind::Mirror | Kind::Replacing | Kind::Spare => {
                 let mut retire = retire;
                 for c in &self.children {
                     if c.up() {
@@ -489,7 +499,7 @@ impl Vdev {
                 l.read_async(class, offset, len, done);
                 true
             }
-            Kind::Mirror | Kind::Replacing => match self.read_order(offset, birth).first() {
+            Kind::Mirror | Kind::Replacing | Kind::Spare => match self.read_order(offset, birth).first() {
                 Some(c) => c.read_async(class, offset, len, birth, done),
                 None => false,
             },
@@ -505,7 +515,7 @@ impl Vdev {
     pub fn scan_leaves(&self) -> Vec<usize> {
         match &self.kind {
             Kind::Leaf(_) => vec![0],
-            Kind::Mirror | Kind::Replacing => self.leaves().iter().enumerate().filter(|(_, l)| l.leaf_up()).map(|(i, _)| i).collect(),
+            Kind::Mirror | Kind::Replacing | Kind::Spare => self.leaves().iter().enumerate().filter(|(_, l)| l.leaf_up()).map(|(i, _)| i).collect(),
             Kind::Raidz(_) => vec![0],
         }
     }
@@ -514,7 +524,7 @@ impl Vdev {
     pub fn scan_leaf(self: &Arc<Vdev>, i: usize) -> Option<Arc<Vdev>> {
         match &self.kind {
             Kind::Leaf(_) => (i == 0).then(|| self.clone()),
-            Kind::Mirror | Kind::Replacing => self.leaf_arcs().get(i).cloned(),
+            Kind::Mirror | Kind::Replacing | Kind::Spare => self.leaf_arcs().get(i).cloned(),
             Kind::Raidz(_) => None,
         }
     }

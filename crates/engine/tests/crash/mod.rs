@@ -11,6 +11,7 @@
 pub mod datasets;
 pub mod layouts;
 pub mod model;
+pub mod spares;
 pub mod workload;
 
 use std::collections::BTreeSet;
