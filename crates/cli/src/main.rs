@@ -76,6 +76,9 @@ pub enum Cmd {
     Tunable(daemon::observe::TunableCmd),
     /// ARC statistics of every pool, once or every INTERVAL seconds
     Arcstat(observe_cmd::ArcstatArgs),
+    /// Intent-log activity per second, as OpenZFS's zilstat: commits,
+    /// rounds written, records and log bytes
+    Zilstat(observe_cmd::ZilstatArgs),
     /// Inject faults into a live pool's devices, as zinject: I/O errors,
     /// checksum damage, a vanishing device, delays (no arguments: list
     /// the handlers; -c ID|all: clear)
@@ -122,6 +125,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Pool(PoolCmd::Explain { json, name, seconds }) => observe_cmd::explain(&name, seconds, json, &cli.tunables),
         Cmd::Pool(PoolCmd::Events(a)) => events_cmd::run(a, &cli.tunables),
         Cmd::Arcstat(a) => observe_cmd::arcstat(a, &cli.tunables),
+        Cmd::Zilstat(a) => observe_cmd::zilstat(a, &cli.tunables),
         Cmd::Pool(mut c) => {
             c.absolutize();
             through_daemon(Command::Pool(c), &cli.tunables)

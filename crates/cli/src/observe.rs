@@ -571,7 +571,7 @@ pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, arc: (&ArcMetrics, &ArcMet
     let small = new_txgs.iter().filter(|r| r.dirty_bytes < 1 << 20).count();
     if new_txgs.len() as f64 / secs > 2.0 && small * 2 > new_txgs.len() {
         findings.push((60, format!(
-            "synchronous writes: {} txgs synced in {:.1} s, {} of them under 1 MiB — fsync/O_SYNC forces a txg sync each time (tarn has no intent log yet)",
+            "synchronous writes: {} txgs synced in {:.1} s, {} of them under 1 MiB — txgs forced by writers: commits that fell back to a txg sync (see `tarn zilstat` fb: a clone, too much data for the log, a failed log write), `syncfs`, or `pool sync`",
             new_txgs.len(), secs, small
         )));
     }
@@ -599,6 +599,47 @@ type MetricColumn = (&'static str, &'static str, fn(&PoolMetrics) -> u64);
 /// The same, read off the ARC's metrics.
 type ArcColumn = (&'static str, &'static str, fn(&ArcMetrics) -> u64);
 
+/// zilstat's fields (OpenZFS's zilstat names where it has them) and what
+/// each counts; every one but `time` and `out` per second.
+pub const ZILSTAT_FIELDS: [(&str, &str); 9] = [
+    ("time", "clock"),
+    ("cc", "commits (fsync, O_SYNC, sync=always)"),
+    ("cwc", "rounds written (a round carries every commit that joined it)"),
+    ("ic", "records logged"),
+    ("icc", "write records copied into the log"),
+    ("icb", "bytes of write data copied into the log"),
+    ("imnc", "log blocks written"),
+    ("imnb", "log block bytes written (allocated)"),
+    ("fb", "commits that synced the txg instead (tarn)"),
+];
+
+/// The counters zilstat turns into rates, summed over `pools`.
+fn zil_counters(pools: &[PoolMetrics]) -> [u64; 7] {
+    let mut c = [0u64; 7];
+    for m in pools {
+        let z = &m.zil;
+        for (x, v) in c.iter_mut().zip([z.commit_count, z.commit_writer_count, z.itx_count, z.itx_copied_count, z.itx_copied_bytes, z.blocks, z.block_bytes]) {
+            *x += v;
+        }
+    }
+    c
+}
+
+/// One zilstat row: counts since import when `prev` is None, else per
+/// second over `secs`; `fb` always a count over the interval.
+pub fn zilstat_row(cur: &[PoolMetrics], prev: Option<&[PoolMetrics]>, secs: f64, time: &str) -> Vec<String> {
+    let now = zil_counters(cur);
+    let before = prev.map(zil_counters).unwrap_or([0; 7]);
+    let fb = |p: &[PoolMetrics]| p.iter().map(|m| m.zil.fallbacks).sum::<u64>();
+    let mut row = vec![time.to_string()];
+    for (n, b) in now.iter().zip(before) {
+        let d = n.saturating_sub(b);
+        row.push(if prev.is_some() && secs > 0.0 { format!("{}", (d as f64 / secs).round() as u64) } else { d.to_string() });
+    }
+    row.push(fb(cur).saturating_sub(prev.map(fb).unwrap_or(0)).to_string());
+    row
+}
+
 /// The Prometheus text exposition of every pool's metrics and the ARC's
 /// (one ARC for all pools: its families carry no pool label).
 pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
@@ -620,6 +661,18 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     family(&mut out, "tarn_throttle_delayed_total", "counter", "Transactions delayed by the write throttle.", each(&|m| m.throttle.delayed as f64));
     family(&mut out, "tarn_throttle_stalled_total", "counter", "Transactions that waited at the dirty-data limit.", each(&|m| m.throttle.stalled_at_limit as f64));
     family(&mut out, "tarn_throttle_delay_seconds_total", "counter", "Time slept by delayed transactions.", each(&|m| m.throttle.delay_ns_total as f64 / 1e9));
+    let zil_counters: [MetricColumn; 7] = [
+        ("tarn_zil_commit_total", "Intent-log commits (zil_commit_count).", |m| m.zil.commit_count),
+        ("tarn_zil_commit_writer_total", "Intent-log rounds written (zil_commit_writer_count).", |m| m.zil.commit_writer_count),
+        ("tarn_zil_itx_total", "Intent-log records made (zil_itx_count).", |m| m.zil.itx_count),
+        ("tarn_zil_itx_copied_bytes_total", "Write data copied into intent logs (zil_itx_copied_bytes).", |m| m.zil.itx_copied_bytes),
+        ("tarn_zil_blocks_total", "Intent-log blocks written.", |m| m.zil.blocks),
+        ("tarn_zil_block_bytes_total", "Intent-log block bytes written, as allocated.", |m| m.zil.block_bytes),
+        ("tarn_zil_fallbacks_total", "Commits that synced the txg instead of writing the log.", |m| m.zil.fallbacks),
+    ];
+    for (name, help, f) in zil_counters {
+        family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
+    }
     family(&mut out, "tarn_prefetch_issued_total", "counter", "Blocks read ahead.", each(&|m| m.prefetch.issued as f64));
     family(&mut out, "tarn_prefetch_stream_hits_total", "counter", "Reads that continued a sequential stream.", each(&|m| m.prefetch.stream_hits as f64));
     family(&mut out, "tarn_prefetch_stream_misses_total", "counter", "Reads no stream expected.", each(&|m| m.prefetch.stream_misses as f64));

@@ -65,6 +65,19 @@ pub struct ArcstatArgs {
     pub args: Vec<String>,
 }
 
+#[derive(Debug, Args)]
+pub struct ZilstatArgs {
+    /// Only this pool's logs (default: every pool's, summed)
+    #[arg(short = 'p', value_name = "POOL")]
+    pub pool: Option<String>,
+    /// One JSON object per report, field name to value
+    #[arg(long)]
+    pub json: bool,
+    /// [INTERVAL [COUNT]]
+    #[arg(value_name = "INTERVAL|COUNT", num_args = 0..=2)]
+    pub args: Vec<String>,
+}
+
 /// When to report: once, or every `interval` seconds `count` times (None: forever).
 struct Schedule {
     interval: Option<f64>,
@@ -183,6 +196,30 @@ pub fn arcstat(a: ArcstatArgs, tunables: &[String]) -> Result<()> {
             println!("{}", serde_json::Value::Object(obj));
         } else {
             println!("{}", fields.iter().zip(row).map(|(f, v)| format!("{:>w$}", v, w = width(f))).collect::<Vec<_>>().join(" "));
+        }
+        Ok(())
+    })
+}
+
+pub fn zilstat(a: ZilstatArgs, tunables: &[String]) -> Result<()> {
+    let s = parse_schedule(&a.args)?;
+    let pools: Vec<String> = a.pool.iter().cloned().collect();
+    let fields = observe::ZILSTAT_FIELDS;
+    let width = |f: &str| if f == "time" { 8 } else { f.len().max(7) };
+    if !a.json {
+        println!("{}", fields.iter().map(|(f, _)| format!("{:>w$}", f, w = width(f))).collect::<Vec<_>>().join(" "));
+    }
+    each_report(&pools, &s, false, tunables, |cur, prev, secs| {
+        if let (Some(p), true) = (&a.pool, cur.pools.is_empty()) {
+            return Err(Error::not_found(format!("no such pool '{}'", p)));
+        }
+        let row = observe::zilstat_row(&cur.pools, prev.map(|p| &p.pools[..]), secs, &clock());
+        if a.json {
+            let obj: serde_json::Map<String, serde_json::Value> =
+                fields.iter().zip(row).map(|((f, _), v)| (f.to_string(), v.parse::<u64>().map(serde_json::Value::from).unwrap_or(serde_json::Value::from(v)))).collect();
+            println!("{}", serde_json::Value::Object(obj));
+        } else {
+            println!("{}", fields.iter().zip(row).map(|((f, _), v)| format!("{:>w$}", v, w = width(f))).collect::<Vec<_>>().join(" "));
         }
         Ok(())
     })

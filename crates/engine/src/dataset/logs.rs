@@ -23,6 +23,11 @@ impl Datasets {
         Ok(zils.entry(r.id).or_insert_with(|| Zil::new(self.core.clone(), r.id, &r.name, r.zil)).clone())
     }
 
+    /// The logs made so far (for their counters).
+    pub fn logs(&self) -> Vec<Arc<Zil>> {
+        self.zils.lock().values().cloned().collect()
+    }
+
     /// Import: claims every log chain the root record lists, so that
     /// nothing allocates over a block before it is replayed. A chain that
     /// cannot be read is a warning naming its dataset (its records are

@@ -146,6 +146,38 @@ pub struct PoolMetrics {
     /// Events posted since import, by class, and those held back.
     #[serde(default)]
     pub events: EventStats,
+    /// The intent logs of the pool's file systems, summed.
+    #[serde(default)]
+    pub zil: ZilMetrics,
+}
+
+/// The intent logs' counters (OpenZFS's zil kstats, summed over the
+/// pool's file systems), since import.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct ZilMetrics {
+    /// `zil_commit_count`: commits (fsync, O_SYNC, sync=always).
+    pub commit_count: u64,
+    /// `zil_commit_writer_count`: rounds written (a round serves every
+    /// commit that joined it).
+    pub commit_writer_count: u64,
+    /// Records logged (`zil_itx_count`), and by kind.
+    pub itx_count: u64,
+    pub records_by_kind: Vec<(String, u64)>,
+    /// Write records whose data was copied into the log, and its bytes
+    /// (`zil_itx_copied_count`, `zil_itx_copied_bytes`).
+    pub itx_copied_count: u64,
+    pub itx_copied_bytes: u64,
+    /// Log blocks written and their allocated bytes
+    /// (`zil_itx_metaslab_normal_count`, `..._bytes`).
+    pub blocks: u64,
+    pub block_bytes: u64,
+    /// Commits that synced the txg instead of writing the log (a failed
+    /// log write, no room, a clone, too much data).
+    pub fallbacks: u64,
+    /// Rounds that waited for the txg naming a new chain.
+    pub chain_waits: u64,
+    /// Records logged and not yet on disk.
+    pub outstanding: u64,
 }
 
 fn load(a: &AtomicU64) -> u64 {
@@ -247,7 +279,31 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
         prefetch,
         txgs: pool.txg_history(),
         events: core.events.stats(),
+        zil: zil_metrics(pool),
     }
+}
+
+/// The pool's intent-log counters, summed over its file systems' logs.
+fn zil_metrics(pool: &Pool) -> ZilMetrics {
+    let mut z = ZilMetrics { records_by_kind: tarn_ondisk::zil::LogRecord::NAMES.iter().map(|n| (n.to_string(), 0)).collect(), ..Default::default() };
+    let write = tarn_ondisk::zil::LogRecord::NAMES.iter().position(|n| *n == "write").expect("a write kind");
+    for log in pool.datasets().logs() {
+        let s = &log.stats;
+        z.commit_count += load(&s.commits);
+        z.commit_writer_count += load(&s.rounds);
+        z.itx_count += load(&s.itxs);
+        z.itx_copied_count += load(&s.records[write]);
+        z.itx_copied_bytes += load(&s.write_bytes);
+        z.blocks += load(&s.blocks);
+        z.block_bytes += load(&s.bytes_alloc);
+        z.fallbacks += load(&s.fallbacks);
+        z.chain_waits += load(&s.chain_waits);
+        z.outstanding += log.outstanding() as u64;
+        for (k, c) in z.records_by_kind.iter_mut().zip(&s.records) {
+            k.1 += load(c);
+        }
+    }
+    z
 }
 
 /// Takes a snapshot of the ARC's counters and sizes.
