@@ -9,19 +9,7 @@ mod common;
 
 use std::io::Write;
 
-use common::Env;
-
-fn content(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use common::{noise as content, Env};
 
 fn zilstat(e: &Env) -> serde_json::Value {
     serde_json::from_str(e.ok(&["zilstat", "--json"]).trim()).expect("zilstat --json")
