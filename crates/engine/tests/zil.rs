@@ -231,3 +231,50 @@ fn concurrent_fsyncs_share_rounds_and_all_survive() {
     drop(fs);
     verified(&pool, "concurrent fsyncs");
 }
+
+/// A device that refuses writes under an fsync: the log write fails, the
+/// commit falls back to a txg sync, which cannot complete either, so the
+/// pool suspends and fsync returns an error — at once, never a hang, and
+/// never success.
+#[test]
+fn fsync_on_a_pool_that_suspends_fails_instead_of_hanging() {
+    let (devs, pool) = new_pool();
+    let fs = mount_logged(&pool);
+    let f = file(&fs, fs.root(), "f");
+    fs.fsync(f, false).unwrap();
+    fs.write(&ROOT, f, 0, b"lost").unwrap();
+    devs[0].set_config(tarn_engine::sys::fault::FaultConfig { refuse_writes: Some(libc::EIO), ..Default::default() });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let fs2 = fs.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs2.fsync(f, false));
+    });
+    let res = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("fsync returned within a minute");
+    assert!(res.is_err(), "fsync reported success on a device that refuses writes");
+    let zil = pool.datasets().zil("tank").unwrap();
+    assert!(zil.stats.fallbacks.load(std::sync::atomic::Ordering::Relaxed) >= 1, "the failed log write fell back to a txg sync");
+}
+
+/// One child of a mirror refuses writes: the log blocks land on the other,
+/// fsync succeeds without a txg sync, and after a power cut the record is
+/// replayed from the surviving child.
+#[test]
+fn a_mirror_child_failing_under_fsync_costs_no_error() {
+    let (devs, pool) = mirror_pool(1, "1");
+    let zil = pool.datasets().zil("tank").unwrap();
+    let fs = PosixFs::open(pool.root().clone(), PosixOptions { log: Some(zil.clone()), ..Default::default() }).unwrap();
+    let f = file(&fs, fs.root(), "f");
+    fs.fsync(f, false).unwrap();
+    devs[1].set_config(tarn_engine::sys::fault::FaultConfig { refuse_writes: Some(libc::EIO), ..Default::default() });
+    let data = pattern(20_000, 9);
+    fs.write(&ROOT, f, 0, &data).unwrap();
+    fs.fsync(f, false).expect("fsync with one child left");
+    assert_eq!(zil.stats.fallbacks.load(std::sync::atomic::Ordering::Relaxed), 0, "the log write succeeded on the other child");
+    let image = durable(&devs);
+    drop(fs);
+    drop(pool);
+    let pool = Pool::open_on(as_dyn(&image), vec![], &OpenOptions { tunables: no_timer(), ..Default::default() }).expect("import degraded");
+    let fs = mount_logged(&pool);
+    let f = lookup(&fs, fs.root(), "f").expect("f");
+    assert!(read_all(&fs, f) == data, "{}", first_difference(&read_all(&fs, f), &data));
+}
