@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use tarn_engine::arc::HostMemory;
 use tarn_engine::io::stats::{ClassIoSnapshot, HistSnapshot, BUCKETS};
-use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics};
+use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics, ZilMetrics};
 
 use crate::fmt::{size, table};
 
@@ -567,6 +567,7 @@ pub fn explain(cur: &PoolMetrics, prev: &PoolMetrics, arc: (&ArcMetrics, &ArcMet
             mm, mh + mm, mm as f64 * 100.0 / (mh + mm) as f64, size(arc_cur.sizes.metadata_size), size(arc_cur.sizes.c)
         )));
     }
+    explain_log(&mut findings, &cur.zil, &prev.zil, secs);
     let new_txgs: Vec<_> = cur.txgs.iter().filter(|r| r.txg > prev.txgs.last().map(|r| r.txg).unwrap_or(0)).collect();
     let small = new_txgs.iter().filter(|r| r.dirty_bytes < 1 << 20).count();
     if new_txgs.len() as f64 / secs > 2.0 && small * 2 > new_txgs.len() {
@@ -612,6 +613,31 @@ pub const ZILSTAT_FIELDS: [(&str, &str); 9] = [
     ("imnb", "log block bytes written (allocated)"),
     ("fb", "commits that synced the txg instead (tarn)"),
 ];
+
+/// `explain`'s verdict on the intent logs: callers that spend most of the
+/// interval in fsync wait for the log's rounds (its device's write and
+/// flush latency), or for txg syncs when commits fall back.
+fn explain_log(findings: &mut Vec<(u32, String)>, cur: &ZilMetrics, prev: &ZilMetrics, secs: f64) {
+    let commits = cur.commit_count.saturating_sub(prev.commit_count);
+    let rounds = cur.commit_writer_count.saturating_sub(prev.commit_writer_count);
+    let waited = cur.commit_ns.saturating_sub(prev.commit_ns) as f64 / 1e9;
+    let fallbacks = cur.fallbacks.saturating_sub(prev.fallbacks);
+    if commits == 0 || waited < 0.5 * secs {
+        return;
+    }
+    if fallbacks * 2 > commits {
+        findings.push((85, format!(
+            "fsync waits for txg syncs: {} of {} commits synced the txg instead of writing the intent log (clones, more than tarn_zil_commit_max_bytes of data, no room, or failed log writes: `tarn zilstat` fb)",
+            fallbacks, commits
+        )));
+        return;
+    }
+    let round_ms = cur.round_ns.saturating_sub(prev.round_ns) as f64 / 1e6 / rounds.max(1) as f64;
+    findings.push((65, format!(
+        "the intent log: {:.0} commits/s in {:.0} rounds/s ({:.1} commits a round), {:.2} ms a round (writing and flushing log blocks); callers spent {:.1} s per second in fsync — the log device's write and flush latency limits this workload (a faster log device, or sync=disabled where losing the last seconds is acceptable)",
+        commits as f64 / secs, rounds as f64 / secs, commits as f64 / rounds.max(1) as f64, round_ms, waited / secs
+    )));
+}
 
 /// The counters zilstat turns into rates, summed over `pools`.
 fn zil_counters(pools: &[PoolMetrics]) -> [u64; 7] {
@@ -820,6 +846,36 @@ mod tests {
         pool.sync().unwrap();
         let after = snapshot(&pool);
         (pool, before, after)
+    }
+
+    /// A workload that does little but fsync: explain names the intent log
+    /// (and says nothing of it for a workload without commits).
+    #[test]
+    fn explain_names_the_log_under_an_fsync_loop() {
+        use tarn_engine::posix::{Caller, FileSystem, PosixFs, PosixOptions};
+        let dev = Arc::new(FaultDevice::new(256 << 20, 2));
+        let pool = Pool::create_on("tank", vec![("mem0".to_string(), dev as Arc<dyn BlockDevice>)], vec![], &CreateOptions::default()).unwrap();
+        let quiet = snapshot(&pool);
+        let zil = pool.datasets().zil("tank").unwrap();
+        let fs = PosixFs::open(pool.root().clone(), PosixOptions { log: Some(zil), ..Default::default() }).unwrap();
+        let root = Caller { uid: 0, gid: 0, pid: 1, umask: 0, fsetid: true };
+        let f = fs.mknod(&root, fs.root(), b"f", libc::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.fsync(f, false).unwrap();
+        let before = snapshot(&pool);
+        let t0 = std::time::Instant::now();
+        let mut i = 0u64;
+        while t0.elapsed().as_secs_f64() < 1.0 {
+            fs.write(&root, f, i * 4096, &[1u8; 4096]).unwrap();
+            fs.fsync(f, false).unwrap();
+            i += 1;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let after = snapshot(&pool);
+        let arc = ArcMetrics::default();
+        let text = explain(&after, &before, (&arc, &arc), secs);
+        assert!(text.contains("the intent log:") && text.contains("commits/s"), "{i} fsyncs in {secs:.1} s: {text}");
+        let idle = explain(&quiet, &quiet, (&arc, &arc), 1.0);
+        assert!(!idle.contains("intent log"), "{idle}");
     }
 
     #[test]

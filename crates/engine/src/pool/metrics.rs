@@ -178,6 +178,11 @@ pub struct ZilMetrics {
     pub chain_waits: u64,
     /// Records logged and not yet on disk.
     pub outstanding: u64,
+    /// Time spent writing rounds, and time callers spent committing, ns.
+    #[serde(default)]
+    pub round_ns: u64,
+    #[serde(default)]
+    pub commit_ns: u64,
 }
 
 fn load(a: &AtomicU64) -> u64 {
@@ -298,6 +303,8 @@ fn zil_metrics(pool: &Pool) -> ZilMetrics {
         z.block_bytes += load(&s.bytes_alloc);
         z.fallbacks += load(&s.fallbacks);
         z.chain_waits += load(&s.chain_waits);
+        z.round_ns += load(&s.round_ns);
+        z.commit_ns += load(&s.commit_ns);
         z.outstanding += log.outstanding() as u64;
         for (k, c) in z.records_by_kind.iter_mut().zip(&s.records) {
             k.1 += load(c);

@@ -55,6 +55,10 @@ pub struct ZilStats {
     pub chain_waits: AtomicU64,
     /// Records logged (itxs made).
     pub itxs: AtomicU64,
+    /// Time spent writing rounds (fill, write, flush), and time callers
+    /// spent in `commit` (waiting for their round included), in ns.
+    pub round_ns: AtomicU64,
+    pub commit_ns: AtomicU64,
 }
 
 /// A block written and not yet freed.
@@ -188,6 +192,13 @@ impl Zil {
     /// flushed, or synced with their txg.
     pub fn commit(&self, obj: u64, src: &dyn LogSource) -> Result<()> {
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        let t0 = std::time::Instant::now();
+        let res = self.commit_inner(obj, src);
+        self.stats.commit_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        res
+    }
+
+    fn commit_inner(&self, obj: u64, src: &dyn LogSource) -> Result<()> {
         let mut st = self.st.lock();
         take_for_commit(&mut st, obj);
         // The round that will hold what was taken — or, with nothing new,
@@ -209,7 +220,9 @@ impl Zil {
                 let round = st.rounds_started;
                 let itxs = std::mem::take(&mut st.pending);
                 drop(st);
+                let t0 = std::time::Instant::now();
                 let res = self.write_round(itxs, src);
+                self.stats.round_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 st = self.st.lock();
                 st.writing = false;
                 st.rounds_done = round;
