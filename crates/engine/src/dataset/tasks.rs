@@ -507,6 +507,9 @@ impl Datasets {
                 *o.os.name.write() = new_name.clone();
                 *o.owner.name.lock() = new_name.clone();
             }
+            if let Some(z) = self.zils.lock().get(&m.id) {
+                z.renamed(&new_name);
+            }
             let mut x = self.get_rec(st, m.id)?;
             x.name = new_name;
             Self::put(st, x);

@@ -161,6 +161,11 @@ impl Zil {
         format!("intent log of '{}'", self.name.lock())
     }
 
+    /// The file system was renamed (messages name it).
+    pub(crate) fn renamed(&self, name: &str) {
+        *self.name.lock() = name.to_string();
+    }
+
     /// Logs a change made in `txg` (call inside its transaction, under the
     /// locks that order it). `len`: a write's length, its data read at
     /// commit.
