@@ -278,3 +278,29 @@ fn a_mirror_child_failing_under_fsync_costs_no_error() {
     let f = lookup(&fs, fs.root(), "f").expect("f");
     assert!(read_all(&fs, f) == data, "{}", first_difference(&read_all(&fs, f), &data));
 }
+
+/// `zil_replay_disable=1`: the mount discards the log instead of replaying
+/// it — the fsynced change is gone, the pool verifies, and the log is not
+/// found again at the next import.
+#[test]
+fn replay_disable_discards_the_log() {
+    let (devs, pool) = new_pool();
+    let fs = mount_logged(&pool);
+    let f = file(&fs, fs.root(), "f");
+    fs.fsync(f, false).unwrap();
+    let g = file(&fs, fs.root(), "g");
+    fs.fsync(g, false).unwrap();
+    let image = durable(&devs);
+    drop(fs);
+    drop(pool);
+    let t = Tunables { zil_replay_disable: 1, ..no_timer() };
+    let pool = Pool::open_on(as_dyn(&image), vec![], &OpenOptions { tunables: t, ..Default::default() }).expect("import");
+    assert!(pool.datasets().zil("tank").unwrap().needs_replay());
+    let fs = mount_logged(&pool);
+    assert_eq!(lookup(&fs, fs.root(), "g"), None, "g's create was only in the discarded log");
+    drop(fs);
+    verified(&pool, "log discarded");
+    pool.export().unwrap();
+    let pool = import(&image);
+    assert!(!pool.datasets().zil("tank").unwrap().needs_replay(), "the log is gone for good");
+}
