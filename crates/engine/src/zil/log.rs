@@ -109,6 +109,17 @@ pub(super) struct LogState {
     pub written: ZilHeader,
     /// Import found records to replay; cleared by `finish_replay`.
     pub needs_replay: bool,
+    /// A replayed chain being dropped (`finish_replay`): syncs of txgs
+    /// before `from` — which may still hold replayed changes — write its
+    /// header (with the records replayed so far); `from` writes the new.
+    pub retiring: Option<Retiring>,
+}
+
+/// The header of a replayed chain, until the txg that drops it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Retiring {
+    pub header: ZilHeader,
+    pub from: u64,
 }
 
 /// One dataset's intent log.
@@ -151,6 +162,7 @@ impl Zil {
                 replay_marks: Vec::new(),
                 written: header,
                 needs_replay: false,
+                retiring: None,
             }),
             cv: Condvar::new(),
             stats: ZilStats::default(),
@@ -246,15 +258,27 @@ impl Zil {
     /// in `txg` or before, and returns the header to write when it changed.
     pub(crate) fn sync(&self, txg: u64) -> Result<Option<ZilHeader>> {
         let mut st = self.st.lock();
+        if st.retiring.is_some_and(|r| txg >= r.from) {
+            // Every replayed change is in this txg or before: the new
+            // header (no claim, nothing replayed) goes with it.
+            st.retiring = None;
+            st.claim_txg = 0;
+            st.replay_seq = 0;
+            st.replay_marks.clear();
+        }
         let guid = st.chain.map_or(0, |c| c.guid);
+        let retiring = st.retiring;
         while let Some(b) = st.blocks.front().copied() {
-            if b.guid == guid && b.max_txg > txg {
+            if b.guid == guid && b.max_txg > txg || retiring.is_some_and(|r| r.header.guid == b.guid) {
                 break;
             }
             st.blocks.pop_front();
             self.core.free_log_block(&b.ptr, txg).map_err(|e| e.context(self.what()))?;
         }
         let h = header_now(&st, txg);
+        // The marks this txg's header carries are kept as its replay seq
+        // (dropping them alone would let the next header go back).
+        st.replay_seq = h.replay_seq;
         st.replay_marks.retain(|&(t, _)| t > txg);
         if h == st.written {
             return Ok(None);
@@ -336,6 +360,10 @@ fn take_for_commit(st: &mut LogState, obj: u64) {
 
 /// The header as of the sync of `txg`.
 pub(super) fn header_now(st: &LogState, txg: u64) -> ZilHeader {
+    if let Some(r) = st.retiring.filter(|r| txg < r.from) {
+        let replayed = st.replay_marks.iter().filter(|&&(t, _)| t <= txg).map(|&(_, s)| s).max();
+        return ZilHeader { replay_seq: replayed.unwrap_or(0).max(st.replay_seq), ..r.header };
+    }
     let Some(c) = st.chain else {
         return ZilHeader { guid: 0, first: LogPtr::default(), claim_txg: st.claim_txg, replay_seq: st.replay_seq };
     };
@@ -394,12 +422,16 @@ impl Zil {
 
     /// Replay is over: the chain is dropped (its blocks freed at the next
     /// sync, with the header naming a new chain).
+    /// The replayed changes are in txgs up to the one open now: syncs
+    /// before it keep writing the old chain's header (so a crash finds the
+    /// records not yet on disk), the first after writes the new one.
+    /// Commits from now on start a new chain.
     pub(crate) fn finish_replay(&self) {
+        let from = self.core.txg.open_txg();
         let mut st = self.st.lock();
         st.needs_replay = false;
-        st.claim_txg = 0;
-        st.replay_seq = 0;
-        st.replay_marks.clear();
+        let old = header_now(&st, u64::MAX);
+        st.retiring = Some(Retiring { header: ZilHeader { replay_seq: 0, ..old }, from });
         abandon_chain(&mut st);
     }
 }

@@ -58,7 +58,11 @@
 //! first read-write mount replays (`posix::replay`): records of txgs after
 //! the claim txg, in sequence order, each in its own transaction that also
 //! advances the header's replay seq — a crash during replay resumes after
-//! the last record replayed. Then the chain is dropped and a new one begun.
+//! the last record replayed. Then the chain is dropped and a new one begun:
+//! commits start a new chain at once, but syncs of txgs before the one open
+//! when replay ended still write the old chain's header (`Retiring`) — they
+//! may hold only part of the replayed changes, and a crash then must find
+//! the records again.
 //!
 //! ## Failure
 //! A round that cannot allocate or write its blocks, or flush, falls back
