@@ -24,7 +24,9 @@
 //! payload = pool_guid u64 | pool_name str | state u8 | config_txg u64
 //!         | format_version u64 | features_incompat u64 | features_compat u64
 //!         | hostname str | device_guid u64 | top_guid u64 | vdev tree
-//!         [ | nspares u16 | spare leaf node × nspares ]   (hot spares; absent: none)
+//!         [ | nspares u16 | spare leaf node × nspares     (hot spares; absent: none)
+//!           [ | nlogs u16 | log top-level vdev id u32 × nlogs ] ]
+//!                                          (log vdevs; nspares is then 0 … 64)
 //! vdev node = kind u8 | id u32 | guid u64 | ashift u8 | nparity u8
 //!           | asize u64 | metaslab_shift u8 | path str | nchildren u16 | children…
 //! ```
@@ -33,6 +35,12 @@
 //! place in the list), in the labels of every device of the pool and of
 //! every spare; an available spare's own label has state SPARE and its
 //! own guid as `device_guid`, so it says whose spare it is.
+//!
+//! A pool's separate intent-log devices (log vdevs, zpool's `log` class)
+//! are top-level vdevs of the tree like any other — a log block pointer's
+//! vdev number names one — listed by id after the spares (the spare count
+//! is then written even when it is 0): the allocator serves only
+//! intent-log blocks from them.
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -58,6 +66,8 @@ const MAX_CHILDREN: usize = 256;
 const MAX_DEPTH: usize = 4;
 /// Hot spares a pool may list.
 pub const MAX_SPARES: usize = 64;
+/// Log vdevs a pool may have.
+pub const MAX_LOGS: usize = 64;
 
 /// The device size tarn uses: labels are placed at 256 KiB boundaries.
 pub fn usable_device_size(raw: u64) -> u64 {
@@ -281,6 +291,9 @@ pub struct LabelConfig {
     /// The pool's hot spares (leaf nodes), available or in use: an in-use
     /// spare is also a leaf of `tree`, under a spare node.
     pub spares: Vec<VdevNode>,
+    /// The ids of the top-level vdevs that are separate intent-log devices
+    /// (log vdevs), ascending.
+    pub logs: Vec<u32>,
 }
 
 impl LabelConfig {
@@ -298,7 +311,7 @@ impl LabelConfig {
         p.u64(self.device_guid);
         p.u64(self.top_guid);
         self.tree.encode(&mut p);
-        if !self.spares.is_empty() {
+        if !self.spares.is_empty() || !self.logs.is_empty() {
             if self.spares.len() > MAX_SPARES {
                 return Err(format!("{} hot spares exceed {}", self.spares.len(), MAX_SPARES));
             }
@@ -308,6 +321,13 @@ impl LabelConfig {
                     return Err(format!("hot spare {:016x} is a {} node, not a device", s.guid, s.kind.name()));
                 }
                 s.encode(&mut p);
+            }
+        }
+        if !self.logs.is_empty() {
+            check_logs(&self.logs, &self.tree).map_err(|e| e.to_string())?;
+            p.u16(self.logs.len() as u16);
+            for id in &self.logs {
+                p.u32(*id);
             }
         }
         let payload = p.into_vec();
@@ -361,22 +381,69 @@ impl LabelConfig {
             top_guid: r.u64()?,
             tree: VdevNode::decode(&mut r, 0)?,
             spares: Vec::new(),
+            logs: Vec::new(),
         };
         if cfg.tree.kind != VdevKind::Root {
             return Err(DecodeError::new(what, "vdev tree does not start at a root"));
         }
         let mut cfg = cfg;
         cfg.spares = decode_spares(&mut r)?;
+        cfg.logs = decode_logs(&mut r, &cfg.tree)?;
         Ok(cfg)
     }
 }
 
-/// The hot spares after the tree: none when the payload ends there.
+/// The log vdev list after the spares: none when the payload ends there.
+fn decode_logs(r: &mut Reader, tree: &VdevNode) -> Result<Vec<u32>, DecodeError> {
+    if r.remaining() == 0 {
+        return Ok(Vec::new());
+    }
+    let n = r.u16()? as usize;
+    if n == 0 || n > MAX_LOGS {
+        return Err(r.err(format!("{} log vdevs (1 to {} when listed)", n, MAX_LOGS)));
+    }
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(r.u32()?);
+    }
+    check_logs(&out, tree).map_err(|e| r.err(e))?;
+    Ok(out)
+}
+
+/// A log list names top-level vdevs of the tree, ascending, each once, and
+/// leaves at least one that is not a log vdev (the pool's own blocks need
+/// one).
+fn check_logs(logs: &[u32], tree: &VdevNode) -> Result<(), String> {
+    if logs.len() > MAX_LOGS {
+        return Err(format!("{} log vdevs exceed {}", logs.len(), MAX_LOGS));
+    }
+    if logs.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("log vdev ids not ascending".into());
+    }
+    for id in logs {
+        let Some(top) = tree.children.get(*id as usize) else {
+            return Err(format!("log vdev {} is not a top-level vdev", id));
+        };
+        if !matches!(top.kind, VdevKind::File | VdevKind::Disk | VdevKind::Mirror | VdevKind::Replacing | VdevKind::Spare) {
+            return Err(format!("log vdev {} is a {} vdev (a device or a mirror)", id, top.kind.name()));
+        }
+    }
+    if logs.len() >= tree.children.len() {
+        return Err("every top-level vdev is a log vdev".into());
+    }
+    Ok(())
+}
+
+/// The hot spares after the tree: none when the payload ends there (a
+/// count of 0 when a log list follows).
 fn decode_spares(r: &mut Reader) -> Result<Vec<VdevNode>, DecodeError> {
     if r.remaining() == 0 {
         return Ok(Vec::new());
     }
     let n = r.u16()? as usize;
+    if n == 0 && r.remaining() > 0 {
+        return Ok(Vec::new());
+    }
     if n == 0 || n > MAX_SPARES {
         return Err(r.err(format!("{} hot spares (1 to {} when listed)", n, MAX_SPARES)));
     }
@@ -431,6 +498,7 @@ mod tests {
                 children: vec![leaf(0, 11, "/srv/a.img"), leaf(1, 12, "/srv/b.img")],
             },
             spares: vec![],
+            logs: vec![],
         }
     }
 
@@ -484,6 +552,43 @@ mod tests {
         w.u16(1);
         with_spares().tree.children[0].encode(&mut w);
         assert!(decode_spares(&mut Reader::new(&w.into_vec(), "t")).is_err());
+    }
+
+    #[test]
+    fn round_trip_with_logs() {
+        // Logs without spares: a spare count of 0, then the list.
+        let mut c = sample();
+        c.logs = vec![1];
+        assert_eq!(LabelConfig::decode(&c.encode().unwrap()).unwrap(), c);
+        // With spares.
+        let mut c = with_spares();
+        let log = VdevNode { id: 1, guid: 77, path: "/srv/log.img".into(), ..c.spares[0].clone() };
+        c.tree.children.push(log);
+        c.logs = vec![1];
+        assert_eq!(LabelConfig::decode(&c.encode().unwrap()).unwrap(), c);
+    }
+
+    #[test]
+    fn bad_log_lists_are_refused() {
+        let mut c = sample();
+        c.logs = vec![0, 1];
+        assert!(c.encode().is_err(), "every top-level vdev a log vdev");
+        c.logs = vec![2];
+        assert!(c.encode().is_err(), "no such top-level vdev");
+        c.tree.children.push(VdevNode { id: 2, guid: 13, ..c.tree.children[0].clone() });
+        c.logs = vec![2, 1];
+        assert!(c.encode().is_err(), "not ascending");
+        c.tree.children[2].kind = VdevKind::Raidz;
+        c.logs = vec![2];
+        assert!(c.encode().is_err(), "a RAID-Z log vdev");
+        // On read: a list naming a vdev that is not there.
+        let mut w = Writer::new();
+        w.u16(1);
+        w.u32(5);
+        assert!(decode_logs(&mut Reader::new(&w.into_vec(), "t"), &sample().tree).is_err());
+        let mut w = Writer::new();
+        w.u16(0);
+        assert!(decode_logs(&mut Reader::new(&w.into_vec(), "t"), &sample().tree).is_err());
     }
 
     #[test]

@@ -56,6 +56,12 @@ pub const FEATURE_INTENT_LOG: u64 = 1 << 2;
 /// in its top-level vdev's address space). Incompatible: a reader that
 /// does not know it would read a mirror's child as the whole vdev.
 pub const FEATURE_VDEV_TREE: u64 = 1 << 0;
+/// Feature bit *log vdevs* (label config `features_incompat`): some
+/// top-level vdevs are separate intent-log devices (the label config's log
+/// list after the spares). Incompatible: a reader that does not know it
+/// would allocate ordinary blocks on a log device, and would import without
+/// a missing log device whose records the file systems need.
+pub const FEATURE_LOG_VDEVS: u64 = 1 << 1;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Uberblock {

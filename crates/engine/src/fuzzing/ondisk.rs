@@ -108,6 +108,8 @@ fn check_label(c: &LabelConfig, region: &[u8]) {
     check_tree_bounds(&c.tree);
     assert!(c.spares.len() <= tarn_ondisk::label::MAX_SPARES, "{} hot spares", c.spares.len());
     assert!(c.spares.iter().all(|s| s.kind.is_leaf() && s.children.is_empty()), "a hot spare that is no leaf");
+    assert!(c.logs.len() < c.tree.children.len().max(1), "every top-level vdev a log vdev");
+    assert!(c.logs.iter().all(|id| (*id as usize) < c.tree.children.len()), "a log vdev that is not in the tree");
 }
 
 /// The decoder's limits on the vdev tree hold: at most 4 levels below the

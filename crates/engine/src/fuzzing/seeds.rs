@@ -92,6 +92,7 @@ fn sample_labels() -> Vec<LabelConfig> {
         top_guid: 11,
         tree: vdev(VdevKind::Root, 0, 0x1234, "", vec![file(0, 11, "/srv/a.img"), file(1, 12, "/srv/b.img")]),
         spares: vec![],
+        logs: vec![],
     };
     // The deepest tree tarn writes: root → mirror → spare → replacing →
     // disks (a hot spare in use whose original is being replaced).
@@ -106,8 +107,8 @@ fn sample_labels() -> Vec<LabelConfig> {
         vec![disk(0, 31, "/dev/sdc"), disk(1, 32, "/dev/sdd"), disk(2, 33, "/dev/sde")],
     );
     let cache = vdev(VdevKind::Cache, 2, 40, "", vec![disk(0, 41, "/dev/nvme0n1")]);
-    let log_mirror = vdev(VdevKind::Mirror, 0, 52, "", vec![disk(0, 53, "/dev/nvme1n1"), disk(1, 54, "/dev/nvme2n1")]);
-    let log = vdev(VdevKind::Log, 3, 50, "", vec![disk(0, 51, "/dev/nvme3n1"), log_mirror]);
+    // A mirrored log vdev (listed in `logs`).
+    let log = vdev(VdevKind::Mirror, 3, 50, "", vec![disk(0, 53, "/dev/nvme1n1"), disk(1, 54, "/dev/nvme2n1")]);
     let nested = LabelConfig {
         pool_name: "ünïcode-pool".into(),
         state: PoolState::Exported,
@@ -116,6 +117,7 @@ fn sample_labels() -> Vec<LabelConfig> {
         top_guid: 30,
         tree: vdev(VdevKind::Root, 0, 0x99, "", vec![mirror, raidz, cache, log]),
         spares: vec![disk(0, 26, "/dev/sdg"), disk(1, 27, "/dev/sdh")],
+        logs: vec![3],
         ..simple.clone()
     };
     // An available hot spare's own label.

@@ -170,6 +170,8 @@ pub struct PoolCore {
     /// The hot spares standing by, and what wakes the spare thread
     /// (`pool::spare`).
     pub spares: super::spare::SpareSet,
+    /// The separate intent-log devices (`pool::log_vdev`).
+    pub logs: super::log_vdev::LogVdevs,
 }
 
 #[derive(Debug, Default)]

@@ -129,6 +129,9 @@ pub mod class {
     pub const POOL_DESTROY: &str = "sysevent.fs.zfs.pool_destroy";
     pub const VDEV_ADD: &str = "sysevent.fs.zfs.vdev_add";
     pub const VDEV_REMOVE: &str = "sysevent.fs.zfs.vdev_remove";
+    /// Import discarded intent-log records on a missing log device
+    /// (`pool import --missing-log`).
+    pub const LOG_DISCARDED: &str = "ereport.fs.zfs.log_replay";
     /// A device attached, or starting to replace another (`pool attach`,
     /// `pool replace`).
     pub const VDEV_ATTACH: &str = "sysevent.fs.zfs.vdev_attach";

@@ -60,6 +60,7 @@ pub mod events;
 pub mod import;
 pub mod inject;
 pub mod label;
+pub mod log_vdev;
 pub mod metrics;
 #[allow(clippy::module_inception)]
 mod pool;

@@ -12,7 +12,7 @@ use tarn_ondisk::bp::{BlockPtr, ChecksumType, ObjectType};
 use tarn_ondisk::dnode::ObjsetType;
 use tarn_ondisk::kv::{self, KvMap};
 use tarn_ondisk::label::{self, LabelConfig, PoolState, VdevKind, VdevNode};
-use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_INTENT_LOG, FEATURE_SPARES, FEATURE_VDEV_TREE, FORMAT_VERSION};
+use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_INTENT_LOG, FEATURE_LOG_VDEVS, FEATURE_SPARES, FEATURE_VDEV_TREE, FORMAT_VERSION};
 
 use super::alloc::metaslab::Allocator;
 use super::core::PoolCore;
@@ -62,6 +62,9 @@ pub struct CreateOptions {
     /// Hot spares to list once the pool exists (`pool create … spare
     /// DEV`); vetted with the data devices, before anything is written.
     pub spares: Vec<PathBuf>,
+    /// Log vdevs to add once the pool exists (`pool create … log [mirror]
+    /// DEV...`); vetted with the data devices, before anything is written.
+    pub logs: Vec<TopSpec>,
     pub tunables: Tunables,
     /// Properties of the root dataset (`-O`).
     pub root_props: Vec<(String, String)>,
@@ -75,7 +78,7 @@ pub struct CreateOptions {
 
 impl Default for CreateOptions {
     fn default() -> Self {
-        CreateOptions { ashift: 12, size: None, force: false, cache: vec![], spares: vec![], tunables: Tunables::default(), root_props: vec![], pool_props: vec![], arc: None }
+        CreateOptions { ashift: 12, size: None, force: false, cache: vec![], spares: vec![], logs: vec![], tunables: Tunables::default(), root_props: vec![], pool_props: vec![], arc: None }
     }
 }
 
@@ -95,6 +98,10 @@ pub struct OpenOptions {
     pub cache_devices: Vec<(String, Arc<dyn BlockDevice>)>,
     /// The ARC to cache in (see `CreateOptions::arc`).
     pub arc: Option<Arc<BlockCache>>,
+    /// Import even when a log vdev is missing (`pool import
+    /// --missing-log`, zpool's `-m`): the intent-log records on it are
+    /// discarded, loudly (`pool::log_vdev`).
+    pub missing_log: bool,
 }
 
 
@@ -129,6 +136,14 @@ pub struct VdevStatus {
     pub missed_txgs: Option<(u64, u64)>,
     #[serde(default)]
     pub children: Vec<VdevStatus>,
+    /// A top-level vdev's allocation class: `normal`, or `log` for a
+    /// separate intent-log device (zpool's `logs` section).
+    #[serde(default = "normal_class")]
+    pub class: String,
+}
+
+fn normal_class() -> String {
+    "normal".into()
 }
 
 /// The status of vdev `v` (its space from the allocator, given for a
@@ -157,6 +172,7 @@ fn vdev_status(v: &crate::vdev::Vdev, size: u64, allocated: u64) -> VdevStatus {
         repaired_bytes: v.repaired_bytes.load(Ordering::Relaxed),
         missed_txgs: v.leaf().and_then(|_| v.dtl.lock().span()),
         children: v.children.iter().map(|ch| vdev_status(ch, size, allocated)).collect(),
+        class: normal_class(),
     }
 }
 
@@ -188,6 +204,14 @@ pub struct PoolStatus {
     /// The hot spares (`pool::spare`), AVAIL, INUSE or UNAVAIL.
     #[serde(default)]
     pub spares: Vec<super::spare::SpareStatus>,
+    /// The log vdevs (class `log`), as zpool's `logs` section; `vdevs`
+    /// holds the others.
+    #[serde(default)]
+    pub logs: Vec<VdevStatus>,
+    /// Intent-log records import discarded with a missing log device
+    /// (`pool import --missing-log`), a line each.
+    #[serde(default)]
+    pub log_discarded: Vec<String>,
 }
 
 /// What a suspended pool has on disk and what it cannot write any more:
@@ -408,7 +432,7 @@ impl Pool {
         if tops.is_empty() {
             return Err(Error::invalid("a pool needs at least one device"));
         }
-        let paths: Vec<&PathBuf> = tops.iter().flat_map(|t| t.devices.iter()).collect();
+        let paths: Vec<&PathBuf> = tops.iter().chain(&opts.logs).flat_map(|t| t.devices.iter()).collect();
         let roles: Vec<(PathBuf, Role)> = paths
             .iter()
             .map(|p| ((*p).clone(), Role::Data))
@@ -423,9 +447,11 @@ impl Pool {
         let locks = data.iter().map(|v| v.dev.clone()).collect();
         let mut devs = data.iter().map(|v| (v.path.clone(), v.dev.clone() as Arc<dyn BlockDevice>));
         let new: Vec<NewTop> = tops.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect();
+        let logs: Vec<NewTop> = opts.logs.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect();
         drop(devs);
         drop(data);
-        let res = Self::create_tops(name, new, locks, opts).and_then(|pool| match pool.attach_caches(cache).and_then(|()| pool.attach_spares(spares)) {
+        let attach = |pool: &Pool| super::log_vdev::attach_logs(pool, logs, opts.force).and_then(|()| pool.attach_caches(cache)).and_then(|()| pool.attach_spares(spares));
+        let res = Self::create_tops(name, new, locks, opts).and_then(|pool| match attach(&pool) {
             Ok(()) => Ok(pool),
             Err(e) => {
                 // The pool was made but cannot have what was asked for: undo it.
@@ -480,6 +506,7 @@ impl Pool {
             top_guid: 0,
             tree,
             spares: vec![],
+            logs: vec![],
         };
         for (_, dev) in &devs {
             clear_labels(dev.as_ref()).map_err(|e| Error::io(format!("clearing labels of {}", dev.name()), e))?;
@@ -610,7 +637,7 @@ impl Pool {
     /// `unopened` are the devices that could not be opened.
     fn find(devs: Vec<(String, Arc<dyn BlockDevice>)>, unopened: Vec<Unusable>, opts: &OpenOptions) -> Result<Found> {
         opts.tunables.validate()?;
-        let (config, devs, unusable, spares) = match_devices(devs, unopened)?;
+        let (config, devs, unusable, spares) = match_devices(devs, unopened, opts.missing_log)?;
         check_features(&config, opts.readonly)?;
         let mut ubs = Vec::new();
         for (_, d) in &devs {
@@ -805,15 +832,19 @@ impl Pool {
     pub fn status(&self) -> PoolStatus {
         let core = &self.sh.core;
         let space = core.alloc.lock().space();
-        let vdevs: Vec<VdevStatus> = core
+        let (logs, vdevs): (Vec<VdevStatus>, Vec<VdevStatus>) = core
             .vdevs
             .all()
             .iter()
             .map(|v| {
                 let vs = space.vdevs.iter().find(|(id, _)| *id == v.id()).map(|(_, s)| *s).unwrap_or_default();
-                vdev_status(v, vs.size, vs.allocated)
+                let mut st = vdev_status(v, vs.size, vs.allocated);
+                if core.logs.contains(v.id()) {
+                    st.class = "log".into();
+                }
+                st
             })
-            .collect();
+            .partition(|v| v.class == "log");
         let degraded = core.vdevs.all().iter().any(|v| v.state() != crate::vdev::State::Online);
         // After the devices' checks, which may have suspended it.
         let error = core.txg.failure();
@@ -838,6 +869,8 @@ impl Pool {
             suspension: self.suspension(),
             scan: Some(self.sh.scan.status()).filter(|s| s.state != ScanState::None),
             spares: self.spares(),
+            logs,
+            log_discarded: core.logs.discarded(),
         }
     }
 
@@ -1149,6 +1182,8 @@ impl Pool {
         self.sh.core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         self.sh.core.txg.check_invariants().map_err(|e| Error::corrupt(format!("txg: {}", e)))?;
         self.sh.core.brt.check_invariants()?;
+        let cfg = self.sh.config.lock().clone();
+        super::log_vdev::check_log_vdevs(&self.sh.core, &cfg).map_err(Error::corrupt)?;
         self.sh.dsl.check_invariants()
     }
 }
@@ -1282,7 +1317,7 @@ fn set_pool_prop(props: &mut KvMap, name: &str, value: &str) -> Result<()> {
 }
 
 /// Feature bits this version understands.
-const KNOWN_FEATURES_INCOMPAT: u64 = FEATURE_VDEV_TREE;
+const KNOWN_FEATURES_INCOMPAT: u64 = FEATURE_VDEV_TREE | FEATURE_LOG_VDEVS;
 const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING | FEATURE_SPARES | FEATURE_INTENT_LOG;
 
 /// Refuses pools written by a newer format: incompatible features always,
@@ -1393,7 +1428,7 @@ fn open_recorded_spares(devs: &mut NamedDevices, locks: &mut Vec<Arc<FileDevice>
 /// one smaller than its leaf needs (a partial copy, a shrunk partition, a
 /// truncated image keep their front labels, but blocks near the old end
 /// are gone). Alone, such a device's error is the error.
-fn match_devices(devs: NamedDevices, mut unusable: Vec<Unusable>) -> Result<Matched> {
+fn match_devices(devs: NamedDevices, mut unusable: Vec<Unusable>, missing_log: bool) -> Result<Matched> {
     let mut labelled = Vec::new();
     for (p, d) in devs {
         let labels = read_labels(d.as_ref());
@@ -1431,7 +1466,7 @@ fn match_devices(devs: NamedDevices, mut unusable: Vec<Unusable>) -> Result<Matc
         None => true,
     });
     let present: std::collections::HashSet<u64> = labelled.iter().map(|(_, _, c)| c.device_guid).collect();
-    vdevs::check_present(&best, &present).map_err(|e| {
+    vdevs::check_present(&best, &present, missing_log).map_err(|e| {
         if unusable.is_empty() {
             return e;
         }
@@ -1526,6 +1561,9 @@ impl ShellShared {
         let mut devs = devs.into_iter();
         for top in &config.tree.children {
             let redundant = !top.kind.is_leaf();
+            // A log vdev's failed writes fail their log round at once (it
+            // falls back to a txg sync): they never wait for the device.
+            let log = config.logs.contains(&top.id);
             let mut open = |leaf: &VdevNode| -> Result<Arc<crate::vdev::Vdev>> {
                 let (path, dev) = devs.next().ok_or_else(|| Error::invalid(format!("pool '{}': no device for leaf '{}'", config.pool_name, leaf.path)))?;
                 let size = label::usable_device_size(dev.size_bytes());
@@ -1533,13 +1571,16 @@ impl ShellShared {
                 l.set_redundant(redundant);
                 // Without redundancy a failed write waits for the device
                 // (`pool clear` resumes the sync) instead of failing the txg.
-                l.set_park_failed_writes(!redundant);
+                l.set_park_failed_writes(!redundant && !log);
                 Ok(vdevs::leaf_vdev(leaf, Arc::new(l), size))
             };
             let v = vdevs::build(top, &mut open)?;
             alloc
                 .add_vdev_with_config(top.id, vdevs::alloc_start(top), top.asize, vdevs::alloc_config(top, &v))
                 .map_err(|e| Error::invalid(format!("vdev {} ('{}'): {}", top.id, v.path, e)))?;
+            if log {
+                alloc.set_log(top.id, true).map_err(|e| Error::invalid(format!("log vdev {} ('{}'): {}", top.id, v.path, e)))?;
+            }
             sector = sector.max(1 << top.ashift);
             vdevs.push(v);
         }
@@ -1573,6 +1614,7 @@ impl ShellShared {
             events,
             near_copies: Default::default(),
             spares: Default::default(),
+            logs: super::log_vdev::LogVdevs::new(&config.logs),
         });
         core.refresh_space();
         // A faulted leaf degrades its vdev or, when that was its last
@@ -1999,6 +2041,12 @@ impl Shared {
     /// suspends the pool through its hook); the txg is not written.
     fn check_devices(&self) -> Result<()> {
         for v in self.core.vdevs.all().iter() {
+            if self.core.logs.contains(v.id()) {
+                // Nothing a txg needs is on a log vdev (`log_vdev`): its
+                // leaves are checked, and a failed one faults, no more.
+                v.leaf_arcs().iter().filter_map(|l| l.leaf().map(|io| io.check())).for_each(drop);
+                continue;
+            }
             if let Some(l) = v.leaf() {
                 let h = l.check();
                 if h != Health::Online {
@@ -2028,7 +2076,7 @@ impl Shared {
             for i in 0..label::LABEL_COUNT {
                 let off = label::ub_slot_offset(i, v.dev_size, v.ashift, ub.txg);
                 if let Err(e) = leaf.write_now(&buf, off) {
-                    if top.leaf().is_some() || !top.writable() {
+                    if !self.core.logs.contains(top.id()) && (top.leaf().is_some() || !top.writable()) {
                         return Err(Error::io(format!("writing uberblock to {}", v.path), e));
                     }
                     break;
@@ -2044,7 +2092,7 @@ impl Shared {
         for (top, v) in self.core.leaves() {
             let (Some(leaf), true) = (v.leaf(), v.state().usable()) else { continue };
             if let Err(e) = leaf.flush() {
-                if top.leaf().is_some() || !top.writable() {
+                if !self.core.logs.contains(top.id()) && (top.leaf().is_some() || !top.writable()) {
                     return Err(Error::io(format!("flushing {}", v.path), e));
                 }
             }

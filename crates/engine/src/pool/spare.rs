@@ -824,6 +824,7 @@ mod tests {
             top_guid: 0,
             tree: root,
             spares,
+            logs: vec![],
         }
     }
 

@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use tarn_ondisk::label::LabelConfig;
-use tarn_ondisk::uberblock::FEATURE_VDEV_TREE;
+use tarn_ondisk::uberblock::{FEATURE_LOG_VDEVS, FEATURE_VDEV_TREE};
 
 use super::events::{class, Post};
 use super::pool::{new_guid, new_leaf};
@@ -73,6 +73,13 @@ impl Pool {
 
     /// As `add_vdevs`, on opened devices.
     pub fn add_vdevs_on(&self, tops: Vec<NewTop>, force: bool) -> Result<()> {
+        self.add_tops(tops, force, false)
+    }
+
+    /// Adds top-level vdevs of the normal class or, with `log`, log vdevs
+    /// (`pool::log_vdev`; their redundancy is compared with the other log
+    /// vdevs', as zpool leaves logs out of its replication check).
+    pub(super) fn add_tops(&self, tops: Vec<NewTop>, force: bool, log: bool) -> Result<()> {
         let sh = self.shared();
         let core = &sh.core;
         core.check_writable()?;
@@ -81,7 +88,7 @@ impl Pool {
         }
         let _g = sh.tree_lock.lock();
         let cfg: LabelConfig = sh.config.lock().clone();
-        let existing: Vec<(vdevs::Layout, usize)> = cfg.tree.children.iter().map(vdevs::layout_of).collect();
+        let existing: Vec<(vdevs::Layout, usize)> = cfg.tree.children.iter().filter(|t| cfg.logs.contains(&t.id) == log).map(vdevs::layout_of).collect();
         vdevs::check_layout(&tops, &existing, force)?;
         check_new_devices(core, &tops)?;
         for t in &tops {
@@ -109,8 +116,12 @@ impl Pool {
             })?;
             built.push(v);
         }
-        // 1. In the pool, not yet in the allocator.
+        // 1. In the pool, not yet in the allocator; a log vdev known as
+        // one before its leaves can fault (their hook asks).
         for v in &built {
+            if log {
+                core.logs.add(v.id());
+            }
             core.vdevs.install(v.clone());
         }
         // 2. In the labels.
@@ -119,9 +130,14 @@ impl Pool {
         if nodes.iter().any(|n| !n.kind.is_leaf()) {
             grown.features_incompat |= FEATURE_VDEV_TREE;
         }
+        if log {
+            grown.logs.extend(nodes.iter().map(|n| n.id));
+            grown.features_incompat |= FEATURE_LOG_VDEVS;
+        }
         grown.config_txg = cfg.config_txg.max(core.txg.synced_txg()) + 1;
         if let Err(e) = sh.write_configs(&grown) {
             core.vdevs.truncate(first as usize);
+            nodes.iter().for_each(|n| core.logs.remove(n.id));
             // The old tree back in the labels that took the new one.
             let mut back = cfg.clone();
             back.config_txg = grown.config_txg + 1;
@@ -134,11 +150,15 @@ impl Pool {
             for (node, v) in nodes.iter().zip(&built) {
                 a.add_vdev_with_config(node.id, vdevs::alloc_start(node), node.asize, vdevs::alloc_config(node, v))
                     .map_err(|e| Error::corrupt(format!("pool '{}': vdev {} ('{}'): {}", core.name, node.id, v.path, e)))?;
+                if log {
+                    a.set_log(node.id, true).map_err(|e| Error::corrupt(format!("pool '{}': log vdev {} ('{}'): {}", core.name, node.id, v.path, e)))?;
+                }
             }
         }
         core.refresh_space();
         for v in &built {
-            core.events.post(Post::new(class::VDEV_ADD).vdev(&v.path, v.guid).line(format!("{} added to pool '{}'", v.path, core.name)));
+            let what = if log { "log vdev " } else { "" };
+            core.events.post(Post::new(class::VDEV_ADD).vdev(&v.path, v.guid).line(format!("{}{} added to pool '{}'", what, v.path, core.name)));
         }
         core.events.post(Post::new(class::CONFIG_SYNC));
         drop(_g);

@@ -320,8 +320,10 @@ pub fn leaves_with_top(tree: &VdevNode) -> Vec<(&VdevNode, &VdevNode)> {
 
 /// Checks that every top-level vdev of `config` can serve its blocks with
 /// the devices found (`present`: leaf guids); the error names each
-/// missing device of a vdev that cannot. Returns the missing leaves.
-pub fn check_present(config: &LabelConfig, present: &HashSet<u64>) -> Result<Vec<String>> {
+/// missing device of a vdev that cannot. A log vdev that cannot is an
+/// error too unless `missing_log` (its records are then discarded:
+/// `pool::log_vdev`). Returns the missing leaves.
+pub fn check_present(config: &LabelConfig, present: &HashSet<u64>, missing_log: bool) -> Result<Vec<String>> {
     let mut missing = Vec::new();
     for top in &config.tree.children {
         let gone: Vec<&VdevNode> = top.leaves().into_iter().filter(|l| !present.contains(&l.guid)).collect();
@@ -331,7 +333,12 @@ pub fn check_present(config: &LabelConfig, present: &HashSet<u64>) -> Result<Vec
             _ => 0,
         };
         let names = |v: &[&VdevNode]| v.iter().map(|l| format!("'{}' (guid {:016x})", l.path, l.guid)).collect::<Vec<_>>().join(", ");
-        if !serves_all(top, &|g| present.contains(&g)) {
+        let serves = serves_all(top, &|g| present.contains(&g));
+        if !serves && config.logs.contains(&top.id) {
+            if !missing_log {
+                return Err(super::log_vdev::refuse_missing(config, top, &names(&gone)));
+            }
+        } else if !serves {
             return Err(Error::not_found(format!(
                 "pool '{}': {} cannot be opened: {} missing, {} can be lost",
                 config.pool_name,
@@ -451,6 +458,11 @@ impl PoolCore {
         let Some(t) = self.vdevs.get(top as usize) else { return };
         let guid = t.leaves().into_iter().find(|l| l.path == leaf).map_or(0, |l| l.guid);
         self.post_statechange(leaf, guid, "ONLINE", h.state(), h.reason().unwrap_or("faulted"));
+        if self.logs.contains(top) {
+            // A log vdev: never the pool's end (`pool::log_vdev`).
+            self.log_leaf_faulted(&t, leaf, h);
+            return;
+        }
         if t.leaf().is_some() {
             // Without redundancy a faulted device takes the pool with it:
             // suspended at once, so no writer or fsync is told that a

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tarn_ondisk::zil::{self as ondisk, BlockHeader, BlockRead, LogPtr, Record, LOG_BLOCK_MIN};
 
-use super::log::{abandon_chain, Chain, Itx, LiveBlock, LogSource, Zil};
+use super::log::{abandon_chain, retire_chain, Chain, Itx, LiveBlock, LogSource, Zil};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{IoClass, WriteGroup};
 use crate::object::Tx;
@@ -22,13 +22,22 @@ const CHAIN_BLOCKS_MAX: usize = 1 << 20;
 impl PoolCore {
     /// Allocates a log block of `size` bytes (transient: see the allocator)
     /// on a top-level vdev that takes writes; `seq` is the block's number.
-    /// Never from the space writers were admitted against (dirty data and
-    /// the slop reserve): the sync must still find it.
+    /// A log vdev that takes writes first (`pool::log_vdev`); else the
+    /// main pool, never from the space writers were admitted against
+    /// (dirty data and the slop reserve): the sync must still find it.
     pub(crate) fn alloc_log_block(&self, size: u32, seq: u64) -> Result<LogPtr> {
+        let targets = self.log_targets();
+        if !targets.is_empty() {
+            let normal: Vec<u32> = self.vdevs.all().iter().map(|v| v.id()).filter(|id| !targets.contains(id)).collect();
+            if let Ok((vdev, offset, asize)) = self.alloc.lock().alloc_transient(size as u64, &targets, &normal) {
+                assert!(self.logs.contains(vdev), "pool '{}': a log block on vdev {}, no log vdev", self.name, vdev);
+                return Ok(LogPtr { vdev, size, offset, asize, seq });
+            }
+        }
         if self.room_bytes(size as u64) < size as u64 * 2 {
             return Err(Error::no_space(format!("pool '{}': no room for a log block beside the dirty data and the reserve", self.name)));
         }
-        let down: Vec<u32> = self.vdevs.all().iter().filter(|v| !v.writable()).map(|v| v.id()).collect();
+        let down: Vec<u32> = self.vdevs.all().iter().filter(|v| !v.writable() || self.logs.contains(v.id())).map(|v| v.id()).collect();
         let (vdev, offset, asize) = self
             .alloc
             .lock()
@@ -107,7 +116,10 @@ impl Zil {
                 for p in &planned {
                     st.blocks.push_back(LiveBlock { ptr: p.ptr, guid, max_txg: 0 });
                 }
-                abandon_chain(&mut st);
+                // The chain's earlier blocks hold records fsync
+                // acknowledged, of txgs up to the one open now: it stays
+                // named until that txg syncs (`retire_chain`).
+                retire_chain(&mut st, self.core.txg.open_txg());
                 drop(st);
                 self.fall_back(&e.to_string())
             }
@@ -247,6 +259,11 @@ impl Zil {
             return Ok(BlockRead::End(format!("vdev {} does not exist", ptr.vdev)));
         }
         let top = self.core.vdevs.top(ptr.vdev);
+        if self.core.logs.contains(ptr.vdev) && !top.state().usable() {
+            // A log vdev that is gone (`import --missing-log`): the chain
+            // ends here and what it held is lost (said by `claim`).
+            return Ok(BlockRead::End(format!("on log vdev {}, which is {}", top.path, top.state().name())));
+        }
         let ok = |b: &[u8]| matches!(ondisk::decode_block(b, guid, self.dataset, ptr), Ok(BlockRead::Valid(..)));
         let rc = ReadCheck { check: &ok, repair: false, failed: &|_, _, _| {}, speculative: true };
         match top.read_checked(IoClass::SyncRead, ptr.offset, ptr.size as u64, 0, &rc) {
@@ -281,7 +298,16 @@ impl Zil {
         if h.guid == 0 {
             return Ok(());
         }
+        // Until claimed, the chain owns no place: a claim that fails part
+        // way must not have `discard` free a place it never took (it did:
+        // the header's first block, claimed, went on the free list twice).
+        if let Some(c) = self.st.lock().chain.as_mut() {
+            c.next = LogPtr::default();
+        }
         let (blocks, end) = self.walk(h.guid, h.first)?;
+        if !end.is_none() && self.core.logs.contains(end.vdev) && self.core.vdevs.get(end.vdev as usize).is_some_and(|v| !v.state().usable()) {
+            self.core.log_records_discarded(&self.what(), end.vdev, end.seq);
+        }
         let mut st = self.st.lock();
         for (ptr, _) in &blocks {
             self.core.claim_log_block(ptr).map_err(|e| e.context(self.what()))?;
@@ -289,7 +315,8 @@ impl Zil {
         }
         // Where the chain goes on: unless that place is taken (or on no
         // device), then the next commit starts a new chain.
-        let next = if !end.is_none() && self.core.claim_log_block(&end).is_ok() { end } else { LogPtr::default() };
+        let usable = |p: &LogPtr| self.core.vdevs.get(p.vdev as usize).is_some_and(|v| v.writable());
+        let next = if !end.is_none() && usable(&end) && self.core.claim_log_block(&end).is_ok() { end } else { LogPtr::default() };
         if let Some(c) = st.chain.as_mut() {
             c.next = next;
         }

@@ -169,7 +169,7 @@ impl Zil {
         })
     }
 
-    pub(super) fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         format!("intent log of '{}'", self.name.lock())
     }
 
@@ -334,6 +334,30 @@ impl Zil {
         check_blocks(&st).map_err(|e| format!("{}: {}", self.what(), e))
     }
 
+    /// Whether a block of this log (written, or the chain's next place)
+    /// is on top-level vdev `vdev`.
+    pub(crate) fn holds_blocks_on(&self, vdev: u32) -> bool {
+        let st = self.st.lock();
+        st.blocks.iter().any(|b| b.ptr.vdev == vdev && !b.ptr.is_none()) || st.chain.is_some_and(|c| c.next.vdev == vdev && !c.next.is_none())
+    }
+
+    /// `pool remove` of log vdev `vdev`: a chain with blocks there is
+    /// retired (kept named until the open txg syncs, then freed), and the
+    /// next round starts a new chain elsewhere.
+    pub(crate) fn leave_vdev(&self, vdev: u32) {
+        if !self.holds_blocks_on(vdev) {
+            return;
+        }
+        let from = self.core.txg.open_txg();
+        let mut st = self.st.lock();
+        if st.writing {
+            // The round being written finishes on its blocks; the next
+            // call (`empty_log_vdev` loops) retires the chain.
+            return;
+        }
+        retire_chain(&mut st, from);
+    }
+
     /// Whether import found records this log must replay.
     pub fn needs_replay(&self) -> bool {
         self.st.lock().needs_replay
@@ -376,9 +400,28 @@ pub(super) fn header_now(st: &LogState, txg: u64) -> ZilHeader {
 /// round starts a new one.
 pub(super) fn abandon_chain(st: &mut LogState) {
     if let Some(c) = st.chain.take() {
-        // The place the next block would have gone is freed with the rest.
-        st.blocks.push_back(LiveBlock { ptr: c.next, guid: c.guid, max_txg: 0 });
+        // The place the next block would have gone is freed with the rest
+        // (none when import could not claim it).
+        if !c.next.is_none() {
+            st.blocks.push_back(LiveBlock { ptr: c.next, guid: c.guid, max_txg: 0 });
+        }
     }
+}
+
+/// Drops the chain as `abandon_chain` does, but keeps it named by the
+/// header (and its blocks allocated) through the syncs of txgs before
+/// `from`: its blocks may hold acknowledged records of txgs up to `from`,
+/// and a sync of an earlier txg that dropped it would lose them to a crash
+/// (abandoning freed them at the next sync whatever their records' txgs).
+/// A chain already retiring (a replayed one) keeps its place; the chain
+/// dropped then has no acknowledged record (its first round waits for a
+/// header naming it, which comes after the retiring one's last txg).
+pub(super) fn retire_chain(st: &mut LogState, from: u64) {
+    if st.retiring.is_none() && st.chain.is_some() {
+        let header = header_now(st, u64::MAX);
+        st.retiring = Some(Retiring { header, from });
+    }
+    abandon_chain(st);
 }
 
 fn check_order(v: &[Itx]) -> std::result::Result<(), String> {

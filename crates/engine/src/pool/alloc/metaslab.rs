@@ -145,6 +145,16 @@
 //! space like any free (a crash may import the txg before the one whose
 //! log header stopped naming the block) but records nothing.
 //!
+//! ## The log class (separate intent-log devices)
+//! A vdev may be in the *log* class (`set_log`, a pool's log vdevs, zpool's
+//! `log` allocation class): `alloc` and `alloc_ditto` never place a block
+//! there, and its space is not the pool's (`space().total` and
+//! `space_by_piece` leave it out, so no writer is admitted against it).
+//! Only transient allocations go there: `alloc_transient` tries the vdevs
+//! it is told to prefer (the log vdevs that take writes) and then the
+//! normal class. The class is part of the vdev's configuration, not of the
+//! checkpoint: `load_checkpoint` keeps it for every vdev it replaces.
+//!
 //! ## Invariants (checked by [`Allocator::check_invariants`])
 //! 1. Per vdev: `free + deferred + allocated == size`, with `free` the sum of
 //!    the metaslab trees and `allocated` a counter maintained independently.
@@ -156,6 +166,7 @@
 //!    holds exactly one key per metaslab.
 //! 5. Transient extents are allocated space (`transient` ⊆ allocated) and
 //!    count in `allocated`.
+//! 7. A log-class vdev holds transient allocations only (`check_log_class`).
 //! 6. No internal inconsistency has been detected (`fault` is empty); paths
 //!    that cannot return an error (`txg_synced`) record one there.
 //!
@@ -588,6 +599,8 @@ pub struct VdevSpace {
     /// Transient allocations (log blocks): allocated in memory, free in
     /// checkpoints and never in the space log.
     transient: RangeTree,
+    /// In the log class: only transient allocations land here.
+    log: bool,
 }
 
 impl VdevSpace {
@@ -614,6 +627,7 @@ impl VdevSpace {
             deferred: BTreeMap::new(),
             deferred_all: RangeTree::new(),
             transient: RangeTree::new(),
+            log: false,
         };
         let mask = cfg.sector_size() - 1;
         for i in 0..count {
@@ -1001,6 +1015,16 @@ impl VdevSpace {
         Ok(())
     }
 
+    /// Invariant 7: a log-class vdev's allocated bytes are all transient
+    /// (`alloc` and `alloc_ditto` skip the class, so only `alloc_transient`
+    /// and `claim_transient` allocate there).
+    fn check_log_class(&self) -> Result<(), String> {
+        if self.log && self.allocated != self.transient.space() {
+            return Err(format!("a log vdev with {} bytes allocated, {} of them log blocks", self.allocated, self.transient.space()));
+        }
+        Ok(())
+    }
+
     fn checkpoint(&self) -> VdevCheckpoint {
         let mut free: Vec<(u64, u64)> = Vec::new();
         let mut pieces: Vec<(u64, u64)> = self.metaslabs.iter().flat_map(|ms| ms.free.iter()).collect();
@@ -1319,6 +1343,11 @@ impl Allocator {
                 rotor_failed |= step == 0;
                 continue;
             };
+            if vs.log {
+                // Not the normal class: like a missing vdev, the rotor moves on.
+                rotor_failed |= step == 0;
+                continue;
+            }
             if exclude.contains(&vs.id) {
                 continue;
             }
@@ -1429,7 +1458,7 @@ impl Allocator {
     /// `aliquot + bias` for vdev index `idx` (OpenZFS `mg_bias`).
     fn quota(&self, idx: usize) -> u64 {
         let (mut total, mut groups) = (0i128, 0i128);
-        for vs in self.vdevs.iter().flatten() {
+        for vs in self.vdevs.iter().flatten().filter(|v| !v.log) {
             total += i128::from(vs.free_bytes);
             groups += 1;
         }
@@ -1587,6 +1616,9 @@ impl Allocator {
                 _ => AllocConfig::for_vdev(v.size, v.ashift),
             };
             let mut vs = VdevSpace::new(v.vdev, v.start, v.size, cfg, false)?;
+            // The class is configuration, not space state: the checkpoint
+            // does not carry it (a pool lost its log class here once).
+            vs.log = self.vdev(v.vdev).is_some_and(|old| old.log);
             vs.load(v)?;
             vdevs[idx] = Some(Box::new(vs));
         }
@@ -1655,13 +1687,15 @@ impl Allocator {
     }
 
     /// Allocates `size` bytes for a log block (module docs, "Transient
-    /// allocations"): on the first vdev of `prefer` with room, else on any
-    /// other vdev not in `exclude`. Nothing is recorded for any txg.
+    /// allocations" and "The log class"): on the first vdev of `prefer`
+    /// with room, else on a vdev of the normal class not in `exclude`.
+    /// Nothing is recorded for any txg.
     pub fn alloc_transient(&mut self, size: u64, prefer: &[u32], exclude: &[u32]) -> Result<(u32, u64, u64), AllocError> {
         if size == 0 {
             return Err(AllocError::InvalidSize(size));
         }
-        let order: Vec<u32> = prefer.iter().copied().chain(self.vdev_ids().into_iter().filter(|v| !prefer.contains(v))).collect();
+        let normal: Vec<u32> = self.vdevs.iter().flatten().filter(|v| !v.log && !prefer.contains(&v.id)).map(|v| v.id).collect();
+        let order: Vec<u32> = prefer.iter().copied().chain(normal).collect();
         for id in order.into_iter().filter(|v| !exclude.contains(v)) {
             let Ok(vs) = self.vdev_mut(id) else { continue };
             if let Some((off, len)) = vs.alloc(size)? {
@@ -1685,9 +1719,58 @@ impl Allocator {
         self.vdev_mut(vdev)?.free_transient(offset, len, txg)
     }
 
-    /// Bytes held by transient allocations (counted in `allocated`).
+    /// Bytes held by transient allocations on vdevs of the normal class
+    /// (counted in `space().total.allocated`).
     pub fn transient_bytes(&self) -> u64 {
-        self.vdevs.iter().flatten().map(|v| v.transient.space()).sum()
+        self.vdevs.iter().flatten().filter(|v| !v.log).map(|v| v.transient.space()).sum()
+    }
+
+    /// Puts vdev `vdev` in the log class (`log`) or the normal one. A vdev
+    /// leaves the log class only empty, and joins it only empty.
+    pub fn set_log(&mut self, vdev: u32, log: bool) -> Result<(), AllocError> {
+        let vs = self.vdev_mut(vdev)?;
+        if vs.log != log && vs.allocated + vs.deferred_all.space() != 0 {
+            return Err(AllocError::Inconsistent(format!("vdev {} changes class with {} bytes allocated", vdev, vs.allocated)));
+        }
+        vs.log = log;
+        Ok(())
+    }
+
+    /// Whether vdev `vdev` is in the log class.
+    pub fn is_log(&self, vdev: u32) -> bool {
+        self.vdev(vdev).is_some_and(|v| v.log)
+    }
+
+    /// The vdevs of the log class, ascending.
+    pub fn log_vdevs(&self) -> Vec<u32> {
+        self.vdevs.iter().flatten().filter(|v| v.log).map(|v| v.id).collect()
+    }
+
+    /// Bytes allocated or deferred on vdev `vdev` (0 when it is gone).
+    pub fn held_bytes(&self, vdev: u32) -> u64 {
+        self.vdev(vdev).map_or(0, |v| v.allocated + v.deferred_all.space())
+    }
+
+    /// Takes out an empty log-class vdev (`pool remove` of a log device):
+    /// nothing allocated or deferred on it.
+    pub fn remove_vdev(&mut self, vdev: u32) -> Result<(), AllocError> {
+        let vs = self.vdev_mut(vdev)?;
+        if !vs.log {
+            return Err(AllocError::Inconsistent(format!("vdev {} is not a log vdev: it cannot be taken out", vdev)));
+        }
+        let held = vs.allocated + vs.deferred_all.space();
+        if held != 0 {
+            return Err(AllocError::Inconsistent(format!("vdev {} still holds {} bytes", vdev, held)));
+        }
+        self.vdevs[vdev as usize] = None;
+        while self.vdevs.last().is_some_and(|v| v.is_none()) {
+            self.vdevs.pop();
+        }
+        if self.rotor >= self.vdevs.len() {
+            self.rotor = 0;
+            self.rotor_bytes = 0;
+        }
+        Ok(())
     }
 
     /// Whether any byte of the extent is a transient allocation.
@@ -1716,7 +1799,7 @@ impl Allocator {
     /// now (they can only grow by joining their neighbours when released).
     pub fn space_by_piece<const N: usize>(&self, min_shift: u32) -> ([u64; N], [u64; N]) {
         let (mut free, mut deferred) = ([0u64; N], [0u64; N]);
-        for vs in self.vdevs.iter().flatten() {
+        for vs in self.vdevs.iter().flatten().filter(|v| !v.log) {
             let (f, d) = vs.space_by_piece::<N>(min_shift);
             for i in 0..N {
                 free[i] = free[i].saturating_add(f[i]);
@@ -1732,6 +1815,11 @@ impl Allocator {
         let mut hist = [0u64; HISTOGRAM_BUCKETS];
         for vs in self.vdevs.iter().flatten() {
             let s = vs.summary();
+            stats.vdevs.push((vs.id, s));
+            if vs.log {
+                // Not the pool's space (module docs, "The log class").
+                continue;
+            }
             // Saturating: several near-2^64-byte vdevs must not panic here.
             let t = &mut stats.total;
             t.size = t.size.saturating_add(s.size);
@@ -1743,7 +1831,6 @@ impl Allocator {
             for (h, c) in hist.iter_mut().zip(vs.histogram()) {
                 *h = h.saturating_add(c);
             }
-            stats.vdevs.push((vs.id, s));
         }
         stats.total.fragmentation_pct = fragmentation(&hist);
         stats
@@ -1768,6 +1855,7 @@ impl Allocator {
                     return Err(format!("vdev {} stored at index {i}", vs.id));
                 }
                 vs.check().map_err(|e| format!("vdev {i}: {e}"))?;
+                vs.check_log_class().map_err(|e| format!("vdev {i}: {e}"))?;
             }
         }
         if self.rotor > self.vdevs.len() {
@@ -1850,6 +1938,45 @@ mod tests {
         assert_eq!(b.space().total.deferred, len);
         b.txg_synced(4);
         assert_eq!(b.space().total.deferred, 0);
+        b.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn the_log_class_takes_log_blocks_only_and_survives_a_checkpoint() {
+        let mut a = Allocator::new();
+        a.add_vdev(0, LABEL, 256 << 20, DEFAULT_ASHIFT).unwrap();
+        a.add_vdev(1, LABEL, 256 << 20, DEFAULT_ASHIFT).unwrap();
+        a.set_log(1, true).unwrap();
+        assert_eq!(a.space().total.size, 256 << 20, "a log vdev is not the pool's space");
+        for _ in 0..64 {
+            let (v, _, _) = a.alloc(128 << 10, 1, &[]).unwrap();
+            assert_eq!(v, 0, "an ordinary block on the log vdev");
+        }
+        let (v, off, len) = a.alloc_transient(4096, &a.log_vdevs(), &[]).unwrap();
+        assert_eq!(v, 1, "a log block prefers the log vdev");
+        a.check_invariants().unwrap();
+        // The log vdev down: the normal class, never another log vdev.
+        let (v2, _, _) = a.alloc_transient(4096, &[], &[1]).unwrap();
+        assert_eq!(v2, 0);
+        let (v3, _, _) = a.alloc_transient(4096, &[], &[]).unwrap();
+        assert_eq!(v3, 0, "a log vdev not preferred (failed) is not used");
+        // Import: the checkpoint knows nothing of classes.
+        let cp = a.checkpoint();
+        let mut b = Allocator::new();
+        b.add_vdev(0, LABEL, 256 << 20, DEFAULT_ASHIFT).unwrap();
+        b.add_vdev(1, LABEL, 256 << 20, DEFAULT_ASHIFT).unwrap();
+        b.set_log(1, true).unwrap();
+        b.load_checkpoint(&cp).unwrap();
+        assert!(b.is_log(1), "load_checkpoint lost the class");
+        assert_eq!(b.log_vdevs(), vec![1]);
+        b.claim_transient(v, off, len).unwrap();
+        assert!(b.set_log(1, false).is_err(), "a vdev holding blocks changes class");
+        assert!(b.remove_vdev(1).is_err(), "a log vdev holding a block is taken out");
+        assert!(b.remove_vdev(0).is_err(), "a vdev of the normal class is taken out");
+        b.free_transient(v, off, len, 2).unwrap();
+        b.txg_synced(4);
+        b.remove_vdev(1).unwrap();
+        assert_eq!(b.vdev_ids(), vec![0]);
         b.check_invariants().unwrap();
     }
 
