@@ -31,8 +31,9 @@ pub struct NewDeviceOpts {
 
 #[derive(Debug, Subcommand, Serialize, Deserialize)]
 pub enum PoolCmd {
-    /// Create a pool striped over files or block devices (`cache DEVICE...`
-    /// after them adds cache devices, `spare DEVICE...` hot spares)
+    /// Create a pool striped over files or block devices (`log [mirror]
+    /// DEVICE...` after them adds separate intent-log devices, `cache
+    /// DEVICE...` cache devices, `spare DEVICE...` hot spares)
     Create {
         /// Use devices that hold a file system, swap, a partition table or an
         /// exported pool (never a mounted or busy one, or an imported pool's)
@@ -190,6 +191,10 @@ pub enum PoolCmd {
         /// Where to mount the root dataset (default /NAME; "none": not mounted)
         #[arg(short = 'm', value_name = "MOUNTPOINT")]
         mountpoint: Option<String>,
+        /// Import even though a log device is missing, discarding the
+        /// intent-log records on it (zpool's `-m`, which is MOUNTPOINT here)
+        #[arg(long)]
+        missing_log: bool,
         /// Pool name or guid
         pool: Option<String>,
         /// Benchmarks: throttle every device of the imported pool to this
@@ -223,22 +228,23 @@ pub enum PoolCmd {
         name: String,
     },
     /// Grow the pool by top-level vdevs (`mirror`, `raidz[1-3]` or a device,
-    /// as for create; -f for mismatched redundancy), cache devices (after
-    /// `cache`) and hot spares (after `spare`), as zpool add
+    /// as for create; -f for mismatched redundancy), log devices (after
+    /// `log`, a device or `mirror` each), cache devices (after `cache`)
+    /// and hot spares (after `spare`), as zpool add
     Add {
         /// Use devices that hold a file system, swap, a partition table or an
         /// exported pool (never a mounted or busy one, or an imported pool's)
         #[arg(short, long)]
         force: bool,
         name: String,
-        /// The first vdev: `mirror`, `raidz[1-3]`, `cache`, `spare` or a device
+        /// The first vdev: `mirror`, `raidz[1-3]`, `log`, `cache`, `spare` or a device
         #[arg(value_name = "VDEV")]
         kind: String,
         /// The rest of the vdevs, as for `create`
         devices: Vec<PathBuf>,
     },
-    /// Remove cache devices and available hot spares (by path or guid), as
-    /// zpool remove
+    /// Remove cache devices, available hot spares and log devices (by path
+    /// or guid; a log mirror by its name or a device), as zpool remove
     Remove {
         name: String,
         #[arg(required = true)]
@@ -358,19 +364,23 @@ pub struct VdevArgs {
     pub cache: Vec<PathBuf>,
     /// Hot spares (after `spare`).
     pub spares: Vec<PathBuf>,
+    /// Log vdevs (after `log`: a device each, or `mirror DEVICE...`).
+    pub logs: Vec<TopSpec>,
 }
 
 impl VdevArgs {
     pub fn is_empty(&self) -> bool {
-        self.tops.is_empty() && self.cache.is_empty() && self.spares.is_empty()
+        self.tops.is_empty() && self.cache.is_empty() && self.spares.is_empty() && self.logs.is_empty()
     }
 }
 
 /// The devices of `pool create` or `pool add`, as zpool reads them: a bare
 /// device is a plain top-level vdev; `mirror` and `raidz[1-3]` start a
-/// group that takes the devices up to the next keyword; `cache` starts the
-/// cache devices, `spare` the hot spares. `cache` or `spare` followed by
-/// no device is an error, as is every other keyword (saying what tarn has).
+/// group that takes the devices up to the next keyword; `log` starts the
+/// log vdevs (a device each, or `mirror` groups; RAID-Z is refused, as
+/// zpool refuses it), `cache` the cache devices, `spare` the hot spares.
+/// `log`, `cache` or `spare` followed by no device is an error, as is every
+/// other keyword (saying what tarn has).
 pub fn split_vdevs(args: &[PathBuf]) -> Result<VdevArgs> {
     let mut out = VdevArgs::default();
     // Where bare devices go: a plain vdev each, the open group, the cache
@@ -381,6 +391,8 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<VdevArgs> {
         Group,
         Cache,
         Spare,
+        Log,
+        LogGroup,
     }
     let mut into = In::Plain;
     // A `cache` or `spare` keyword not yet followed by a device.
@@ -394,12 +406,18 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<VdevArgs> {
         if let (Some(b), Some(_)) = (bare, kw) {
             return Err(no_devices(b));
         }
+        let logs = matches!(into, In::Log | In::LogGroup);
         let start = match kw {
-            Some("cache") | Some("spare") => {
-                into = if kw == Some("cache") { In::Cache } else { In::Spare };
+            Some("cache") | Some("spare") | Some("log") => {
+                into = match kw {
+                    Some("cache") => In::Cache,
+                    Some("spare") => In::Spare,
+                    _ => In::Log,
+                };
                 bare = Some(a);
                 continue;
             }
+            Some("raidz") if logs => return Err(Error::invalid(format!("'{}' cannot follow `log`: a log vdev is a device or a mirror (zpool refuses RAID-Z logs too)", a.display()))),
             Some("mirror") => group(Layout::Mirror),
             Some("raidz") => {
                 let p = a.to_str().and_then(|s| s.strip_prefix("raidz")).and_then(|d| d.parse().ok()).unwrap_or(1);
@@ -407,7 +425,7 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<VdevArgs> {
             }
             Some(kw) => {
                 return Err(Error::invalid(format!(
-                    "'{}' is a vdev type, and tarn has no {} vdevs yet: a pool is made of plain devices, `mirror DEVICE...` and `raidz[1-3] DEVICE...` groups, with `cache DEVICE...` for cache devices and `spare DEVICE...` for hot spares (a file named '{}' is './{}')",
+                    "'{}' is a vdev type, and tarn has no {} vdevs yet: a pool is made of plain devices, `mirror DEVICE...` and `raidz[1-3] DEVICE...` groups, with `log [mirror] DEVICE...` for log devices, `cache DEVICE...` for cache devices and `spare DEVICE...` for hot spares (a file named '{}' is './{}')",
                     a.display(),
                     kw,
                     a.display(),
@@ -418,10 +436,16 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<VdevArgs> {
         };
         bare = None;
         match (start, &into) {
+            (Some(t), In::Log | In::LogGroup) => {
+                out.logs.push(t);
+                into = In::LogGroup;
+            }
             (Some(t), _) => {
                 out.tops.push(t);
                 into = In::Group;
             }
+            (None, In::Log) => out.logs.push(TopSpec { layout: Layout::Plain, devices: vec![a.clone()] }),
+            (None, In::LogGroup) => out.logs.last_mut().expect("a log group was opened").devices.push(a.clone()),
             (None, In::Cache) => out.cache.push(a.clone()),
             (None, In::Spare) => out.spares.push(a.clone()),
             (None, In::Group) => out.tops.last_mut().expect("a group was opened").devices.push(a.clone()),

@@ -109,8 +109,8 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             }
             close(st, &name, force, Closing::Export, out)
         }
-        PoolCmd::Import { dirs, json, force, rewind, dry_run, mountpoint, pool, device_bandwidth } => {
-            import(st, ImportArgs { dirs, json, force, rewind, dry_run, mountpoint, pool, device_bandwidth }, t, out)
+        PoolCmd::Import { dirs, json, force, rewind, dry_run, mountpoint, missing_log, pool, device_bandwidth } => {
+            import(st, ImportArgs { dirs, json, force, rewind, dry_run, mountpoint, missing_log, pool, device_bandwidth }, t, out)
         }
         PoolCmd::Destroy { force, name } => close(st, &name, force, Closing::Destroy, out),
         PoolCmd::Get { scripted, parsable, fields, props, name } => get(st, scripted, parsable, fields, props, name, out),
@@ -122,12 +122,16 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             let spec: Vec<PathBuf> = std::iter::once(PathBuf::from(&kind)).chain(devices).collect();
             let v = split_vdevs(&spec)?;
             if v.is_empty() {
-                return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL [mirror|raidzN] DEVICE... [cache DEVICE...] [spare DEVICE...])", name)));
+                return Err(Error::invalid(format!("cannot add to pool '{}': no devices given (pool add POOL [mirror|raidzN] DEVICE... [log [mirror] DEVICE...] [cache DEVICE...] [spare DEVICE...])", name)));
             }
             let pool = &st.live(&name, out)?.pool;
             let context = |e: Error| e.context(format!("cannot add to pool '{}'", name));
             if !v.tops.is_empty() {
                 let res = pool.add_vdevs(&v.tops, force).map_err(context);
+                cache_devices(&name, pool).and(res)?;
+            }
+            if !v.logs.is_empty() {
+                let res = pool.add_log_vdevs(&v.logs, force).map_err(context);
                 cache_devices(&name, pool).and(res)?;
             }
             if !v.cache.is_empty() {
@@ -138,7 +142,12 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
             }
             Ok(())
         }
-        PoolCmd::Remove { name, devices } => st.live(&name, out)?.pool.remove_devices(&devices),
+        PoolCmd::Remove { name, devices } => {
+            let pool = &st.live(&name, out)?.pool;
+            // A log device that left changes the devices import opens.
+            let res = pool.remove_devices(&devices);
+            cache_devices(&name, pool).and(res)
+        }
         PoolCmd::Sync { names } => {
             let names = if names.is_empty() { st.pools.keys().cloned().collect() } else { names };
             names.iter().try_for_each(|n| st.live(n, out)?.pool.sync().map_err(|e| e.context(format!("cannot sync pool '{}'", n))))
@@ -327,7 +336,8 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
     }
     let v = split_vdevs(&a.devices)?;
     let data = v.tops;
-    let mut opts = CreateOptions { force: a.force, cache: v.cache, spares: v.spares, tunables: t.clone(), root_props, ..Default::default() };
+    let logs = v.logs.clone();
+    let mut opts = CreateOptions { force: a.force, cache: v.cache, spares: v.spares, logs: v.logs, tunables: t.clone(), root_props, ..Default::default() };
     for (k, v) in split_assignments(&a.pool_props, "-o")? {
         if k == "ashift" {
             opts.ashift = v.parse().map_err(|_| Error::invalid(format!("bad ashift '{}': a number from 9 to 16", v)))?;
@@ -345,7 +355,7 @@ fn create(st: &mut State, a: CreateArgs, t: &Tunables, out: &mut Out) -> Result<
     // A device of a live pool of this daemon is refused by Pool::create
     // (its lock records the pool), as is any busy or signed device.
     let pool = Pool::create_layout(&a.name, &data, &opts)?;
-    let entry = CachedPool { name: a.name.clone(), guid: pool.guid(), devices: data.iter().flat_map(|t| t.devices.iter()).map(|d| abs(d)).collect(), mountpoint: mountpoint.clone() };
+    let entry = CachedPool { name: a.name.clone(), guid: pool.guid(), devices: data.iter().chain(&logs).flat_map(|t| t.devices.iter()).map(|d| abs(d)).collect(), mountpoint: mountpoint.clone() };
     cache.add(entry)?;
     if let Err(e) = cache.save() {
         let _ = pool.close();
@@ -396,7 +406,7 @@ fn faulted_status(entry: &CachedPool, why: &str) -> PoolStatus {
         .devices
         .iter()
         .enumerate()
-        .map(|(i, d)| VdevStatus { id: i as u32, path: d.clone(), kind: String::new(), guid: 0, state: "-".into(), fault: None, size: 0, allocated: 0, read_errors: 0, write_errors: 0, checksum_errors: 0, direct_io: false, repaired_bytes: 0, missed_txgs: None, children: vec![] })
+        .map(|(i, d)| VdevStatus { id: i as u32, path: d.clone(), kind: String::new(), guid: 0, state: "-".into(), fault: None, size: 0, allocated: 0, read_errors: 0, write_errors: 0, checksum_errors: 0, direct_io: false, repaired_bytes: 0, missed_txgs: None, children: vec![], class: "normal".into() })
         .collect();
     PoolStatus {
         name: entry.name.clone(),
@@ -413,6 +423,8 @@ fn faulted_status(entry: &CachedPool, why: &str) -> PoolStatus {
         suspension: None,
         scan: None,
         spares: vec![],
+        logs: vec![],
+        log_discarded: vec![],
     }
 }
 
@@ -510,9 +522,17 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
     for v in &s.vdevs {
         vdev_rows(v, 1, resilvering, &mut rows, &mut faults);
     }
+    if !s.logs.is_empty() {
+        // zpool's "logs" section: each log vdev with its counters.
+        rows.push((vec!["logs".into()], None));
+        for v in &s.logs {
+            vdev_rows(v, 1, resilvering, &mut rows, &mut faults);
+        }
+    }
     spare_rows(&s.spares, &mut rows);
     out.text.push_str(&noted_table(&["NAME", "STATE", "SIZE", "ALLOC", "READ", "WRITE", "CKSUM"], &rows));
     faults.into_iter().for_each(|f| out.line(f));
+    s.log_discarded.iter().for_each(|l| out.line(format!("  logs: {}", l)));
     print_errors(s, errors, verbose, out);
 }
 
@@ -767,6 +787,7 @@ struct ImportArgs {
     rewind: bool,
     dry_run: bool,
     mountpoint: Option<String>,
+    missing_log: bool,
     pool: Option<String>,
     device_bandwidth: Option<String>,
 }
@@ -796,11 +817,19 @@ fn import(st: &mut State, a: ImportArgs, t: &Tunables, out: &mut Out) -> Result<
     if !p.missing.is_empty() {
         return Err(Error::not_found(format!("pool '{}' cannot be imported: missing devices {}", p.name, p.missing.join(", "))));
     }
+    if !p.missing_logs.is_empty() && !a.missing_log {
+        return Err(Error::not_found(format!(
+            "pool '{}' cannot be imported: log devices {} are missing, and the intent-log records on them would be lost; `tarn pool import --missing-log {}` imports without them, discarding those records (zpool's -m; tarn's -m is the mountpoint)",
+            p.name,
+            p.missing_logs.join(", "),
+            p.name
+        )));
+    }
     if p.state == "DESTROYED" && !a.force {
         return Err(Error::invalid(format!("pool '{}' was destroyed; use -f to import it anyway", p.name)));
     }
     let paths: Vec<PathBuf> = p.devices.iter().map(PathBuf::from).collect();
-    let opts = OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, ..Default::default() };
+    let opts = OpenOptions { readonly: false, tunables: t.clone(), rewind: a.rewind, missing_log: a.missing_log, ..Default::default() };
     if a.dry_run {
         out.line(Pool::check_open(&paths, &opts)?.would());
         return Ok(());

@@ -212,6 +212,11 @@ impl Pool {
         self.drop_log_vdev(id)
     }
 
+    /// Whether `which` names a log vdev of the pool.
+    pub(crate) fn names_log(&self, which: &str) -> bool {
+        self.log_named(which).is_ok()
+    }
+
     /// The log vdev `which` names (the vdev's name or one of its leaves).
     fn log_named(&self, which: &str) -> Result<u32> {
         let core = self.core();

@@ -675,6 +675,14 @@ impl Pool {
         let sh = ShellShared::assemble(cfg.clone(), devs, locks, &opts.tunables, opts.arc.clone(), opts.readonly, ub.clone())?;
         let (cp, logs) = spacemap::load(&sh.core, &ub.space_cp, &ub.space_log, ub.txg)?;
         {
+            // A checkpoint written before a log vdev was removed still
+            // lists it (empty): not the pool's any more.
+            let mut a = sh.core.alloc.lock();
+            for id in a.vdev_ids().into_iter().filter(|id| sh.core.vdevs.get(*id as usize).is_none()) {
+                a.forget_vdev(id).map_err(|e| Error::corrupt(format!("pool '{}': the space checkpoint lists vdev {}, which the pool does not have: {}", sh.core.name, id, e)))?;
+            }
+        }
+        {
             let mut s = sh.sync.lock();
             s.cp_chain = cp;
             s.log_chain = logs;
@@ -710,6 +718,7 @@ impl Pool {
             // Before anything allocates: log blocks are free on disk.
             let lost = sh.dsl.claim_logs(ub.txg)?;
             sh.open_warnings.lock().extend(lost);
+            sh.open_warnings.lock().extend(sh.core.logs.discarded());
         }
         // So is a damaged scan record: the scan's result, or a scan
         // that was running (start it again).
@@ -1758,7 +1767,7 @@ fn write_configs(core: &PoolCore, cfg: &LabelConfig) -> Result<()> {
         c.top_guid = top.guid;
         if let Err(e) = write_config_all(l, &c) {
             l.fault(Health::Faulted(format!("writing labels: {}", e)));
-            if top.leaf().is_some() || !top.writable() {
+            if !core.logs.contains(top.id()) && (top.leaf().is_some() || !top.writable()) {
                 return Err(Error::io(format!("writing labels of {}", v.path), e));
             }
         }
@@ -2114,8 +2123,12 @@ pub struct DiscoveredPool {
     pub state: String,
     pub txg: u64,
     pub devices: Vec<String>,
-    /// Devices the config names that were not found.
+    /// Devices the config names that were not found (log devices apart).
     pub missing: Vec<String>,
+    /// Devices of log vdevs that were not found: importing without them
+    /// discards their intent-log records (`pool import --missing-log`).
+    #[serde(default)]
+    pub missing_logs: Vec<String>,
 }
 
 /// Finds pools on the given files/devices (a directory is scanned one level).
@@ -2154,7 +2167,7 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
             Some(e) => e,
             None => {
                 pools.push((
-                    DiscoveredPool { name: cfg.pool_name.clone(), guid: cfg.pool_guid, state: cfg.state.name().into(), txg: cfg.config_txg, devices: vec![], missing: vec![] },
+                    DiscoveredPool { name: cfg.pool_name.clone(), guid: cfg.pool_guid, state: cfg.state.name().into(), txg: cfg.config_txg, devices: vec![], missing: vec![], missing_logs: vec![] },
                     cfg.clone(),
                 ));
                 pools.last_mut().expect("just pushed")
@@ -2175,7 +2188,11 @@ pub fn discover(paths: &[PathBuf]) -> Vec<DiscoveredPool> {
     for (d, cfg) in pools.iter_mut() {
         let found: Vec<u64> = d.devices.iter().filter_map(|p| probe(Path::new(p)).map(|c| c.device_guid)).collect();
         let leaves = cfg.tree.leaves();
-        d.missing = leaves.iter().filter(|l| !found.contains(&l.guid)).map(|l| l.path.clone()).collect();
+        let logs: Vec<u64> = cfg.tree.children.iter().filter(|t| cfg.logs.contains(&t.id)).flat_map(|t| t.leaves().into_iter().map(|l| l.guid)).collect();
+        let gone = leaves.iter().filter(|l| !found.contains(&l.guid));
+        let (gone_logs, gone_data): (Vec<&&VdevNode>, Vec<&&VdevNode>) = gone.partition(|l| logs.contains(&l.guid));
+        d.missing = gone_data.iter().map(|l| l.path.clone()).collect();
+        d.missing_logs = gone_logs.iter().map(|l| l.path.clone()).collect();
         // Order devices as the config does.
         let order = |p: &String| probe(Path::new(p)).and_then(|c| leaves.iter().position(|l| l.guid == c.device_guid)).unwrap_or(usize::MAX);
         d.devices.sort_by_key(order);

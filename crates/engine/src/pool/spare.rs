@@ -384,8 +384,11 @@ impl Pool {
     /// twice), none, with an error naming it.
     pub fn remove_devices(&self, which: &[String]) -> Result<()> {
         self.core().check_writable()?;
+        // Log devices go one at a time (`pool::log_vdev`), after the rest
+        // is checked.
+        let (logs, which): (Vec<String>, Vec<String>) = which.iter().cloned().partition(|w| self.names_log(w));
         let mut chosen: Vec<(String, Removal)> = Vec::new();
-        for w in which {
+        for w in &which {
             let r = self.removal(w)?;
             let same = |a: &Removal, b: &Removal| match (a, b) {
                 (Removal::Spare(x), Removal::Spare(y)) => x == y,
@@ -405,7 +408,7 @@ impl Pool {
         if !caches.is_empty() {
             self.remove_caches(&caches)?;
         }
-        Ok(())
+        logs.iter().try_for_each(|l| self.remove_log(l))
     }
 
     /// What removing `which` means, or why it cannot be removed.
@@ -426,10 +429,10 @@ impl Pool {
             };
         }
         let why = match core.leaf_named(which) {
-            Some((top, _)) => format!("it is a data device (of {}), and only cache devices and hot spares can be removed", top.path),
+            Some((top, _)) => format!("it is a data device (of {}), and only cache devices, hot spares and log devices can be removed", top.path),
             None => "it is not a device of the pool".to_string(),
         };
-        Err(Error::not_found(format!("'{}' is not a cache device of pool '{}' nor one of its hot spares: {}", which, core.name, why)))
+        Err(Error::not_found(format!("'{}' is not a cache device, hot spare or log device of pool '{}': {}", which, core.name, why)))
     }
 
     /// `pool detach` of a child of a spare vdev (see the module docs): the

@@ -334,6 +334,11 @@ impl Zil {
         check_blocks(&st).map_err(|e| format!("{}: {}", self.what(), e))
     }
 
+    /// The header the last sync wrote (or import read).
+    pub fn header(&self) -> ZilHeader {
+        self.st.lock().written
+    }
+
     /// Whether a block of this log (written, or the chain's next place)
     /// is on top-level vdev `vdev`.
     pub(crate) fn holds_blocks_on(&self, vdev: u32) -> bool {

@@ -1758,6 +1758,14 @@ impl Allocator {
         if !vs.log {
             return Err(AllocError::Inconsistent(format!("vdev {} is not a log vdev: it cannot be taken out", vdev)));
         }
+        self.forget_vdev(vdev)
+    }
+
+    /// Import: takes out a vdev a checkpoint listed that the pool no longer
+    /// has (a log vdev removed after the checkpoint was written): it must
+    /// be empty, as a removed log vdev is (log blocks are free on disk).
+    pub fn forget_vdev(&mut self, vdev: u32) -> Result<(), AllocError> {
+        let vs = self.vdev_mut(vdev)?;
         let held = vs.allocated + vs.deferred_all.space();
         if held != 0 {
             return Err(AllocError::Inconsistent(format!("vdev {} still holds {} bytes", vdev, held)));
