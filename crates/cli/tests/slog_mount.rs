@@ -1,0 +1,132 @@
+//! Separate intent-log devices through the daemon (issue 13, `pool::
+//! log_vdev`): a pool created with a log mirror shows it in a `logs`
+//! section of `pool status` (and `--json` with its class); what a program
+//! fsynced is there after the daemon is SIGKILLed with no txg synced; the
+//! log device can be removed. Hostile input is one error line and changes
+//! nothing: `log` with no device, RAID-Z logs, a device of another pool or
+//! holding a file system, removing a data device as a log, an import with
+//! a log device missing (refused, naming it and `--missing-log`), and
+//! `--missing-log` with nothing missing (imports as usual).
+
+mod common;
+
+use std::io::Write;
+
+use common::{noise as content, Env};
+
+fn status_json(e: &Env) -> serde_json::Value {
+    serde_json::from_str(e.ok(&["pool", "status", "--json", "tank"]).trim()).expect("status --json")
+}
+
+#[test]
+fn log_mirror_in_status_and_fsynced_files_survive_a_sigkill() {
+    let Some(e) = Env::real("slogkill") else { return };
+    let mnt = e.path("mnt");
+    e.ok(&["pool", "create", "-m", &mnt, "tank", &e.path("a.img"), "log", "mirror", &e.path("l1.img"), &e.path("l2.img"), "--size", "256M"]);
+    e.ok(&["tunable", "set", "zfs_txg_timeout=3600"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("\n\tlogs") || st.lines().any(|l| l.trim() == "logs"), "a logs section: {st}");
+    assert!(st.contains("mirror-1") && st.contains("l1.img") && st.contains("l2.img"), "{st}");
+    let j = status_json(&e);
+    let j = if j.is_array() { j[0].clone() } else { j };
+    assert_eq!(j["logs"][0]["class"], "log", "{j}");
+    assert_eq!(j["logs"][0]["kind"], "mirror", "{j}");
+    assert!(j["vdevs"].as_array().unwrap().iter().all(|v| v["class"] == "normal"), "{j}");
+    std::fs::File::create(format!("{mnt}/warm")).unwrap().sync_all().unwrap();
+    for i in 0..20u64 {
+        let mut f = std::fs::File::create(format!("{mnt}/f{i}")).unwrap();
+        f.write_all(&content(8_000 + i as usize * 1_000, i)).unwrap();
+        f.sync_all().unwrap();
+    }
+    let j = status_json(&e);
+    let j = if j.is_array() { j[0].clone() } else { j };
+    assert!(j["logs"][0]["allocated"].as_u64() > Some(0) || j["logs"][0]["children"][0]["write_errors"] == 0, "{j}");
+    let pid = e.pid().expect("pid");
+    // SAFETY: killing our test's own daemon.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    e.wait_killed(pid);
+    let status = e.ok(&["pool", "status", "tank"]);
+    assert!(status.contains("state: ONLINE") && status.contains("logs"), "{status}");
+    common::wait_for("the mount to come back", || std::path::Path::new(&format!("{mnt}/f19")).exists());
+    for i in 0..20u64 {
+        let got = std::fs::read(format!("{mnt}/f{i}")).unwrap_or_default();
+        assert!(got == content(8_000 + i as usize * 1_000, i), "f{i}: {} bytes", got.len());
+    }
+    // The log mirror can be removed; fsync goes on without it.
+    e.ok(&["pool", "remove", "tank", "mirror-1"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(!st.contains("logs") && !st.contains("l1.img"), "{st}");
+    std::fs::write(format!("{mnt}/after"), b"after").unwrap();
+    std::fs::File::open(format!("{mnt}/after")).unwrap().sync_all().unwrap();
+    let v = e.ok(&["inspect", "tank", "--verify"]);
+    assert!(!v.contains("ERROR"), "{v}");
+}
+
+#[test]
+fn log_devices_refuse_bad_input() {
+    let e = Env::plain("slogbad");
+    for (args, want) in [
+        (&["a.img", "log"][..], "'log' is given no devices"),
+        (&["a.img", "log", "cache", "c.img"][..], "'log' is given no devices"),
+        (&["a.img", "log", "raidz", "x.img", "y.img", "z.img"][..], "a log vdev is a device or a mirror"),
+        (&["a.img", "log", "raidz2", "x.img", "y.img", "z.img"][..], "a log vdev is a device or a mirror"),
+        (&["a.img", "log", "a.img"][..], "given twice"),
+        (&["a.img", "log", "mirror", "x.img"][..], "a mirror needs at least 2 devices"),
+    ] {
+        let mut cmd = vec!["pool", "create", "-m", "none", "--size", "128M", "p"];
+        cmd.extend_from_slice(args);
+        let err = e.fails(&cmd);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    assert!(e.fails(&["pool", "status", "p"]).contains("'p'"), "no pool was made");
+    e.ok(&["pool", "create", "-m", "none", "--size", "128M", "tank", "a.img", "log", "l1.img"]);
+    e.ok(&["pool", "create", "-m", "none", "--size", "128M", "other", "o.img"]);
+    // Adding: vetted like any new device.
+    for (args, want) in [
+        (&["log"][..], "'log' is given no devices"),
+        (&["log", "o.img"][..], "part of active pool 'other'"),
+        (&["log", "a.img"][..], "part of active pool 'tank'"),
+        (&["log", "l1.img"][..], "part of active pool 'tank'"),
+        (&["log", "raidz1", "x.img", "y.img"][..], "a log vdev is a device or a mirror"),
+    ] {
+        let mut cmd = vec!["pool", "add", "tank"];
+        cmd.extend_from_slice(args);
+        let err = e.fails(&cmd);
+        assert!(err.contains(want), "add {args:?}: {err}");
+    }
+    // Another pool may not take tank's log device.
+    let err = e.fails(&["pool", "create", "-f", "-m", "none", "third", "t.img", "log", "l1.img"]);
+    assert!(err.contains("l1.img") && err.contains("part of active pool 'tank'"), "{err}");
+    if std::process::Command::new("mkfs.ext4").arg("-V").output().is_ok_and(|o| o.status.success()) {
+        std::fs::File::create(e.path("fs.img")).unwrap().set_len(128 << 20).unwrap();
+        let o = std::process::Command::new("mkfs.ext4").args(["-q", "-F", &e.path("fs.img")]).output().unwrap();
+        assert!(o.status.success(), "mkfs.ext4: {}", String::from_utf8_lossy(&o.stderr));
+        let err = e.fails(&["pool", "add", "tank", "log", "fs.img"]);
+        assert!(err.contains("fs.img") && err.contains("an ext4 file system") && err.contains("-f"), "{err}");
+    } else {
+        eprintln!("{}: skipping the ext4 case: mkfs.ext4 is not installed", module_path!());
+    }
+    // Removing a data device through `remove`: refused, saying what it is.
+    let err = e.fails(&["pool", "remove", "tank", "a.img"]);
+    assert!(err.contains("a.img") && err.contains("data device"), "{err}");
+    // An import with the log device missing: refused, naming it and the flag.
+    e.ok(&["pool", "export", "tank"]);
+    std::fs::rename(e.path("l1.img"), e.path("l1.img.away")).unwrap();
+    let dir = e.dir.display().to_string();
+    let err = e.fails(&["pool", "import", "-d", &dir, "tank"]);
+    assert!(err.contains("l1.img") && err.contains("--missing-log"), "{err}");
+    std::fs::rename(e.path("l1.img.away"), e.path("l1.img")).unwrap();
+    // --missing-log with nothing missing: an ordinary import.
+    e.ok(&["pool", "import", "-d", &dir, "--missing-log", "tank"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("logs") && st.contains("l1.img") && !st.contains("discarded"), "{st}");
+    // And with it missing: imports, UNAVAIL, said.
+    e.ok(&["pool", "export", "tank"]);
+    std::fs::remove_file(e.path("l1.img")).unwrap();
+    let o = e.run(&["pool", "import", "-d", &dir, "--missing-log", "tank"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("UNAVAIL") && st.contains("l1.img"), "{st}");
+    e.ok(&["pool", "remove", "tank", &e.path("l1.img")]);
+    assert!(!e.ok(&["pool", "status", "tank"]).contains("logs"));
+}
