@@ -403,7 +403,9 @@ pub fn split_vdevs(args: &[PathBuf]) -> Result<VdevArgs> {
             Some(TopSpec { layout, devices: vec![] })
         };
         let kw = vdev_keyword(a);
-        if let (Some(b), Some(_)) = (bare, kw) {
+        // `log` may be followed by a group keyword (`log mirror …`).
+        let log_group = matches!(into, In::Log) && matches!(kw, Some("mirror") | Some("raidz"));
+        if let (Some(b), Some(_), false) = (bare, kw, log_group) {
             return Err(no_devices(b));
         }
         let logs = matches!(into, In::Log | In::LogGroup);

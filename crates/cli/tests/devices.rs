@@ -403,7 +403,6 @@ fn vdev_keywords_are_keywords() {
     let cases: &[(&[&str], &str)] = &[
         (&["draid", "a.img", "b.img"], "draid"),
         (&["draid2:3d:1s", "a.img", "b.img"], "draid"),
-        (&["a.img", "log", "b.img"], "log"),
         (&["a.img", "special", "b.img"], "special"),
         (&["a.img", "dedup", "b.img"], "dedup"),
     ];

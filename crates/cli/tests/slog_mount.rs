@@ -64,7 +64,9 @@ fn log_mirror_in_status_and_fsynced_files_survive_a_sigkill() {
 
 #[test]
 fn log_devices_refuse_bad_input() {
-    let e = Env::plain("slogbad");
+    let mut e = Env::plain("slogbad");
+    // Relative device names are the test directory's.
+    e.cwd = Some(e.dir.clone());
     for (args, want) in [
         (&["a.img", "log"][..], "'log' is given no devices"),
         (&["a.img", "log", "cache", "c.img"][..], "'log' is given no devices"),
@@ -95,6 +97,7 @@ fn log_devices_refuse_bad_input() {
         assert!(err.contains(want), "add {args:?}: {err}");
     }
     // Another pool may not take tank's log device.
+    std::fs::File::create(e.path("t.img")).unwrap().set_len(128 << 20).unwrap();
     let err = e.fails(&["pool", "create", "-f", "-m", "none", "third", "t.img", "log", "l1.img"]);
     assert!(err.contains("l1.img") && err.contains("part of active pool 'tank'"), "{err}");
     if std::process::Command::new("mkfs.ext4").arg("-V").output().is_ok_and(|o| o.status.success()) {
@@ -111,11 +114,14 @@ fn log_devices_refuse_bad_input() {
     assert!(err.contains("a.img") && err.contains("data device"), "{err}");
     // An import with the log device missing: refused, naming it and the flag.
     e.ok(&["pool", "export", "tank"]);
-    std::fs::rename(e.path("l1.img"), e.path("l1.img.away")).unwrap();
+    // Out of the directory import searches (a file found under another
+    // name there is the device: import would find it).
+    std::fs::create_dir(e.path("away")).unwrap();
+    std::fs::rename(e.path("l1.img"), e.path("away/l1.img")).unwrap();
     let dir = e.dir.display().to_string();
     let err = e.fails(&["pool", "import", "-d", &dir, "tank"]);
     assert!(err.contains("l1.img") && err.contains("--missing-log"), "{err}");
-    std::fs::rename(e.path("l1.img.away"), e.path("l1.img")).unwrap();
+    std::fs::rename(e.path("away/l1.img"), e.path("l1.img")).unwrap();
     // --missing-log with nothing missing: an ordinary import.
     e.ok(&["pool", "import", "-d", &dir, "--missing-log", "tank"]);
     let st = e.ok(&["pool", "status", "tank"]);

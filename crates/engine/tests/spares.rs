@@ -315,7 +315,7 @@ fn remove_takes_avail_spares_only() {
     };
     refused(&["s1"], "cannot remove 's1': hot spare 's1' is in use, standing in for 'b' (detach it first: 'tarn pool detach tank s1')");
     refused(&["s2", "s1"], "hot spare 's1' is in use");
-    refused(&["a"], "'a' is not a cache device of pool 'tank' nor one of its hot spares: it is a data device (of mirror-0)");
+    refused(&["a"], "'a' is not a cache device of pool 'tank', nor one of its hot spares or log devices: it is a data device (of mirror-0)");
     refused(&["nosuch"], "it is not a device of the pool");
     refused(&["s2", "s2"], "given twice");
     pool.remove_devices(&["s2".to_string()]).expect("remove the AVAIL spare");

@@ -432,7 +432,7 @@ impl Pool {
             Some((top, _)) => format!("it is a data device (of {}), and only cache devices, hot spares and log devices can be removed", top.path),
             None => "it is not a device of the pool".to_string(),
         };
-        Err(Error::not_found(format!("'{}' is not a cache device, hot spare or log device of pool '{}': {}", which, core.name, why)))
+        Err(Error::not_found(format!("'{}' is not a cache device of pool '{}', nor one of its hot spares or log devices: {}", which, core.name, why)))
     }
 
     /// `pool detach` of a child of a spare vdev (see the module docs): the
