@@ -1,6 +1,8 @@
 //! Power cuts under an fsync workload: what fsync acknowledged survives.
 //!
-//! One seed: a pool on one or two fault-injecting devices, a POSIX file
+//! One seed: a pool on one or two fault-injecting devices (for a third of
+//! the seeds with a log vdev on one more: the cut then falls on the log
+//! device for half of them, which dies while the pool goes on), a POSIX file
 //! system with its intent log, and a workload of creates, whole-file
 //! rewrites (one write each: atomic), renames, removes, fsyncs and the odd
 //! `syncfs`. The power is cut at the k-th write of one device (anywhere:
@@ -35,6 +37,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::*;
+use tarn_engine::pool::vdevs::{Layout, NewTop};
 use tarn_engine::posix::{Caller, FileSystem, PosixFs, PosixOptions, RenameFlags};
 use tarn_engine::sys::fault::{FaultConfig, FaultDevice};
 use tarn_engine::tunables::Tunables;
@@ -127,10 +130,15 @@ fn workload(fs: &PosixFs, rng: &mut Rng, ops: usize, h: &mut History) -> Result<
     Ok(())
 }
 
-fn new_pool(seed: u64, ndevs: usize, t: &Tunables) -> (Vec<Arc<FaultDevice>>, Pool) {
-    let devs = mem_devs(ndevs, 128 << 20, seed);
+/// A pool on `ndevs` devices, with a log vdev on one more when `log`.
+fn new_pool(seed: u64, ndevs: usize, log: bool, t: &Tunables) -> (Vec<Arc<FaultDevice>>, Pool) {
+    let devs = mem_devs(ndevs + log as usize, 128 << 20, seed);
     let opts = tarn_engine::CreateOptions { tunables: t.clone(), ..Default::default() };
-    let pool = Pool::create_on("tank", as_dyn(&devs), vec![], &opts).expect("create");
+    let pool = Pool::create_on("tank", as_dyn(&devs[..ndevs]), vec![], &opts).expect("create");
+    if log {
+        let dev = (format!("mem{}", ndevs), devs[ndevs].clone() as Arc<dyn tarn_engine::sys::BlockDevice>);
+        pool.add_log_vdevs_on(vec![NewTop { layout: Layout::Plain, devices: vec![dev] }], false).expect("add log");
+    }
     (devs, pool)
 }
 
@@ -146,9 +154,18 @@ fn run(seed: u64, k: Option<u64>, crash_seed: u64) -> u64 {
     let mut rng = Rng::new(seed);
     let t = tunables(&mut rng);
     let ndevs = rng.range(1, 2) as usize;
-    let cut = rng.below(ndevs as u64) as usize;
+    let mut cut = rng.below(ndevs as u64) as usize;
     let ops = rng.range(30, 80) as usize;
-    let (devs, pool) = new_pool(seed, ndevs, &t);
+    // Drawn apart, so the seeds without a log vdev run as they always did.
+    let mut lrng = Rng::new(seed ^ 0x5106);
+    let log = lrng.chance(33);
+    if log && lrng.chance(50) {
+        cut = ndevs;
+    }
+    let (devs, pool) = new_pool(seed, ndevs, log, &t);
+    if k.is_some() && log {
+        LOG_CUTS[(cut == ndevs) as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     let fs = mount(&pool, "new pool");
     // The chain starts with the first commit (one txg sync): do it before
     // the cut can come, so cuts fall in the steady state too.
@@ -160,7 +177,7 @@ fn run(seed: u64, k: Option<u64>, crash_seed: u64) -> u64 {
     }
     let mut h = History::default();
     let res = workload(&fs, &mut rng.fork(), ops, &mut h);
-    let ctx = format!("seed {:#x}, cut at write {:?} of device {} (crash seed {:#x})", seed, k, cut, crash_seed);
+    let ctx = format!("seed {:#x}, cut at write {:?} of device {}{} (crash seed {:#x})", seed, k, cut, if cut == ndevs { " (the log device)" } else { "" }, crash_seed);
     let Some(_) = k else {
         res.unwrap_or_else(|e| panic!("{}: uncut workload failed: {}", ctx, e));
         return devs[cut].stats().writes - before;
@@ -217,6 +234,9 @@ fn run(seed: u64, k: Option<u64>, crash_seed: u64) -> u64 {
     check(&fs, &h, &ctx);
     replayed as u64
 }
+
+/// Cuts of pools with a log vdev: [on a data device, on the log device].
+static LOG_CUTS: [std::sync::atomic::AtomicU64; 2] = [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
 
 /// Second cuts that came during replay (the device died before its end).
 static RECUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -289,6 +309,7 @@ fn power_cuts_never_lose_what_fsync_acknowledged() {
         }
     }
     let recuts = RECUTS.load(std::sync::atomic::Ordering::Relaxed);
-    println!("{} power cuts under fsync load, {} of them with a log to replay, {} cut again during replay, all recovered", runs, replays, recuts);
+    let logs = [0, 1].map(|i| LOG_CUTS[i].load(std::sync::atomic::Ordering::Relaxed));
+    println!("{} power cuts under fsync load, {} of them with a log to replay, {} cut again during replay, {} on pools with a log vdev ({} of them cutting the log device), all recovered", runs, replays, recuts, logs[0] + logs[1], logs[1]);
     assert!(only.is_some() || replays * 4 >= runs, "too few cuts left a log to replay ({} of {}): the test no longer tests replay", replays, runs);
 }

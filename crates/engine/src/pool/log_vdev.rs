@@ -124,7 +124,7 @@ impl PoolCore {
             l.dtl.lock().add(self.txg.synced_txg() + 1);
         }
         let rest = if t.writable() { format!("{} is {}", t.path, t.state().name()) } else { "intent-log blocks go to the main pool".to_string() };
-        eprintln!("tarn: pool '{}': log device {}; {} and the pool goes on", self.name, super::vdevs::fault_message(leaf, h), rest);
+        eprintln!("tarn: pool '{}': log {}; {} and the pool goes on", self.name, super::vdevs::fault_message(leaf, h), rest);
     }
 
     /// Import found a chain of `what` ending at a block on log vdev `vdev`
