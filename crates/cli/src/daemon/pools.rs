@@ -614,7 +614,7 @@ fn spare_rows(spares: &[SpareStatus], rows: &mut Vec<Row>) {
 /// Whether `status -x` leaves the pool out: ONLINE, no device errors, no
 /// permanent errors, nothing being resilvered (as zpool's).
 fn healthy(s: &PoolStatus) -> bool {
-    let leaves: Vec<&VdevStatus> = s.vdevs.iter().flat_map(status_leaves).collect();
+    let leaves: Vec<&VdevStatus> = s.vdevs.iter().chain(&s.logs).flat_map(status_leaves).collect();
     let errors = leaves.iter().any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0 || l.state != "ONLINE");
     s.state == "ONLINE" && !errors && s.data_errors == 0 && health_lines(s).is_empty()
 }
@@ -630,7 +630,7 @@ fn status_leaves(v: &VdevStatus) -> Vec<&VdevStatus> {
 /// zpool's "status:" and "action:" lines for a pool that runs degraded or
 /// whose devices have seen errors (none for a healthy pool).
 fn health_lines(s: &PoolStatus) -> Vec<String> {
-    let leaves: Vec<&VdevStatus> = s.vdevs.iter().flat_map(status_leaves).collect();
+    let leaves: Vec<&VdevStatus> = s.vdevs.iter().chain(&s.logs).flat_map(status_leaves).collect();
     let down = |st: &str| leaves.iter().any(|l| l.state == st);
     let errors = leaves.iter().any(|l| l.read_errors + l.write_errors + l.checksum_errors > 0);
     let resilvering = s.scan.as_ref().is_some_and(|sc| sc.func == ScanFunc::Resilver && sc.state == ScanState::Scanning);

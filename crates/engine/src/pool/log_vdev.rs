@@ -165,9 +165,7 @@ impl Pool {
     /// `pool add POOL log [mirror] DEV...`: vets every device as `pool
     /// create` does, then adds them all as log vdevs or none.
     pub fn add_log_vdevs(&self, tops: &[TopSpec], force: bool) -> Result<()> {
-        let paths: Vec<std::path::PathBuf> = tops.iter().flat_map(|t| t.devices.iter().cloned()).collect();
-        let mut devs = self.vet_new_devices(&paths, force)?.into_iter();
-        let new: Vec<NewTop> = tops.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect();
+        let new = self.vet_tops(tops, force)?;
         self.add_log_vdevs_on(new, force)
     }
 

@@ -65,10 +65,16 @@ impl Pool {
     /// `pool::vet`; `force` as `pool create -f`, and for mismatched
     /// redundancy), then adds them all or none.
     pub fn add_vdevs(&self, tops: &[TopSpec], force: bool) -> Result<()> {
+        let new = self.vet_tops(tops, force)?;
+        self.add_vdevs_on(new, force)
+    }
+
+    /// The devices of `tops` vetted (`vet_new_devices`) and opened, in
+    /// their layouts.
+    pub(super) fn vet_tops(&self, tops: &[TopSpec], force: bool) -> Result<Vec<NewTop>> {
         let paths: Vec<std::path::PathBuf> = tops.iter().flat_map(|t| t.devices.iter().cloned()).collect();
         let mut devs = self.vet_new_devices(&paths, force)?.into_iter();
-        let new: Vec<NewTop> = tops.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect();
-        self.add_vdevs_on(new, force)
+        Ok(tops.iter().map(|t| NewTop { layout: t.layout, devices: devs.by_ref().take(t.devices.len()).collect() }).collect())
     }
 
     /// As `add_vdevs`, on opened devices.
