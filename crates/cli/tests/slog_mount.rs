@@ -62,6 +62,35 @@ fn log_mirror_in_status_and_fsynced_files_survive_a_sigkill() {
     assert!(!v.contains("ERROR"), "{v}");
 }
 
+/// The log device vanishes under an fsync load (`tarn inject -e nxio`):
+/// no fsync fails, the pool is not suspended, `status` shows the log
+/// device's fault in the logs section, and every file is whole.
+#[test]
+fn a_vanishing_log_device_costs_no_error() {
+    let Some(e) = Env::real("slogfail") else { return };
+    let mnt = e.path("mnt");
+    e.ok(&["pool", "create", "-m", &mnt, "tank", &e.path("a.img"), "log", &e.path("l.img"), "--size", "256M"]);
+    let mut written = Vec::new();
+    for i in 0..30u64 {
+        if i == 10 {
+            e.ok(&["inject", "-d", &e.path("l.img"), "-e", "nxio", "tank"]);
+        }
+        let path = format!("{mnt}/f{i}");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&content(6_000, i)).unwrap();
+        f.sync_all().unwrap_or_else(|err| panic!("fsync of f{i} failed: {err}"));
+        written.push(path);
+    }
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(!st.contains("SUSPENDED"), "{st}");
+    let log_rows: Vec<&str> = st.lines().skip_while(|l| l.trim() != "logs").collect();
+    assert!(log_rows.iter().any(|l| l.contains("l.img") && (l.contains("REMOVED") || l.contains("FAULTED") || l.contains("UNAVAIL"))), "{st}");
+    for (i, p) in written.iter().enumerate() {
+        assert!(std::fs::read(p).unwrap() == content(6_000, i as u64), "f{i}");
+    }
+    e.ok(&["inject", "-c", "all"]);
+}
+
 #[test]
 fn log_devices_refuse_bad_input() {
     let mut e = Env::plain("slogbad");
