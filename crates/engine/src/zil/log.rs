@@ -483,3 +483,65 @@ impl Zil {
         abandon_chain(&mut st);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ptr(offset: u64, seq: u64) -> LogPtr {
+        LogPtr { vdev: 0, size: 4096, offset, asize: 4096, seq }
+    }
+
+    /// A log whose chain `guid` has written `blocks` (ptr, newest record
+    /// txg) and goes on at `next`.
+    fn state(guid: u64, blocks: &[(LogPtr, u64)], next: LogPtr) -> LogState {
+        LogState {
+            next_seq: 1,
+            namespace: Vec::new(),
+            by_object: HashMap::new(),
+            pending: Vec::new(),
+            rounds_started: 0,
+            rounds_done: 0,
+            writing: false,
+            failed: HashMap::new(),
+            chain: Some(Chain { guid, next, durable_txg: 0 }),
+            inflight_first: None,
+            blocks: blocks.iter().map(|&(ptr, max_txg)| LiveBlock { ptr, guid, max_txg }).collect(),
+            claim_txg: 0,
+            replay_seq: 0,
+            replay_marks: Vec::new(),
+            written: ZilHeader::default(),
+            needs_replay: false,
+            retiring: None,
+        }
+    }
+
+    /// Regression (a failed log write): the chain was abandoned, and the
+    /// next sync — possibly of a txg before the one holding the records
+    /// earlier rounds acknowledged — wrote a header without it and freed
+    /// its blocks. Retired, it stays named through the syncs before `from`.
+    #[test]
+    fn a_retired_chain_stays_named_until_its_txg() {
+        let mut st = state(0x51, &[(ptr(0x1000, 1), 9), (ptr(0x2000, 2), 10)], ptr(0x3000, 3));
+        retire_chain(&mut st, 10);
+        assert!(st.chain.is_none(), "the next round starts a new chain");
+        for txg in [8, 9] {
+            let h = header_now(&st, txg);
+            assert_eq!((h.guid, h.first), (0x51, ptr(0x1000, 1)), "txg {txg}: the acknowledged records' chain");
+        }
+        assert_eq!(header_now(&st, 10).guid, 0, "txg 10 holds every record: the chain goes");
+        assert!(st.blocks.iter().any(|b| b.ptr == ptr(0x3000, 3)), "the next place is freed with the chain");
+        // A chain already retiring keeps its place; the new one is dropped.
+        st.chain = Some(Chain { guid: 0x77, next: ptr(0x4000, 1), durable_txg: 12 });
+        retire_chain(&mut st, 12);
+        assert_eq!(header_now(&st, 9).guid, 0x51);
+    }
+
+    /// A chain whose next place import could not claim frees none.
+    #[test]
+    fn abandoning_frees_no_unclaimed_place() {
+        let mut st = state(0x52, &[], LogPtr::default());
+        abandon_chain(&mut st);
+        assert!(st.blocks.is_empty(), "{:?}", st.blocks);
+    }
+}
