@@ -317,3 +317,27 @@ fn a_claim_that_fails_frees_nothing_it_did_not_claim() {
     drop(fs);
     verified(&pool, "a new chain after a failed claim");
 }
+
+/// A data vdev added after a log vdev: the status keeps the classes
+/// apart, the metrics (iostat, Prometheus) pair every vdev with its own
+/// status by id (they were paired by position, which the `logs` section
+/// shifted), and the log vdev, no longer the last, cannot be removed.
+#[test]
+fn a_data_vdev_after_a_log_vdev() {
+    let (devs, pool) = pool_with_log();
+    let more = mem_devs(1, 512 << 20, 77);
+    pool.add_vdevs_on(vec![top(Layout::Plain, &more, 2)], true).expect("add a data vdev");
+    let st = pool.status();
+    assert_eq!(st.vdevs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(st.logs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![1]);
+    let m = tarn_engine::pool::metrics::snapshot(&pool);
+    for v in &m.vdevs {
+        let s = st.vdevs.iter().chain(&st.logs).find(|s| s.id == v.top).expect("a status");
+        assert_eq!((v.path.as_str(), v.size), (s.path.as_str(), s.size), "{:?}", v.path);
+    }
+    assert_eq!(m.vdevs.len(), 3, "every leaf, the log device's too");
+    let e = pool.remove_devices(&["mem1".to_string()]).expect_err("not the last");
+    assert!(e.msg.contains("mem2"), "{}", e);
+    drop(devs);
+    verified(&pool, "a data vdev after a log vdev");
+}

@@ -217,7 +217,10 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
     // One entry per leaf (for a pool of plain devices, per top-level
     // vdev, as before): a leaf's space is its top-level vdev's share.
     let mut vdevs = Vec::new();
-    for (v, vs) in core.vdevs.all().iter().zip(status.vdevs.iter()) {
+    // Log vdevs are apart in the status (its `logs`): matched by id.
+    let tops: Vec<&super::VdevStatus> = status.vdevs.iter().chain(&status.logs).collect();
+    for v in core.vdevs.all().iter() {
+        let Some(vs) = tops.iter().find(|t| t.id == v.id()) else { continue };
         let leaves = v.leaves();
         let share = match v.kind {
             crate::vdev::Kind::Raidz(_) => leaves.len() as u64,
