@@ -42,10 +42,10 @@
 //!
 //! ## Invariants
 //! 1. A top-level vdev is a log vdev in the allocator iff `LogVdevs` lists
-//!    it iff the config's `logs` does (`check_log_vdevs`, before every
-//!    uberblock in debug builds through `Pool::check_invariants`).
+//!    it iff the config's `logs` does, outside `add_tops` and `remove_log`
+//!    (`check_log_vdevs`, run by `Pool::check_invariants`).
 //! 2. Log vdevs hold transient allocations only (the allocator's
-//!    invariant 7).
+//!    invariant 7, checked with the allocator's before every uberblock).
 
 use std::collections::BTreeSet;
 
