@@ -115,6 +115,33 @@ pub(super) struct LogState {
     pub retiring: Option<Retiring>,
 }
 
+impl LogState {
+    /// The state of a log whose record holds `header`: its chain (if it
+    /// names one) goes on at the header's first place, nothing in memory.
+    fn new(header: ZilHeader) -> LogState {
+        let chain = (header.guid != 0).then_some(Chain { guid: header.guid, next: header.first, durable_txg: 0 });
+        LogState {
+            next_seq: 1,
+            namespace: Vec::new(),
+            by_object: HashMap::new(),
+            pending: Vec::new(),
+            rounds_started: 0,
+            rounds_done: 0,
+            writing: false,
+            failed: HashMap::new(),
+            chain,
+            inflight_first: None,
+            blocks: VecDeque::new(),
+            claim_txg: header.claim_txg,
+            replay_seq: header.replay_seq,
+            replay_marks: Vec::new(),
+            written: header,
+            needs_replay: false,
+            retiring: None,
+        }
+    }
+}
+
 /// The header of a replayed chain, until the txg that drops it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Retiring {
@@ -140,33 +167,7 @@ impl Zil {
     /// The log of dataset `dataset` whose record holds `header` (the
     /// default header: no log yet).
     pub(crate) fn new(core: Arc<PoolCore>, dataset: u64, name: &str, header: ZilHeader) -> Arc<Zil> {
-        let chain = (header.guid != 0).then_some(Chain { guid: header.guid, next: header.first, durable_txg: 0 });
-        Arc::new(Zil {
-            core,
-            dataset,
-            name: Mutex::new(name.to_string()),
-            st: Mutex::new(LogState {
-                next_seq: 1,
-                namespace: Vec::new(),
-                by_object: HashMap::new(),
-                pending: Vec::new(),
-                rounds_started: 0,
-                rounds_done: 0,
-                writing: false,
-                failed: HashMap::new(),
-                chain,
-                inflight_first: None,
-                blocks: VecDeque::new(),
-                claim_txg: header.claim_txg,
-                replay_seq: header.replay_seq,
-                replay_marks: Vec::new(),
-                written: header,
-                needs_replay: false,
-                retiring: None,
-            }),
-            cv: Condvar::new(),
-            stats: ZilStats::default(),
-        })
+        Arc::new(Zil { core, dataset, name: Mutex::new(name.to_string()), st: Mutex::new(LogState::new(header)), cv: Condvar::new(), stats: ZilStats::default() })
     }
 
     pub(crate) fn what(&self) -> String {
@@ -495,25 +496,10 @@ mod tests {
     /// A log whose chain `guid` has written `blocks` (ptr, newest record
     /// txg) and goes on at `next`.
     fn state(guid: u64, blocks: &[(LogPtr, u64)], next: LogPtr) -> LogState {
-        LogState {
-            next_seq: 1,
-            namespace: Vec::new(),
-            by_object: HashMap::new(),
-            pending: Vec::new(),
-            rounds_started: 0,
-            rounds_done: 0,
-            writing: false,
-            failed: HashMap::new(),
-            chain: Some(Chain { guid, next, durable_txg: 0 }),
-            inflight_first: None,
-            blocks: blocks.iter().map(|&(ptr, max_txg)| LiveBlock { ptr, guid, max_txg }).collect(),
-            claim_txg: 0,
-            replay_seq: 0,
-            replay_marks: Vec::new(),
-            written: ZilHeader::default(),
-            needs_replay: false,
-            retiring: None,
-        }
+        let mut st = LogState::new(ZilHeader::default());
+        st.chain = Some(Chain { guid, next, durable_txg: 0 });
+        st.blocks = blocks.iter().map(|&(ptr, max_txg)| LiveBlock { ptr, guid, max_txg }).collect();
+        st
     }
 
     /// Regression (a failed log write): the chain was abandoned, and the
