@@ -18,7 +18,9 @@
 #                        again (the issue's target for it is >= 50 % of
 #                        standard's bandwidth)
 # For each setting the intent log's counters (tarn zilstat --json) before and
-# after the run give the commits and the bytes copied into log blocks.
+# after the run give the commits, the bytes copied into log blocks, and the
+# commits that synced the txg instead (fb: more than
+# tarn_zil_commit_max_bytes of records, as standard's end_fsync of 1 GiB).
 # TARN=/path/to/tarn skips the release build. Needs root (mounts, drop_caches).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -74,7 +76,7 @@ import json, sys
 s, f, b, a = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 j = json.load(open(f))["jobs"][0]
 d = lambda k: (a.get(k) or 0) - (b.get(k) or 0)
-print("%s\t%.1f\t%d\t%d\t%d" % (s, j["write"]["bw"] / 1024, d("cc"), d("icb"), d("imnc")))
+print("%s\t%.1f\t%d\t%d\t%d\t%d" % (s, j["write"]["bw"] / 1024, d("cc"), d("icb"), d("imnc"), d("fb")))
 EOF
   done
 done
@@ -84,15 +86,15 @@ import statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
 size, reps, ver = sys.argv[2], sys.argv[3], sys.argv[4]
 by = {}
-for s, bw, cc, icb, imnc in rows:
-    by.setdefault(s, []).append((float(bw), int(cc), int(icb), int(imnc)))
+for s, bw, cc, icb, imnc, fb in rows:
+    by.setdefault(s, []).append((float(bw), int(cc), int(icb), int(imnc), int(fb)))
 base = statistics.median(r[0] for r in by["standard"])
 print("fio 1 MiB sequential writes of a new %s file, buffered, end_fsync=1; %s interleaved runs; %s" % (size, reps, ver))
 print()
-print("| setting | MiB/s median (min–max) | / standard | log commits per run | bytes copied into the log per run | log blocks per run |")
-print("|---|---|---|---|---|---|")
+print("| setting | MiB/s median (min–max) | / standard | log commits per run | bytes copied into the log per run | log blocks per run | commits that synced the txg instead |")
+print("|---|---|---|---|---|---|---|")
 for s in ["standard", "always", "always-throughput"]:
     r = by[s]; bws = [x[0] for x in r]; m = statistics.median(bws)
-    print("| %s | %.0f (%.0f–%.0f) | %.2f | %d | %d | %d |" % (s, m, min(bws), max(bws), m / base,
-          statistics.median(x[1] for x in r), statistics.median(x[2] for x in r), statistics.median(x[3] for x in r)))
+    print("| %s | %.0f (%.0f–%.0f) | %.2f | %d | %d | %d | %d |" % (s, m, min(bws), max(bws), m / base,
+          *(statistics.median(x[k] for x in r) for k in (1, 2, 3, 4))))
 EOF
