@@ -24,7 +24,10 @@ fn sync_always_writes_survive_a_daemon_sigkill_without_fsync() {
 
     // Small and large files, written in pieces of several sizes, one
     // rewritten in the middle, one appended to after a reopen; no fsync.
+    // The files stay open until the kill: a close would flush the kernel's
+    // cache to the daemon (FUSE FLUSH) and hide a cached write.
     let mut want = Vec::new();
+    let mut open = Vec::new();
     for i in 0..12u64 {
         let len = [1usize, 100, 4096, 5000, 65_536, 131_072, 300_001, 1 << 20][i as usize % 8] + i as usize;
         let data = noise(len, i);
@@ -34,6 +37,7 @@ fn sync_always_writes_survive_a_daemon_sigkill_without_fsync() {
             f.write_all(piece).unwrap();
         }
         want.push((path, data));
+        open.push(f);
     }
     {
         let (path, data) = &mut want[5];
@@ -42,6 +46,7 @@ fn sync_always_writes_survive_a_daemon_sigkill_without_fsync() {
         let patch = noise(3000, 99);
         f.write_all(&patch).unwrap();
         data[1000..4000].copy_from_slice(&patch);
+        open.push(f);
     }
     {
         let (path, data) = &mut want[2];
@@ -49,6 +54,7 @@ fn sync_always_writes_survive_a_daemon_sigkill_without_fsync() {
         let more = noise(10_000, 98);
         f.write_all(&more).unwrap();
         data.extend_from_slice(&more);
+        open.push(f);
     }
     std::fs::rename(format!("{mnt}/d/f0"), format!("{mnt}/moved")).unwrap();
     want[0].0 = format!("{mnt}/moved");
@@ -57,6 +63,7 @@ fn sync_always_writes_survive_a_daemon_sigkill_without_fsync() {
     // SAFETY: killing our test's own daemon.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     e.wait_killed(pid);
+    drop(open);
     let status = e.ok(&["pool", "status", "tank"]);
     assert!(status.contains("state: ONLINE"), "{status}");
     common::wait_for("the mount to come back", || std::path::Path::new(&format!("{mnt}/moved")).exists());
