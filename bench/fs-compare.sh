@@ -5,7 +5,7 @@
 #   bench/fs-compare.sh [--size 4G] [--files 100000] [--threads 4] [--reps 3]
 #                       [--runtime 20] [--systems tarn,zfs-fuse,ext4]
 #                       [--compression off|on] [--workdir /var/tmp/tarn-fscompare]
-#                       [--workloads seq,small,fsync,fsync8,overdrive,files1,filesN]
+#                       [--workloads seq,small,fsync,fsync8,sqlite,pgbench,dbench,overdrive,files1,filesN]
 #                       [--use-mount SYSTEM=DIR]... [--json]
 #
 # Systems (set up and torn down here; each mounted at WORKDIR/SYSTEM/mnt):
@@ -52,6 +52,17 @@
 #   fsync     fio 4 KiB random writes to a 256 MiB file, fsync after each, RUNTIME s
 #   fsync8    the same with 8 jobs, each on a 32 MiB file of its own (concurrent
 #             fsyncs: what the intent log's shared commits are for)
+#             (both: IOPS, and p50/p99 of fio's sync latency, the fsync alone)
+#   sqlite    sqlite3 (Debian's CLI): one-row inserts of a 100-byte blob, each
+#             its own transaction, synchronous=FULL; SQLITE_N (2000) in
+#             rollback-journal mode (journal_mode=DELETE), then 3 x SQLITE_N in
+#             WAL mode: inserts/s (a new database each)
+#   pgbench   PostgreSQL 15 (Debian's): initdb on the mount (as the postgres
+#             user), a server on a socket in WORKDIR (shared_buffers 128MB,
+#             defaults otherwise: fsync on, synchronous_commit on),
+#             pgbench -i -s 10, then pgbench -c 4 -j 2 -T RUNTIME: tps
+#   dbench    dbench 4 clients for RUNTIME s (its default client.txt load;
+#             it fsyncs as the NetBench trace says): MB/s and max latency
 #   overdrive fio 16 jobs writing 1 MiB blocks, SIZE/8 each (2 x SIZE in all,
 #             past the kernel's dirty limit), buffered, end_fsync=1: MiB/s and
 #             p50/p99/p99.9 write completion latency
@@ -67,7 +78,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 
 SIZE=4G FILES=100000 THREADS=4 REPS=3 RUNTIME=20 COMPRESSION=off JSON=0
-ALL_WORKLOADS="seq small fsync fsync8 overdrive files1 filesN" WORKLOADS="seq small fsync fsync8 overdrive files1 filesN"
+ALL_WORKLOADS="seq small fsync fsync8 sqlite pgbench dbench overdrive files1 filesN" WORKLOADS="seq small fsync fsync8 overdrive files1 filesN"
 SYSTEMS="tarn,zfs-fuse,ext4" WORK=/var/tmp/tarn-fscompare
 declare -A USE_MOUNT
 while [ $# -gt 0 ]; do
@@ -110,6 +121,16 @@ need_pkg() { # command package
 }
 need_pkg fio fio || { echo "fio is required and could not be installed" >&2; exit 1; }
 need_pkg python3 python3 || { echo "python3 is required (to parse fio's JSON)" >&2; exit 1; }
+for w in $WORKLOADS; do
+  case $w in
+    sqlite) need_pkg sqlite3 sqlite3 || { echo "the sqlite workload needs sqlite3" >&2; exit 1; } ;;
+    pgbench) [ -x /usr/lib/postgresql/15/bin/postgres ] || need_pkg pgbench postgresql ||
+               { echo "the pgbench workload needs postgresql" >&2; exit 1; }
+             [ -x /usr/lib/postgresql/15/bin/postgres ] || { echo "the pgbench workload needs PostgreSQL 15" >&2; exit 1; } ;;
+    dbench) need_pkg dbench dbench || { echo "the dbench workload needs dbench" >&2; exit 1; } ;;
+  esac
+done
+SQLITE_N=${SQLITE_N:-2000}
 
 bytes() { python3 -c "import sys;u={'K':1<<10,'M':1<<20,'G':1<<30,'T':1<<40};s=sys.argv[1].upper();print(int(s[:-1])*u[s[-1]] if s[-1] in u else int(s))" "$1"; }
 SIZE_B=$(bytes "$SIZE")
@@ -301,6 +322,8 @@ w_fsync() {
   fio_run --name=fsync --filename="$m/fsync.dat" --rw=randwrite --bs=4k --size=256M --ioengine=psync --fsync=1 \
       --time_based --runtime="$RUNTIME" --percentile_list=50:99:99.9 &&
     { record "$s" fsync_iops "$(fio_get "j['write']['iops']")"
+      record "$s" fsync_sync_p50_us "$(fio_get "j['sync']['lat_ns']['percentile'].get('50.000000',0)/1000")"
+      record "$s" fsync_sync_p99_us "$(fio_get "j['sync']['lat_ns']['percentile'].get('99.000000',0)/1000")"
       record "$s" fsync_p99_us "$(fio_get "(j['sync']['lat_ns']['percentile'].get('99.000000',0)/1000 if 'sync' in j and 'percentile' in j['sync'].get('lat_ns',{}) else 0) + p(j['write'],'99.000000')")"; } ||
     record "$s" fsync_iops fail
   rm -f "$m/fsync.dat"
@@ -311,9 +334,61 @@ w_fsync8() {
   fio_run --name=fsync8 --directory="$m/f8" --numjobs=8 --rw=randwrite --bs=4k --size=32M --ioengine=psync --fsync=1 \
       --group_reporting --time_based --runtime="$RUNTIME" --percentile_list=50:99:99.9 &&
     { record "$s" fsync8_iops "$(fio_get "j['write']['iops']")"
+      record "$s" fsync8_sync_p50_us "$(fio_get "j['sync']['lat_ns']['percentile'].get('50.000000',0)/1000")"
+      record "$s" fsync8_sync_p99_us "$(fio_get "j['sync']['lat_ns']['percentile'].get('99.000000',0)/1000")"
       record "$s" fsync8_p99_us "$(fio_get "(j['sync']['lat_ns']['percentile'].get('99.000000',0)/1000 if 'sync' in j and 'percentile' in j['sync'].get('lat_ns',{}) else 0) + p(j['write'],'99.000000')")"; } ||
     record "$s" fsync8_iops fail
   rm -rf "$m/f8"
+}
+sqlite_inserts() { # dir journal_mode n: inserts/s
+  local db="$1/bench.db" t0 t1
+  rm -f "$db" "$db-journal" "$db-wal" "$db-shm"
+  sqlite3 "$db" "PRAGMA journal_mode=$2; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);" >/dev/null || return 1
+  sync
+  python3 -c "
+import sys
+print('.bail on'); print('PRAGMA journal_mode=$2;'); print('PRAGMA synchronous=FULL;')
+for i in range($3): print('INSERT INTO t(v) VALUES (randomblob(100));')" > "$WORK/sqlite.sql"
+  t0=$(date +%s.%N)
+  sqlite3 "$db" < "$WORK/sqlite.sql" >/dev/null || return 1
+  t1=$(date +%s.%N)
+  [ "$(sqlite3 "$db" 'SELECT count(*) FROM t')" = "$3" ] || return 1
+  rm -f "$db" "$db-journal" "$db-wal" "$db-shm"
+  python3 -c "print($3 / ($t1 - $t0))"
+}
+w_sqlite() {
+  local s=$1 m=$2 v
+  mkdir -p "$m/sq"
+  v=$(sqlite_inserts "$m/sq" DELETE "$SQLITE_N") && record "$s" sqlite_rollback_per_s "$v" || record "$s" sqlite_rollback_per_s fail
+  v=$(sqlite_inserts "$m/sq" WAL $(( SQLITE_N * 3 ))) && record "$s" sqlite_wal_per_s "$v" || record "$s" sqlite_wal_per_s fail
+  rm -rf "$m/sq"
+}
+PG_BIN=/usr/lib/postgresql/15/bin
+pg() { runuser -u postgres -- "$PG_BIN/$1" "${@:2}"; }
+w_pgbench() {
+  local s=$1 m=$2 sock="$WORK/pgsock" out tps
+  mkdir -p "$sock" "$m/pg"; chown postgres "$sock" "$m/pg"
+  rm -rf "$m/pg/data"
+  if ! pg initdb -D "$m/pg/data" -A trust -U postgres --no-locale -E UTF8 --no-instructions >>"$WORK/$s.log" 2>&1; then
+    record "$s" pgbench_tps fail; rm -rf "$m/pg"; return
+  fi
+  pg pg_ctl -D "$m/pg/data" -l "$sock/$s.log" -w -t 120 \
+     -o "-k $sock -c listen_addresses= -c port=5432 -c shared_buffers=128MB" start >>"$WORK/$s.log" 2>&1 &&
+  pg pgbench -h "$sock" -p 5432 -i -s 10 -q postgres >>"$WORK/$s.log" 2>&1 &&
+  out=$(pg pgbench -h "$sock" -p 5432 -c 4 -j 2 -T "$RUNTIME" -n postgres 2>>"$WORK/$s.log") &&
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1) && [ -n "$tps" ] &&
+    record "$s" pgbench_tps "$tps" || record "$s" pgbench_tps fail
+  pg pg_ctl -D "$m/pg/data" -m fast -w stop >>"$WORK/$s.log" 2>&1
+  rm -rf "$m/pg"
+}
+w_dbench() {
+  local s=$1 m=$2 out
+  mkdir -p "$m/db"
+  if out=$(dbench -D "$m/db" -t "$RUNTIME" 4 2>>"$WORK/$s.log"); then
+    record "$s" dbench_mbs "$(sed -n 's/^Throughput \([0-9.]*\) MB\/sec.*/\1/p' <<<"$out" | tail -1)"
+    record "$s" dbench_max_ms "$(sed -n 's/.*max_latency=\([0-9.]*\) ms.*/\1/p' <<<"$out" | tail -1)"
+  else record "$s" dbench_mbs fail; fi
+  rm -rf "$m/db"
 }
 w_overdrive() {
   local s=$1 m=$2
@@ -421,6 +496,15 @@ METRICS = [  # key, label, unit, higher is better
     ("fsync_p99_us", "4 KiB write + fsync, p99 (write + sync)", "us", False),
     ("fsync8_iops", "4 KiB write + fsync each, 8 jobs", "IOPS", True),
     ("fsync8_p99_us", "4 KiB write + fsync, 8 jobs, p99 (write + sync)", "us", False),
+    ("fsync_sync_p50_us", "fsync alone, 1 job, p50", "us", False),
+    ("fsync_sync_p99_us", "fsync alone, 1 job, p99", "us", False),
+    ("fsync8_sync_p50_us", "fsync alone, 8 jobs, p50", "us", False),
+    ("fsync8_sync_p99_us", "fsync alone, 8 jobs, p99", "us", False),
+    ("sqlite_rollback_per_s", "SQLite inserts, rollback journal, synchronous=FULL", "inserts/s", True),
+    ("sqlite_wal_per_s", "SQLite inserts, WAL, synchronous=FULL", "inserts/s", True),
+    ("pgbench_tps", "pgbench TPC-B, scale 10, 4 clients", "tps", True),
+    ("dbench_mbs", "dbench, 4 clients", "MB/s", True),
+    ("dbench_max_ms", "dbench, 4 clients, max latency", "ms", False),
     ("overdrive_mibs", "16 writers x 1 MiB (overdrive)", "MiB/s", True),
     ("overdrive_p50_us", "16 writers, p50 write latency", "us", False),
     ("overdrive_p99_us", "16 writers, p99 write latency", "us", False),
@@ -460,16 +544,21 @@ def cell(entry, s):
     v = entry["values"].get(s)
     if v is None: return "n/a"
     if v["median"] is None: return "fail"
-    return "%.0f" % v["median"] if v["median"] >= 10 else "%.2f" % v["median"]
+    f = lambda x: "%.0f" % x if x >= 10 else "%.2f" % x
+    nums = [float(x) for x in v["runs"] if x != "fail"]
+    spread = " (%s–%s)" % (f(min(nums)), f(max(nums))) if len(nums) > 1 else ""
+    return f(v["median"]) + spread
 def ratio(r): return "n/a" if r is None else "%.2f" % r
 print("| workload | unit | better | tarn | zfs-fuse | ext4 | tarn / zfs-fuse | tarn / ext4 |")
 print("|---|---|---|---|---|---|---|---|")
 for key, label, unit, higher in METRICS:
     e = out["metrics"][key]
+    if not e["values"]:
+        continue   # a workload not run
     print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (label, unit, "higher" if higher else "lower",
           cell(e, "tarn"), cell(e, "zfs-fuse"), cell(e, "ext4"), ratio(e["tarn_over_zfs-fuse"]), ratio(e["tarn_over_ext4"])))
 print()
-print("Medians of $REPS interleaved runs; %d s in all. Per system:" % $ELAPSED)
+print("Medians of $REPS interleaved runs (min–max in brackets); %d s in all. Per system:" % $ELAPSED)
 for s in order:
     if s not in systems: continue
     i = systems[s]

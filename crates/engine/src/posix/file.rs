@@ -306,10 +306,17 @@ impl PosixFs {
     /// Files opened for writing bypass the kernel's write-back cache while
     /// the room left for this file system's writers (its quotas', the
     /// pool's) is less than what the kernel may hold for the pool's mounts
-    /// (`FileSystem::uncached_writes`); not on a read-only file system.
+    /// (`FileSystem::uncached_writes`), and always while the dataset has
+    /// `sync=always`: a write the kernel's cache acknowledged would reach
+    /// neither the file system nor its log before a crash (each write must
+    /// come here to be logged before `write(2)` returns); not on a
+    /// read-only file system.
     pub(crate) fn do_uncached_writes(&self) -> bool {
         if self.opts.readonly {
             return false;
+        }
+        if self.sync_policy() == SyncPolicy::Always {
+            return true;
         }
         let cached = self.os.core.kernel_cache_bytes();
         cached > 0 && self.os.room().map_or(true, |room| room < cached)
