@@ -63,6 +63,7 @@ pub mod label;
 pub mod metrics;
 #[allow(clippy::module_inception)]
 mod pool;
+pub mod rebuild;
 pub mod resilver;
 pub mod scan;
 pub mod spacemap;
