@@ -862,6 +862,18 @@ impl Scanner {
         self.status()
     }
 
+    /// Waits until no scan of `func` is under way (or the pool closed):
+    /// `pool wait -t resilver` — a sequential rebuild's end, not the scrub
+    /// it starts. Returns the status then.
+    pub fn wait_for(&self, func: ScanFunc) -> ScanStatus {
+        let mut st = self.st.lock();
+        while st.status.state == ScanState::Scanning && st.status.func == func && !st.closed {
+            self.done.wait(&mut st);
+        }
+        drop(st);
+        self.status()
+    }
+
     pub fn status(&self) -> ScanStatus {
         let st = self.st.lock();
         let mut s = st.status.clone();
