@@ -181,7 +181,7 @@ pub(crate) fn rebuild(core: &PoolCore, scanner: &Scanner, top_id: u32) -> (ScanR
         return (rep, true);
     }
     for (t, failed) in targets.iter().zip(&failed) {
-        finish(t, failed.load(Ordering::Relaxed), synced, &mut rep);
+        super::resilver::finish_leaf(t, failed.load(Ordering::Relaxed), synced, ("rebuild", "ranges"), &mut rep);
     }
     (rep, false)
 }
@@ -292,21 +292,6 @@ fn copy((off, len): (u64, u64), sources: &[Arc<Vdev>], targets: &[Arc<Vdev>], fa
             }
         }
     }
-}
-
-/// Flushes a target; one that stayed up and took every copy loses the
-/// txgs up to `synced` from its DTL.
-fn finish(t: &Vdev, failed: u64, synced: u64, rep: &mut ScanReport) {
-    let ok = t.leaf().is_some_and(|io| io.flush().is_ok()) && t.writable();
-    if !ok {
-        rep.error(format!("{} went down during the rebuild; it resilvers again when back", t.path));
-        return;
-    }
-    if failed > 0 {
-        rep.error(format!("{}: {} ranges could not be rebuilt; its DTL stays", t.path, failed));
-        return;
-    }
-    t.dtl.lock().remove_through(synced);
 }
 
 #[cfg(test)]
