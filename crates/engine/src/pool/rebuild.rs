@@ -83,8 +83,11 @@
 //! Nothing of a rebuild's progress is kept: the targets keep their DTL
 //! until the end, so when the pool stops (export, a killed daemon) the
 //! next import finds them with a DTL and starts a healing resilver, as for
-//! any leaf that missed txgs. A canceled rebuild (`scrub -s` refuses a
-//! resilver, as zpool) ends the same way at the next resilver.
+//! any leaf that missed txgs. A canceled rebuild (`scrub -s` cancels
+//! whatever scan runs) starts no scrub; its targets keep their DTLs for the
+//! next resilver (import, `online`, `clear`). So does a rebuild that ended
+//! with errors (a range no source gave, a target that went down): the
+//! scrub still starts, and the status line counts the errors.
 //!
 //! ## Bounds
 //! - memory: one entry per segment of the vdev's used space (no more than
