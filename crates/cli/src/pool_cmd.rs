@@ -27,6 +27,22 @@ pub struct NewDeviceOpts {
     /// Wait until the resilver has ended
     #[arg(short = 'w')]
     pub wait: bool,
+    /// Sequential resilver (a rebuild): copy the mirror's used space in
+    /// device order, unchecked, then scrub it (mirrors and plain devices
+    /// only), as zpool's -s
+    #[arg(short = 's')]
+    #[serde(default)]
+    pub sequential: bool,
+}
+
+impl NewDeviceOpts {
+    /// The resilver `-s` asks for.
+    pub fn resilver_kind(&self) -> tarn_engine::pool::rebuild::ResilverKind {
+        match self.sequential {
+            true => tarn_engine::pool::rebuild::ResilverKind::Sequential,
+            false => tarn_engine::pool::rebuild::ResilverKind::Healing,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand, Serialize, Deserialize)]

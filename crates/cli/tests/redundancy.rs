@@ -8,7 +8,9 @@
 //! - `pool online` resilvers (the scan line says "resilvered … with 0
 //!   errors"), `pool wait -t resilver` returns after it;
 //! - the refusals: too few devices, mismatched redundancy or sizes, a
-//!   device given twice, an unknown device, offlining the last replica.
+//!   device given twice, an unknown device, offlining the last replica;
+//! - `attach -s` / `replace -s` rebuild sequentially, then scrub (status
+//!   shows both lines), and -s on RAID-Z is refused.
 
 mod common;
 
@@ -218,4 +220,71 @@ fn status_x_shows_only_pools_with_problems() {
     let st = e.ok(&["pool", "status", "-x"]);
     assert!(st.contains("pool: tank") && st.contains("DEGRADED") && !st.contains("pool: other"), "{st}");
     assert!(e.fails(&["pool", "status", "-x", "nosuch"]).contains("nosuch"));
+}
+
+/// `attach -s` and `replace -s` (a sequential rebuild): the status shows
+/// zpool's "resilvered (mirror-0) … with 0 errors" line beside the scrub
+/// the rebuild started; `pool wait -t resilver` returns at the rebuild's
+/// end; replace -s of a plain device completes as a healing one does.
+#[test]
+fn attach_s_and_replace_s_rebuild_then_scrub() {
+    let e = env("rebuild");
+    for f in ["a.img", "b.img", "c.img", "p.img", "q.img"] {
+        sparse(&e, f, 256 << 20);
+    }
+    e.ok(&["pool", "create", "-m", "none", "tank", "a.img"]);
+    e.ok(&["create", "tank/fs"]);
+    e.ok(&["snapshot", "tank/fs@s"]);
+    e.ok(&["pool", "attach", "-s", "tank", "a.img", "b.img"]);
+    e.ok(&["pool", "wait", "-t", "resilver", "tank"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("mirror-0") && st.contains(&e.path("b.img")) && st.contains("scan: resilvered (mirror-0)") && st.contains("with 0 errors"), "{st}");
+    e.ok(&["pool", "wait", "-t", "scrub", "tank"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("scan: scrub repaired 0B") && st.contains("scan: resilvered (mirror-0)"), "the scrub after the rebuild, and the rebuild: {st}");
+    let events = e.ok(&["pool", "events", "-v", "tank"]);
+    assert!(events.contains("resilver_type") && events.contains("sequential"), "{events}");
+    e.ok(&["pool", "replace", "-s", "-w", "tank", "a.img", "c.img"]);
+    e.ok(&["pool", "wait", "-t", "scrub", "tank"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains(&e.path("c.img")) && !st.contains(&e.path("a.img")) && !st.contains("replacing"), "a.img left once c.img was rebuilt: {st}");
+    // A plain device replaced by a rebuild (as OpenZFS allows: its parent
+    // is the root).
+    e.ok(&["pool", "create", "-m", "none", "solo", "p.img"]);
+    e.ok(&["pool", "replace", "-s", "-w", "solo", "p.img", "q.img"]);
+    e.ok(&["pool", "wait", "-t", "scrub", "solo"]);
+    let st = e.ok(&["pool", "status", "solo"]);
+    assert!(st.contains(&e.path("q.img")) && !st.contains(&e.path("p.img")) && st.contains("resilvered (replacing-0)") && st.contains("state: ONLINE"), "{st}");
+    e.ok(&["pool", "export", "tank"]);
+    e.ok(&["pool", "import", "-d", &e.dir.display().to_string(), "tank"]);
+    assert!(e.ok(&["list", "-H", "-o", "name", "-r", "tank"]).contains("tank/fs"), "the pool on b.img and c.img");
+}
+
+/// `-s` where a rebuild cannot do gets one clear error, and nothing
+/// changes: a RAID-Z member (attach or replace), an unknown device or
+/// pool (the engine test `rebuild.rs` covers a pool that is resilvering).
+#[test]
+fn bad_attach_s_and_replace_s_get_one_clear_error() {
+    let e = env("rebuild-bad");
+    for f in ["a.img", "b.img", "r0.img", "r1.img", "r2.img", "x.img"] {
+        sparse(&e, f, 256 << 20);
+    }
+    e.ok(&["pool", "create", "-f", "-m", "none", "tank", "mirror", "a.img", "b.img", "raidz1", "r0.img", "r1.img", "r2.img"]);
+    let before = e.ok(&["pool", "status", "tank"]);
+    let cases: &[(&[&str], &str)] = &[
+        (&["replace", "-s", "tank", "r0.img", "x.img"], "sequential resilver is not supported for raidz"),
+        (&["attach", "-s", "tank", "r0.img", "x.img"], "sequential resilver is not supported for raidz"),
+        (&["replace", "-s", "tank", "nosuch.img", "x.img"], "no such device in pool 'tank'"),
+        (&["attach", "-s", "tank", "nosuch.img", "x.img"], "no such device in pool 'tank'"),
+        (&["attach", "-s", "nopool", "a.img", "x.img"], "nopool"),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["pool"];
+        a.extend_from_slice(args);
+        let err = e.fails(&a);
+        assert!(err.contains(want) && err.lines().count() == 1, "{args:?}: {err}");
+    }
+    assert_eq!(e.ok(&["pool", "status", "tank"]), before, "nothing changed");
+    // x.img was vetted and let go again: a healing attach takes it.
+    e.ok(&["pool", "attach", "-w", "tank", "a.img", "x.img"]);
 }

@@ -24,27 +24,19 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{filled, mem_devs, reads_back, small_tunables, verified};
+use common::{filled, mem_devs, named, open_named, reads_back, small_tunables, verified};
 use tarn_engine::io::inject::{Fault, InjectSpec, IoTypes, FREQ_ALWAYS};
 use tarn_engine::pool::label::read_labels;
 use tarn_engine::pool::scan::{ScanFunc, ScanState};
 use tarn_engine::pool::spare::SpareStatus;
 use tarn_engine::pool::vdevs::{Layout, NewTop};
 use tarn_engine::pool::VdevStatus;
-use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice};
-use tarn_engine::{CreateOptions, OpenOptions, Pool};
+use tarn_engine::sys::{FaultConfig, FaultDevice};
+use tarn_engine::{CreateOptions, Pool};
 use tarn_ondisk::label::PoolState;
 
 fn opts() -> CreateOptions {
     CreateOptions { tunables: small_tunables(), ..Default::default() }
-}
-
-fn named(name: &str, d: &Arc<FaultDevice>) -> (String, Arc<dyn BlockDevice>) {
-    (name.to_string(), d.clone() as Arc<dyn BlockDevice>)
-}
-
-fn open_named(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> tarn_engine::Result<Pool> {
-    Pool::open_on(devs, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
 }
 
 /// The tree as `status` shows it: one "name STATE" row per vdev, indented

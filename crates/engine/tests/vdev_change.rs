@@ -21,21 +21,13 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{as_dyn, filled, mem_devs, reads_back, resilvered, small_tunables, verified};
+use common::{as_dyn, filled, mem_devs, named, open_named, reads_back, resilvered, small_tunables, verified};
 use tarn_engine::pool::vdevs::{Layout, NewTop};
 use tarn_engine::sys::{BlockDevice, FaultDevice};
-use tarn_engine::{CreateOptions, OpenOptions, Pool};
+use tarn_engine::{CreateOptions, Pool};
 
 fn opts() -> CreateOptions {
     CreateOptions { tunables: small_tunables(), ..Default::default() }
-}
-
-fn open_named(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> tarn_engine::Result<Pool> {
-    Pool::open_on(devs, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
-}
-
-fn named(name: &str, d: &Arc<FaultDevice>) -> (String, Arc<dyn BlockDevice>) {
-    (name.to_string(), d.clone() as Arc<dyn BlockDevice>)
 }
 
 /// The tree as (depth, path, kind, state) rows, as `status` shows it.

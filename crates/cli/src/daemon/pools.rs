@@ -66,7 +66,7 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         }
         PoolCmd::Attach { opts, name, device, new_device } => {
             let pool = &st.live(&name, out)?.pool;
-            let res = pool.attach_device(&device, &new_device, opts.force);
+            let res = pool.attach_device_as(&device, &new_device, opts.force, opts.resilver_kind());
             cache_devices(&name, pool).and(res)
         }
         PoolCmd::Detach { name, device } => {
@@ -76,7 +76,7 @@ pub fn handle(st: &mut State, cmd: PoolCmd, t: &Tunables, out: &mut Out) -> Resu
         }
         PoolCmd::Replace { opts, name, device, new_device } => {
             let pool = &st.live(&name, out)?.pool;
-            let res = pool.replace_device(&device, new_device.as_deref(), opts.force);
+            let res = pool.replace_device_as(&device, new_device.as_deref(), opts.force, opts.resilver_kind());
             cache_devices(&name, pool).and(res)
         }
         PoolCmd::Online { name, devices } => {
@@ -670,8 +670,23 @@ fn health_lines(s: &PoolStatus) -> Vec<String> {
 /// time left are the engine's, measured over the running pass only (a
 /// scrub continued after an import inherits its figures, not its time).
 fn scan_lines(scan: &ScanStatus) -> Vec<String> {
+    let mut lines = scan_state_lines(scan);
+    // A sequential rebuild's line stays beside the scrub it started, as
+    // zpool prints both.
+    if let Some(d) = &scan.rebuild {
+        lines.push(format!("  scan: resilvered ({}) {} in {} with {} errors on {}", d.vdev, bytes(d.bytes), fmt::hms(d.seconds.round() as u64), d.errors, super::utc(d.end_time)));
+    }
+    lines
+}
+
+/// The scan's own lines; a sequential rebuild names its vdev after
+/// "resilver", as zpool's "resilver (mirror-0) in progress".
+fn scan_state_lines(scan: &ScanStatus) -> Vec<String> {
     let r = &scan.report;
-    let f = scan.func.name();
+    let f = match &scan.rebuild_vdev {
+        Some(v) => format!("resilver ({})", v),
+        None => scan.func.name().to_string(),
+    };
     let pct = if scan.to_examine == 0 { 0.0 } else { 100.0 * scan.examined as f64 / scan.to_examine as f64 };
     let checked = format!("{} / {}", bytes(scan.examined), if scan.to_examine == 0 { "?".to_string() } else { bytes(scan.to_examine) });
     let done = match scan.func {
@@ -700,7 +715,10 @@ fn scan_lines(scan: &ScanStatus) -> Vec<String> {
         ScanState::Finished => {
             let what = match scan.func {
                 ScanFunc::Scrub => format!("scrub repaired {}", bytes(r.repaired_bytes)),
-                ScanFunc::Resilver => format!("resilvered {}", bytes(r.repaired_bytes)),
+                ScanFunc::Resilver => match &scan.rebuild_vdev {
+                    Some(v) => format!("resilvered ({}) {}", v, bytes(r.repaired_bytes)),
+                    None => format!("resilvered {}", bytes(r.repaired_bytes)),
+                },
             };
             vec![format!("  scan: {} in {} with {} errors on {}", what, fmt::hms(r.seconds.round() as u64), r.error_count, super::utc(scan.end_time))]
         }

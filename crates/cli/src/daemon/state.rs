@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tarn_engine::pool::scan::ScanFunc;
 use tarn_engine::dataset::{Source, Types};
 use tarn_engine::{Error, ErrorKind, Objset, OpenOptions, Pool, Result, Tunables};
 use tarn_fuse::MountHandle;
@@ -269,11 +270,14 @@ impl Daemon {
     /// A request carried out under the state lock.
     fn handle_locked(&self, req: Request, mut out: Out) -> Response {
         // `pool scrub -w`: started under the lock, waited for without it.
-        let wait_scrub = match &req.cmd {
-            Command::Pool(PoolCmd::Scrub { stop: false, pause: false, wait: true, names }) => names.clone(),
-            Command::Pool(PoolCmd::Wait { name, .. }) => vec![name.clone()],
-            Command::Pool(PoolCmd::Attach { opts, name, .. } | PoolCmd::Replace { opts, name, .. }) if opts.wait => vec![name.clone()],
-            _ => Vec::new(),
+        // A resilver is waited for alone: the scrub a sequential one
+        // starts is not (zpool wait -t resilver, attach -w).
+        let (wait_scrub, only) = match &req.cmd {
+            Command::Pool(PoolCmd::Scrub { stop: false, pause: false, wait: true, names }) => (names.clone(), None),
+            Command::Pool(PoolCmd::Wait { name, activity }) if activity == "resilver" => (vec![name.clone()], Some(ScanFunc::Resilver)),
+            Command::Pool(PoolCmd::Wait { name, .. }) => (vec![name.clone()], None),
+            Command::Pool(PoolCmd::Attach { opts, name, .. } | PoolCmd::Replace { opts, name, .. }) if opts.wait => (vec![name.clone()], Some(ScanFunc::Resilver)),
+            _ => (Vec::new(), None),
         };
         let res = (|| -> Result<()> {
             let mut st = self.state.lock();
@@ -294,16 +298,24 @@ impl Daemon {
                 Command::Events(_) => Err(Error::invalid("events requests are not served under the state lock")),
             }
         })();
-        let res = res.and_then(|()| self.wait_scrubs(&wait_scrub, &mut out));
+        let res = res.and_then(|()| self.wait_scrubs(&wait_scrub, only, &mut out));
         Response { output: out.text, warnings: out.warnings, error: res.err().map(|e| e.msg), working: false }
     }
 
-    /// Waits for the scans of these pools to end (each pool's scanner is
-    /// taken under the state lock, waited for without it).
-    fn wait_scrubs(&self, names: &[String], out: &mut Out) -> Result<()> {
+    /// Waits for the scans of these pools to end — only a scan of `only`,
+    /// when given (each pool's scanner is taken under the state lock,
+    /// waited for without it).
+    fn wait_scrubs(&self, names: &[String], only: Option<ScanFunc>, out: &mut Out) -> Result<()> {
         for n in names {
             let scanner = self.state.lock().live(n, out)?.pool.scanner();
-            scanner.wait();
+            match only {
+                Some(f) => {
+                    scanner.wait_for(f);
+                }
+                None => {
+                    scanner.wait();
+                }
+            }
         }
         Ok(())
     }

@@ -64,6 +64,7 @@ pub mod log_vdev;
 pub mod metrics;
 #[allow(clippy::module_inception)]
 mod pool;
+pub mod rebuild;
 pub mod resilver;
 pub mod scan;
 pub mod spacemap;

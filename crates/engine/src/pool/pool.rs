@@ -1089,6 +1089,13 @@ impl Pool {
         self.sh.resilver_start()
     }
 
+    /// Starts a sequential rebuild of top-level vdev `top` (`pool::rebuild`;
+    /// `attach -s`, `replace -s`), shown as `vdev`.
+    pub(super) fn rebuild_start(&self, top: u32, vdev: String) -> Result<()> {
+        self.scan_allowed()?;
+        self.sh.rebuild_start(top, vdev)
+    }
+
     /// At import: leaves that missed txgs resilver at once (back after an
     /// absence, or a resilver cut short by an export or a crash); else a
     /// scrub the pool was running continues from its record (a paused one
@@ -1199,8 +1206,13 @@ impl Pool {
 
 /// Runs the scan `Scanner::start` set up on a thread of its own.
 fn spawn_scan(sh: &Arc<Shared>, func: ScanFunc) -> Result<()> {
+    spawn_pass(sh, move |sh| run_scan(sh, func, &mut || {}))
+}
+
+/// Runs `pass` (a scan `Scanner::start` set up) on a thread of its own.
+fn spawn_pass(sh: &Arc<Shared>, pass: impl FnOnce(&Shared) + Send + 'static) -> Result<()> {
     let s2 = sh.clone();
-    let spawned = std::thread::Builder::new().name(format!("scan {}", sh.core.name)).spawn(move || run_scan(&s2, func, &mut || {}));
+    let spawned = std::thread::Builder::new().name(format!("scan {}", sh.core.name)).spawn(move || pass(&s2));
     match spawned {
         Ok(t) => {
             sh.scan.set_thread(t);
@@ -1234,6 +1246,21 @@ impl Shared {
         }
         self.scan.start(ScanFunc::Resilver)?;
         spawn_scan(self, ScanFunc::Resilver)
+    }
+
+    /// Starts a sequential rebuild of top-level vdev `top` (`pool::rebuild`),
+    /// named `vdev` in `status`; a scrub under way gives way to it. The
+    /// caller (attach, replace) checked that nothing else needs a resilver.
+    pub(super) fn rebuild_start(self: &Arc<Self>, top: u32, vdev: String) -> Result<()> {
+        self.core.check_writable()?;
+        if let Some(f) = self.core.txg.failure() {
+            return Err(Error::new(ErrorKind::Suspended, format!("cannot resilver '{}': the pool is suspended: {}", self.core.name, f)));
+        }
+        if self.scan.status().state == ScanState::Scanning {
+            self.scan.cancel();
+        }
+        self.scan.start_as(ScanFunc::Resilver, Some(vdev))?;
+        spawn_pass(self, move |sh| run_rebuild(sh, top))
     }
 
     /// See `Pool::update_pool_dir`.
@@ -1294,6 +1321,30 @@ fn run_scan(sh: &Shared, func: ScanFunc, paused: &mut dyn FnMut()) {
     match ran {
         Ok(end) => sh.scan.end(end, None),
         Err(_) => sh.scan.end(PassEnd::Canceled, Some(format!("pool '{}': the scan failed (a panic; see the log)", sh.core.name))),
+    }
+}
+
+/// A sequential rebuild of top-level vdev `top` (`pool::rebuild`), then —
+/// when it finished — the scrub that checks it, on the same thread.
+fn run_rebuild(sh: &Shared, top: u32) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (mut report, canceled) = super::rebuild::rebuild(&sh.core, &sh.scan, top);
+        if !canceled {
+            for e in super::vdev_change::complete_replacements(sh) {
+                report.error(e);
+            }
+        }
+        sh.scan.set_report(report);
+        canceled
+    }));
+    match ran {
+        Ok(false) => {
+            if sh.scan.end_rebuild_then_scrub() {
+                run_scan(sh, ScanFunc::Scrub, &mut || {});
+            }
+        }
+        Ok(true) => sh.scan.end(sh.scan.halted().unwrap_or(PassEnd::Canceled), None),
+        Err(_) => sh.scan.end(PassEnd::Canceled, Some(format!("pool '{}': the rebuild failed (a panic; see the log)", sh.core.name))),
     }
 }
 

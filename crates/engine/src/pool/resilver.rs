@@ -186,15 +186,22 @@ fn copy(core: &PoolCore, bp: &BlockPtr, job: &Job, target: &Target, r: &mut Scan
 fn finish(core: &PoolCore, targets: &[Target], failed: &[u64], txg: u64, rep: &mut ScanReport) {
     for (t, &failed) in targets.iter().zip(failed) {
         let Some(leaf) = core.vdevs.get(t.top as usize).and_then(|top| target_leaf(&top, t.guid)) else { continue };
-        let ok = leaf.leaf().is_some_and(|io| io.flush().is_ok()) && leaf.writable();
-        if !ok {
-            rep.error(format!("{} went down during the resilver; it resilvers again when back", leaf.path));
-            continue;
-        }
-        if failed > 0 {
-            rep.error(format!("{}: {} blocks could not be resilvered; its DTL stays", leaf.path, failed));
-            continue;
-        }
-        leaf.dtl.lock().remove_through(txg);
+        finish_leaf(&leaf, failed, txg, ("resilver", "blocks"), rep);
     }
+}
+
+/// Flushes a leaf a resilver or rebuild (`what`: its name, and what it
+/// copies) wrote to; one that stayed up and took every copy (`failed` 0)
+/// loses the txgs up to `txg` from its DTL.
+pub(super) fn finish_leaf(leaf: &Vdev, failed: u64, txg: u64, what: (&str, &str), rep: &mut ScanReport) {
+    let ok = leaf.leaf().is_some_and(|io| io.flush().is_ok()) && leaf.writable();
+    if !ok {
+        rep.error(format!("{} went down during the {}; it resilvers again when back", leaf.path, what.0));
+        return;
+    }
+    if failed > 0 {
+        rep.error(format!("{}: {} {} could not be copied by the {}; its DTL stays", leaf.path, failed, what.1, what.0));
+        return;
+    }
+    leaf.dtl.lock().remove_through(txg);
 }

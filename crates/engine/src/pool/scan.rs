@@ -163,11 +163,20 @@ use crate::sys::clock::now_secs;
 
 pub(crate) use issue::{pass, PassEnd};
 
-/// The event of a scan starting.
-fn start_class(func: ScanFunc) -> &'static str {
+/// The event of a scan starting; a resilver's says which kind
+/// (`resilver_type`: healing, or sequential for a rebuild, as OpenZFS's).
+fn start_post(func: ScanFunc, rebuild_vdev: Option<&str>) -> Post {
     match func {
-        ScanFunc::Scrub => class::SCRUB_START,
-        ScanFunc::Resilver => class::RESILVER_START,
+        ScanFunc::Scrub => Post::new(class::SCRUB_START),
+        ScanFunc::Resilver => with_type(Post::new(class::RESILVER_START), rebuild_vdev),
+    }
+}
+
+/// A resilver event's `resilver_type` (and the vdev a rebuild copies).
+fn with_type(p: Post, rebuild_vdev: Option<&str>) -> Post {
+    match rebuild_vdev {
+        Some(v) => p.text("resilver_type", "sequential").text("rebuild_vdev", v),
+        None => p.text("resilver_type", "healing"),
     }
 }
 
@@ -175,15 +184,19 @@ fn start_class(func: ScanFunc) -> &'static str {
 /// scan goes on at the next import): scrub_finish, scrub_abort
 /// (canceled), resilver_finish (with `scan_canceled`: OpenZFS has no
 /// resilver abort, its resilvers restart instead), with its figures.
-fn end_post(func: ScanFunc, r: &ScanReport, canceled: bool) -> Post {
+fn end_post(func: ScanFunc, r: &ScanReport, canceled: bool, rebuild_vdev: Option<&str>) -> Post {
     let cls = match (func, canceled) {
         (ScanFunc::Scrub, true) => class::SCRUB_ABORT,
         (ScanFunc::Scrub, false) => class::SCRUB_FINISH,
         (ScanFunc::Resilver, _) => class::RESILVER_FINISH,
     };
+    let what = match rebuild_vdev {
+        Some(v) => format!("sequential resilver of {}", v),
+        None => func.name().to_string(),
+    };
     let line = format!(
         "{} of txg {} {}: {} copies of {} blocks checked ({} bytes), {} bad, {} repaired ({} bytes), {} errors, in {:.1} s",
-        func.name(),
+        what,
         r.txg,
         if canceled { "canceled" } else { "finished" },
         r.copies,
@@ -195,8 +208,8 @@ fn end_post(func: ScanFunc, r: &ScanReport, canceled: bool) -> Post {
         r.error_count,
         r.seconds
     );
-    Post::new(cls)
-        .dec("scan_txg", r.txg)
+    let p = if func == ScanFunc::Resilver { with_type(Post::new(cls), rebuild_vdev) } else { Post::new(cls) };
+    p.dec("scan_txg", r.txg)
         .dec("scan_blocks", r.blocks)
         .dec("scan_copies", r.copies)
         .dec("scan_bytes", r.bytes)
@@ -382,6 +395,27 @@ pub struct ScanStatus {
     #[serde(default)]
     pub eta_secs: Option<u64>,
     pub report: ScanReport,
+    /// A resilver that is a sequential rebuild (`pool::rebuild`): the
+    /// top-level vdev it rebuilds, as `status` names it ("mirror-0").
+    #[serde(default)]
+    pub rebuild_vdev: Option<String>,
+    /// The sequential rebuild that ended just before this scan (the scrub
+    /// it started): `status` shows it beside the scrub, as zpool does.
+    #[serde(default)]
+    pub rebuild: Option<RebuildDone>,
+}
+
+/// A finished sequential rebuild, as `status` shows it after the scrub it
+/// started has taken the scan's place.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RebuildDone {
+    /// The top-level vdev rebuilt ("mirror-0").
+    pub vdev: String,
+    /// Bytes copied onto the new devices.
+    pub bytes: u64,
+    pub seconds: f64,
+    pub errors: u64,
+    pub end_time: u64,
 }
 
 /// What starting a scan needs of its caller.
@@ -497,6 +531,13 @@ impl Scanner {
     /// resumes a paused pass; refuses while one runs. A resilver replaces
     /// a scan restored from the record (the caller cancels a scrub first).
     pub(crate) fn start(&self, func: ScanFunc) -> Result<Start> {
+        self.start_as(func, None)
+    }
+
+    /// As `start`; a resilver with `rebuild_vdev` is a sequential rebuild
+    /// of that top-level vdev (`pool::rebuild`).
+    pub(crate) fn start_as(&self, func: ScanFunc, rebuild_vdev: Option<String>) -> Result<Start> {
+        assert!(rebuild_vdev.is_none() || func == ScanFunc::Resilver, "pool '{}': only a resilver rebuilds", self.pool);
         let mut st = self.st.lock();
         if st.closed {
             return Err(Error::invalid(format!("pool '{}' is closed", self.pool)));
@@ -519,10 +560,12 @@ impl Scanner {
             st.pass = Some(Pass::new(st.status.examined, st.status.report.seconds));
             self.events.post(Post::new(class::SCRUB_RESUME).dec("scan_examined_bytes", st.status.examined));
         } else {
-            st.status = ScanStatus { func, state: ScanState::Scanning, start_time: now_secs(), ..Default::default() };
+            self.events.post(start_post(func, rebuild_vdev.as_deref()));
+            // A scrub keeps the rebuild that came before it on show.
+            let rebuild = if func == ScanFunc::Scrub { st.status.rebuild.take() } else { None };
+            st.status = ScanStatus { func, state: ScanState::Scanning, start_time: now_secs(), rebuild_vdev, rebuild, ..Default::default() };
             *self.paused.lock() = false;
             st.pass = Some(Pass::new(0, 0.0));
-            self.events.post(Post::new(start_class(func)));
         }
         // The thread of the previous pass has ended (it cleared `running`
         // last); reap it.
@@ -640,11 +683,44 @@ impl Scanner {
             st.status.paused_since = 0;
             *self.paused.lock() = false;
             // Posted before waiters wake: whoever waits for the scan finds it.
-            self.events.post(end_post(st.status.func, &st.status.report, how == PassEnd::Canceled));
+            self.events.post(end_post(st.status.func, &st.status.report, how == PassEnd::Canceled, st.status.rebuild_vdev.as_deref()));
         }
         st.running = false;
         st.dirty = true;
         self.done.notify_all();
+    }
+
+    /// Ends a sequential rebuild that finished and starts the scrub that
+    /// checks what it copied, in one step (`pool wait -t resilver` sees
+    /// the rebuild end; a wait for the scan waits for the scrub too); the
+    /// caller's thread runs the scrub's pass. False (the rebuild ended,
+    /// no scrub) when the pass was halted meanwhile.
+    pub(crate) fn end_rebuild_then_scrub(&self) -> bool {
+        let mut st = self.st.lock();
+        assert!(st.running && st.status.func == ScanFunc::Resilver, "pool '{}': no rebuild to end", self.pool);
+        let Some(vdev) = st.status.rebuild_vdev.clone() else { panic!("pool '{}': a healing resilver ended as a rebuild", self.pool) };
+        if let Some(pass) = st.pass.take() {
+            st.status.report.seconds = pass.seconds_before + pass.active_secs();
+        }
+        let end_time = now_secs();
+        let r = &st.status.report;
+        self.events.post(end_post(ScanFunc::Resilver, r, false, Some(&vdev)));
+        let done = RebuildDone { vdev, bytes: r.repaired_bytes, seconds: r.seconds, errors: r.error_count, end_time };
+        if self.halted().is_some() || st.closed {
+            st.status.state = ScanState::Finished;
+            st.status.end_time = end_time;
+            st.running = false;
+            st.dirty = true;
+            self.done.notify_all();
+            return false;
+        }
+        self.events.post(start_post(ScanFunc::Scrub, None).text("started_by", "sequential resilver"));
+        st.status = ScanStatus { func: ScanFunc::Scrub, state: ScanState::Scanning, start_time: end_time, rebuild: Some(done), ..Default::default() };
+        *self.paused.lock() = false;
+        st.pass = Some(Pass::new(0, 0.0));
+        st.dirty = true;
+        self.done.notify_all();
+        true
     }
 
     /// Cancels the scan (`scrub -s`), waiting for its pass to stop; false
@@ -783,6 +859,18 @@ impl Scanner {
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
         }
+        self.status()
+    }
+
+    /// Waits until no scan of `func` is under way (or the pool closed):
+    /// `pool wait -t resilver` — a sequential rebuild's end, not the scrub
+    /// it starts. Returns the status then.
+    pub fn wait_for(&self, func: ScanFunc) -> ScanStatus {
+        let mut st = self.st.lock();
+        while st.status.state == ScanState::Scanning && st.status.func == func && !st.closed {
+            self.done.wait(&mut st);
+        }
+        drop(st);
         self.status()
     }
 

@@ -59,6 +59,7 @@ use tarn_ondisk::uberblock::FEATURE_VDEV_TREE;
 use super::core::PoolCore;
 use super::events::{class, Post};
 use super::pool::{new_guid, new_leaf, Shared};
+use super::rebuild::ResilverKind;
 use super::vdevs;
 use super::vet::{self, Role};
 use crate::error::{Error, Result};
@@ -81,20 +82,38 @@ impl Pool {
     /// as `pool create` vets) mirrors EXISTING (see the module docs), and
     /// is resilvered.
     pub fn attach_device(&self, existing: &str, new: &Path, force: bool) -> Result<()> {
+        self.attach_device_as(existing, new, force, ResilverKind::Healing)
+    }
+
+    /// As `attach_device`, NEW brought up to date by a resilver of `kind`
+    /// (`pool attach -s`: a sequential rebuild, `pool::rebuild`).
+    pub fn attach_device_as(&self, existing: &str, new: &Path, force: bool, kind: ResilverKind) -> Result<()> {
         let (name, dev) = self.vet_new(new, force)?;
-        self.attach_opened(existing, &name, dev)
+        self.attach_opened(existing, &name, dev, kind)
     }
 
     /// As `attach_device`, on an opened device known as `name`.
     pub fn attach_device_on(&self, existing: &str, name: &str, dev: Arc<dyn BlockDevice>, force: bool) -> Result<()> {
+        self.attach_device_on_as(existing, name, dev, force, ResilverKind::Healing)
+    }
+
+    /// As `attach_device_as`, on an opened device known as `name`.
+    pub fn attach_device_on_as(&self, existing: &str, name: &str, dev: Arc<dyn BlockDevice>, force: bool, kind: ResilverKind) -> Result<()> {
         vet::check_contents(name, dev.as_ref(), Role::Data, force, None)?;
-        self.attach_opened(existing, name, dev)
+        self.attach_opened(existing, name, dev, kind)
     }
 
     /// `pool replace POOL OLD [NEW]`: NEW (OLD's path when left out: a new
     /// disk in the old one's place) takes over from OLD (see the module
     /// docs).
     pub fn replace_device(&self, old: &str, new: Option<&Path>, force: bool) -> Result<()> {
+        self.replace_device_as(old, new, force, ResilverKind::Healing)
+    }
+
+    /// As `replace_device`, NEW brought up to date by a resilver of `kind`
+    /// (`pool replace -s`: a sequential rebuild, `pool::rebuild`; a hot
+    /// spare named as NEW stands in as always, by a healing resilver).
+    pub fn replace_device_as(&self, old: &str, new: Option<&Path>, force: bool, kind: ResilverKind) -> Result<()> {
         let path = match new {
             Some(p) => p.to_path_buf(),
             None => Path::new(&self.leaf_for(old, "replace")?.1.path).to_path_buf(),
@@ -103,16 +122,21 @@ impl Pool {
             return self.replace_with_spare(old, spare);
         }
         let (name, dev) = self.vet_new(&path, force)?;
-        self.replace_opened(old, &name, dev)
+        self.replace_opened(old, &name, dev, kind)
     }
 
     /// As `replace_device`, on an opened device known as `name`.
     pub fn replace_device_on(&self, old: &str, name: &str, dev: Arc<dyn BlockDevice>, force: bool) -> Result<()> {
+        self.replace_device_on_as(old, name, dev, force, ResilverKind::Healing)
+    }
+
+    /// As `replace_device_as`, on an opened device known as `name`.
+    pub fn replace_device_on_as(&self, old: &str, name: &str, dev: Arc<dyn BlockDevice>, force: bool, kind: ResilverKind) -> Result<()> {
         if let Some(spare) = self.spare_on(&dev) {
             return self.replace_with_spare(old, spare);
         }
         vet::check_contents(name, dev.as_ref(), Role::Data, force, None)?;
-        self.replace_opened(old, name, dev)
+        self.replace_opened(old, name, dev, kind)
     }
 
     /// `pool detach POOL DEVICE` (see the module docs).
@@ -163,18 +187,21 @@ impl Pool {
             .collect())
     }
 
-    fn attach_opened(&self, existing: &str, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
+    fn attach_opened(&self, existing: &str, name: &str, dev: Arc<dyn BlockDevice>, kind: ResilverKind) -> Result<()> {
         let sh = self.shared();
         sh.core.check_writable()?;
         if self.spare_on(&dev).is_some() {
             return Err(Error::invalid(format!("cannot attach '{}' to '{}': it is a hot spare of pool '{}' (a spare stands in with 'tarn pool replace {} {} {}')", name, existing, sh.core.name, sh.core.name, existing, name)));
         }
         super::vdev_add::refuse_own_device(&sh.core, name, &dev)?;
-        {
+        let rebuild = {
             let _g = sh.tree_lock.lock();
             let (top, leaf) = self.leaf_for(existing, "attach")?;
             let cfg = sh.config.lock().clone();
             let node = top_node(&cfg, top.id())?;
+            if kind == ResilverKind::Sequential {
+                self.sequential_allowed(&top, node).map_err(|why| Error::invalid(format!("cannot attach '{}' to '{}': {}", name, existing, why)))?;
+            }
             let refuse = |why: &str| Err(Error::invalid(format!("cannot attach '{}' to '{}': {}", name, existing, why)));
             let (edited, guid) = match node.kind {
                 k if k.is_leaf() => {
@@ -194,22 +221,59 @@ impl Pool {
                 VdevKind::Mirror => return refuse("it is being replaced or has a hot spare standing in (attach to the mirror's other children, or wait)"),
                 _ => return refuse("can only attach to mirrors and top-level disks"),
             };
+            let vdev = vdevs::display_name(&edited);
             sh.change_top(edited, vec![(guid, dev)])?;
             sh.core.events.post(Post::new(class::VDEV_ATTACH).vdev(name, guid).line(format!("'{}' attached to '{}'", name, leaf.path)));
-        }
+            (top.id(), vdev)
+        };
         self.update_pool_dir(|_| Ok(()))?;
-        self.resilver_start()
+        self.bring_up_to_date(kind, rebuild)
     }
 
-    fn replace_opened(&self, old: &str, name: &str, dev: Arc<dyn BlockDevice>) -> Result<()> {
+    /// After attach or replace: the resilver of `kind` starts (a
+    /// sequential one rebuilds top-level vdev `top`, named `vdev`).
+    fn bring_up_to_date(&self, kind: ResilverKind, (top, vdev): (u32, String)) -> Result<()> {
+        match kind {
+            ResilverKind::Healing => self.resilver_start(),
+            ResilverKind::Sequential => self.rebuild_start(top, vdev),
+        }
+    }
+
+    /// Why a sequential rebuild cannot bring a new device of top-level
+    /// vdev `top` (config `node`) up to date, if it cannot: not a mirror
+    /// (zpool: only mirrors rebuild sequentially), a resilver under way or
+    /// due (it covers every device that missed txgs, a rebuild only its
+    /// vdev's new ones), or no device of the vdev that holds every block.
+    fn sequential_allowed(&self, top: &Arc<Vdev>, node: &VdevNode) -> std::result::Result<(), String> {
+        if node.kind == VdevKind::Raidz {
+            return Err("sequential resilver is not supported for raidz (only mirrors and plain devices rebuild sequentially; leave out -s)".into());
+        }
+        let sh = self.shared();
+        let st = sh.scan.status();
+        if st.state == super::scan::ScanState::Scanning && st.func == super::scan::ScanFunc::Resilver {
+            return Err(format!("pool '{}' is resilvering; wait for it ('tarn pool wait -t resilver {}') or leave out -s", sh.core.name, sh.core.name));
+        }
+        if let Some(t) = super::resilver::targets(&sh.core).first() {
+            return Err(format!("device {:016x} of pool '{}' missed txgs and needs a healing resilver first (leave out -s)", t.guid, sh.core.name));
+        }
+        if !top.leaf_arcs().iter().any(|l| l.up() && l.dtl.lock().is_empty()) {
+            return Err(format!("no device of {} holds every block to rebuild from", vdevs::display_name(node)));
+        }
+        Ok(())
+    }
+
+    fn replace_opened(&self, old: &str, name: &str, dev: Arc<dyn BlockDevice>, kind: ResilverKind) -> Result<()> {
         let sh = self.shared();
         sh.core.check_writable()?;
         super::vdev_add::refuse_own_device(&sh.core, name, &dev)?;
-        let (how, gone) = {
+        let (how, gone, rebuild) = {
             let _g = sh.tree_lock.lock();
             let (top, leaf) = self.leaf_for(old, "replace")?;
             let cfg = sh.config.lock().clone();
             let node = top_node(&cfg, top.id())?;
+            if kind == ResilverKind::Sequential {
+                self.sequential_allowed(&top, node).map_err(|why| Error::invalid(format!("cannot replace '{}' with '{}': {}", old, name, why)))?;
+            }
             let refuse = |why: String| Err(Error::invalid(format!("cannot replace '{}' with '{}': {}", old, name, why)));
             let parent = parent_of(node, leaf.guid);
             if parent.is_some_and(|p| p.kind == VdevKind::Replacing) {
@@ -237,15 +301,17 @@ impl Pool {
                     vdevs::interior(VdevKind::Replacing, slot.id, new_guid(&format!("replacing-{}", slot.id)), slot.ashift, 0, slot.asize, vec![was, new])
                 }
             };
-            sh.change_top(with_leaf_replaced(node, leaf.guid, &replacement), vec![(guid, dev)])?;
+            let edited = with_leaf_replaced(node, leaf.guid, &replacement);
+            let vdev = vdevs::display_name(&edited);
+            sh.change_top(edited, vec![(guid, dev)])?;
             sh.core.events.post(Post::new(class::VDEV_ATTACH).vdev(name, guid).line(format!("'{}' is replacing '{}'", name, leaf.path)));
-            (how, leaf)
+            (how, leaf, (top.id(), vdev))
         };
         if how == Replace::InPlace {
             self.leaf_left(&gone, "replaced")?;
         }
         self.update_pool_dir(|_| Ok(()))?;
-        self.resilver_start()
+        self.bring_up_to_date(kind, rebuild)
     }
 
     /// After `leaf` left the tree: once a sync has passed (so nothing

@@ -276,3 +276,13 @@ impl Mounted {
         self.pool.take().expect("pool")
     }
 }
+
+/// A device under the name the pool knows it by.
+pub fn named(name: &str, d: &Arc<FaultDevice>) -> (String, Arc<dyn BlockDevice>) {
+    (name.to_string(), d.clone() as Arc<dyn BlockDevice>)
+}
+
+/// Imports the pool on these named devices, with the small tunables.
+pub fn open_named(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<Pool> {
+    Pool::open_on(devs, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
+}

@@ -1094,6 +1094,27 @@ impl VdevSpace {
         }
     }
 
+    /// What a sequential rebuild copies (`pool::rebuild`): every range of
+    /// the vdev that is not free — allocated or deferred — except the
+    /// transient allocations (intent-log blocks, written through the tree
+    /// as they are made), in offset order, coalesced.
+    fn rebuild_segments(&self) -> Vec<(u64, u64)> {
+        let mut used = Vec::new();
+        let mut cursor = self.start;
+        for ms in &self.metaslabs {
+            for (off, len) in ms.free.iter() {
+                if off > cursor {
+                    used.push((cursor, off - cursor));
+                }
+                cursor = off + len;
+            }
+        }
+        if cursor < self.start + self.size {
+            used.push((cursor, self.start + self.size - cursor));
+        }
+        subtract(&used, &self.transient)
+    }
+
     fn is_allocated(&self, off: u64, len: u64) -> bool {
         len > 0
             && self.in_bounds(off, len)
@@ -1187,6 +1208,35 @@ impl VdevSpace {
         }
         Ok(())
     }
+}
+
+/// `segs` (sorted, disjoint) without the ranges of `tree`.
+fn subtract(segs: &[(u64, u64)], tree: &RangeTree) -> Vec<(u64, u64)> {
+    if tree.is_empty() {
+        return segs.to_vec();
+    }
+    let holes: Vec<(u64, u64)> = tree.iter().collect();
+    let mut out = Vec::with_capacity(segs.len() + holes.len());
+    let mut h = 0;
+    for &(start, len) in segs {
+        let (mut cur, end) = (start, start + len);
+        while h < holes.len() && holes[h].0 + holes[h].1 <= cur {
+            h += 1;
+        }
+        let mut k = h;
+        while k < holes.len() && holes[k].0 < end {
+            let (ho, hl) = holes[k];
+            if ho > cur {
+                out.push((cur, ho - cur));
+            }
+            cur = cur.max(ho + hl);
+            k += 1;
+        }
+        if cur < end {
+            out.push((cur, end - cur));
+        }
+    }
+    out
 }
 
 /// Records collected for one txg, per vdev, coalesced.
@@ -1521,6 +1571,21 @@ impl Allocator {
             Some((n, held)) => (n + 1, held.min(txg)),
             None => (1, txg),
         });
+    }
+
+    /// A sequential rebuild is about to copy the ranges that are not free
+    /// now (`rebuild_segments`): until the matching `release_frees_hold`,
+    /// no deferred free is released, so none of those ranges becomes
+    /// allocatable (and rewritten) under the copy.
+    pub fn hold_all_frees(&mut self) {
+        let held = self.synced_txg.map_or(0, |t| t.saturating_sub(TXG_DEFER_SIZE));
+        self.hold_frees_after(held);
+    }
+
+    /// The ranges of vdev `vdev` a sequential rebuild copies (see
+    /// `VdevSpace::rebuild_segments`); None for an unknown vdev.
+    pub fn rebuild_segments(&self, vdev: u32) -> Option<Vec<(u64, u64)>> {
+        self.vdev(vdev).map(|v| v.rebuild_segments())
     }
 
     /// Ends one `hold_frees_after`; with none left, the frees it kept
@@ -1915,6 +1980,32 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         }
+    }
+
+    /// A rebuild copies what is allocated or deferred, never free space or
+    /// a log block, in offset order; while it holds, nothing deferred is
+    /// released, so no range it copies becomes allocatable.
+    #[test]
+    fn rebuild_segments_are_the_used_space_without_log_blocks() {
+        let mut a = one_vdev(256 << 20);
+        let x = a.alloc(1 << 20, 1, &[]).unwrap();
+        let y = a.alloc(1 << 20, 1, &[]).unwrap();
+        let z = a.alloc(1 << 20, 1, &[]).unwrap();
+        a.txg_synced(1);
+        a.free(y.0, y.1, y.2, 2).unwrap();
+        let log = a.alloc_transient(8192, &[], &[]).unwrap();
+        let segs = a.rebuild_segments(0).unwrap();
+        let total: u64 = segs.iter().map(|s| s.1).sum();
+        assert_eq!(total, x.2 + y.2 + z.2, "allocated and deferred, not the log block: {segs:x?}");
+        assert!(segs.windows(2).all(|w| w[0].0 + w[0].1 < w[1].0), "sorted, disjoint, coalesced: {segs:x?}");
+        assert!(segs.iter().all(|&(o, l)| o + l <= log.1 || o >= log.1 + log.2), "the log block is left out: {segs:x?}");
+        a.hold_all_frees();
+        a.txg_synced(2);
+        a.txg_synced(5);
+        assert_eq!(a.space().total.deferred, y.2, "a free deferred under the hold stays deferred");
+        a.release_frees_hold();
+        assert_eq!(a.space().total.deferred, 0, "released with the hold");
+        a.check_invariants().unwrap();
     }
 
     /// Log blocks: a transient allocation is allocated in memory, free in

@@ -14,13 +14,14 @@
 //!   resilver; `state` 1 scanning, 2 finished, 3 canceled);
 //! - a scan that has a position or has checked anything covers a txg;
 //! - a scan in logical order is a scrub, and has no position;
+//! - a sequential rebuild (`rebuild_vdev`) is a resilver;
 //! - bad copies ≤ copies checked, and for a scrub repaired ≤ bad (a
 //!   resilver's repaired copies are those it wrote); the errors of the last
 //!   walk ≤ all errors.
 
 use tarn_ondisk::kv::{self, KvMap};
 
-use super::{ScanFunc, ScanOrder, ScanPosition, ScanReport, ScanState, ScanStatus};
+use super::{RebuildDone, ScanFunc, ScanOrder, ScanPosition, ScanReport, ScanState, ScanStatus};
 use crate::error::{Error, Result};
 use crate::object::Objset;
 
@@ -76,6 +77,16 @@ pub(crate) fn encode(s: &ScanStatus) -> KvMap {
     ];
     for (k, v) in fields {
         kv::put_u64(&mut m, k, v);
+    }
+    if let Some(v) = &s.rebuild_vdev {
+        kv::put_str(&mut m, "rebuild_vdev", v);
+    }
+    if let Some(d) = &s.rebuild {
+        kv::put_str(&mut m, "rebuilt_vdev", &d.vdev);
+        kv::put_u64(&mut m, "rebuilt_bytes", d.bytes);
+        kv::put_u64(&mut m, "rebuilt_ms", (d.seconds * 1000.0) as u64);
+        kv::put_u64(&mut m, "rebuilt_errors", d.errors);
+        kv::put_u64(&mut m, "rebuilt_end_time", d.end_time);
     }
     if let Some(p) = s.position {
         kv::put_u64(&mut m, "pos_vdev", u64::from(p.vdev));
@@ -140,6 +151,14 @@ pub(crate) fn decode(m: &KvMap) -> std::result::Result<ScanStatus, String> {
         rate_bytes_per_sec: 0,
         eta_secs: None,
         report,
+        rebuild_vdev: kv::get_str(m, "rebuild_vdev").map(str::to_string),
+        rebuild: kv::get_str(m, "rebuilt_vdev").map(|v| RebuildDone {
+            vdev: v.to_string(),
+            bytes: get("rebuilt_bytes"),
+            seconds: get("rebuilt_ms") as f64 / 1000.0,
+            errors: get("rebuilt_errors"),
+            end_time: get("rebuilt_end_time"),
+        }),
     };
     check(&s)?;
     Ok(s)
@@ -156,6 +175,9 @@ fn check(s: &ScanStatus) -> std::result::Result<(), String> {
     }
     if s.order == ScanOrder::Logical && s.func != ScanFunc::Scrub {
         return Err("a resilver in logical order".into());
+    }
+    if s.rebuild_vdev.is_some() && s.func != ScanFunc::Resilver {
+        return Err("a sequential rebuild that is no resilver".into());
     }
     if s.order == ScanOrder::Logical && s.position.is_some() {
         return Err("a scan in logical order with a position".into());
@@ -208,6 +230,8 @@ mod tests {
             rate_bytes_per_sec: 0,
             eta_secs: None,
             report,
+            rebuild_vdev: None,
+            rebuild: Some(RebuildDone { vdev: "mirror-0".into(), bytes: 3 << 20, seconds: 2.25, errors: 0, end_time: 4 }),
         }
     }
 
@@ -220,6 +244,9 @@ mod tests {
         assert_eq!(decode(&encode(&none)).expect("decode").position, None);
         let resilver = ScanStatus { func: ScanFunc::Resilver, position: None, ..sample() };
         assert_eq!(decode(&encode(&resilver)).expect("decode").func, ScanFunc::Resilver);
+        let rebuild = ScanStatus { func: ScanFunc::Resilver, position: None, rebuild_vdev: Some("mirror-1".into()), rebuild: None, ..sample() };
+        let back = decode(&encode(&rebuild)).expect("decode");
+        assert_eq!(serde_json::to_value(&back).unwrap(), serde_json::to_value(&rebuild).unwrap(), "a sequential rebuild");
         let logical = ScanStatus { order: ScanOrder::Logical, position: None, ..sample() };
         assert_eq!(decode(&encode(&logical)).expect("decode").order, ScanOrder::Logical);
         let mut old = encode(&none);
@@ -252,6 +279,9 @@ mod tests {
         let mut m = encode(&sample());
         kv::put_u64(&mut m, "order", 1);
         assert!(decode(&m).unwrap_err().contains("a scan in logical order with a position"));
+        let mut m = encode(&sample());
+        kv::put_str(&mut m, "rebuild_vdev", "mirror-0");
+        assert!(decode(&m).unwrap_err().contains("a sequential rebuild that is no resilver"));
         let mut m = encode(&ScanStatus { func: ScanFunc::Resilver, position: None, ..sample() });
         kv::put_u64(&mut m, "order", 1);
         assert!(decode(&m).unwrap_err().contains("a resilver in logical order"));
