@@ -19,12 +19,9 @@ cargo build --release -q -p tarn-cli
 T="$PWD/target/release/tarn"
 mkdir -p "$DIR"
 export TARN_CACHE="$DIR/tarn.cache" TARN_SOCKET="$DIR/tarn.sock"
-bytes=$(python3 -c "import sys;u={'K':1<<10,'M':1<<20,'G':1<<30};s=sys.argv[1];print(int(s[:-1])*u[s[-1]] if s[-1] in u else int(s))" "$SIZE")
+. bench/lib.sh
+bytes=$(bytes_of "$SIZE")
 imgsize=$(( bytes * 3 / 2 + (512 << 20) ))
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-ms() { python3 -c "import time; print(int(time.monotonic()*1000))"; }
-median() { python3 -c "import sys,statistics as s; v=[float(x) for x in sys.argv[1:]]; print('%.0f (%.0f–%.0f)' % (s.median(v), min(v), max(v)))" "$@"; }
-med() { python3 -c "import sys,statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" "$@"; }
 
 cleanup() {
   "$T" pool destroy rb >/dev/null 2>&1 || true

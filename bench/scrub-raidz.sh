@@ -43,7 +43,7 @@ T="$PWD/target/release/tarn"
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
 export TARN_CACHE="$DIR/tarn.cache" TARN_SOCKET="$DIR/tarn.sock"
-bytes_of() { python3 -c "import sys;u={'K':1<<10,'M':1<<20,'G':1<<30};s=sys.argv[1];print(int(s[:-1])*u[s[-1]] if s[-1] in u else int(s))" "$1"; }
+. bench/lib.sh
 bytes=$(bytes_of "$SIZE")
 rzbytes=$(bytes_of "$RZSIZE")
 P99_FILE_MIB=1024
@@ -56,11 +56,7 @@ imgsize=$(( bytes * 3 / 2 + (1536 << 20) ))
 rzimg=$(( rzbytes / 4 * 3 / 2 + (512 << 20) ))
 disk=$(lsblk -no pkname "$(df --output=source "$DIR" | tail -1)" 2>/dev/null || true)
 disk=${disk:-$(basename "$(df --output=source "$DIR" | tail -1)")}
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-ms() { python3 -c "import time; print(int(time.monotonic()*1000))"; }
-median() { python3 -c "import sys,statistics as s; v=[float(x) for x in sys.argv[1:]]; print('%.0f (%.0f–%.0f)' % (s.median(v), min(v), max(v)))" "$@"; }
 median1() { python3 -c "import sys,statistics as s; v=[float(x) for x in sys.argv[1:]]; print('%.1f (%.1f–%.1f)' % (s.median(v), min(v), max(v)))" "$@"; }
-med() { python3 -c "import sys,statistics as s; print(s.median(float(x) for x in sys.argv[1:]))" "$@"; }
 ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
 # Reads completed and sectors read on the disk holding DIR.
 diskreads() { awk -v d="$disk" '$3==d {print $4, $6}' /proc/diskstats; }
