@@ -225,6 +225,8 @@ fn discard(st: &mut State, name: &str, force: bool, how: Closing, s: Suspension,
             ),
         ));
     }
+    // Writers failmode=wait holds fail now: the unmount waits for them.
+    st.pools.get(name).expect("made live by the caller").pool.give_up_waiting();
     drop_mounts(st, name)?;
     let live = st.pools.remove(name).expect("made live by the caller");
     let s = live.pool.discard().unwrap_or(s);
@@ -502,8 +504,16 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
     if let Some(sus) = &s.suspension {
         out.line(format!("status: The pool is suspended and cannot write: {}.", sus.reason));
         out.line(format!("        On disk is txg {} of {}; not written: {}.", sus.synced_txg, super::utc(sus.synced_time), lost_text(sus)));
-        out.line(format!("action: Restore or replace the device, then `tarn pool export -f {}` (closes the pool without syncing,", s.name));
-        out.line(format!("        discarding what was not written) and `tarn pool import {}`.", s.name));
+        if sus.resumable {
+            out.line(format!("action: Make the device whole again, then `tarn pool clear {}` resumes the pool and writes what waits;", s.name));
+            out.line(format!("        or `tarn pool export -f {}` closes it without syncing, discarding what was not written.", s.name));
+        } else {
+            out.line(format!("action: Restore or replace the device, then `tarn pool export -f {}` (closes the pool without syncing,", s.name));
+            out.line(format!("        discarding what was not written) and `tarn pool import {}`.", s.name));
+        }
+        if sus.waiting_writers > 0 {
+            out.line(format!("        {} writers wait for it (failmode=wait); `tarn pool set failmode=continue {}` fails them now.", sus.waiting_writers, s.name));
+        }
     } else if let Some(e) = &s.error {
         out.line(format!("status: The pool is suspended after an I/O failure: {}", e));
         out.line("action: Check the devices, then export and re-import the pool.");

@@ -345,6 +345,9 @@ impl Daemon {
         log("stopping");
         // Held until exit: no request runs after this point.
         let mut st = self.state.lock();
+        // Writers failmode=wait holds on a suspended pool fail now: the
+        // unmounts below wait for their requests.
+        st.pools.values().filter(|l| l.pool.suspension().is_some()).for_each(|l| l.pool.give_up_waiting());
         let datasets = mounts::unmount_order(&st, st.mounts.keys().cloned().collect());
         for ds in datasets {
             if let Err(e) = mounts::unmount(&mut st, &ds, false) {

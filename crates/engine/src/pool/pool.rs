@@ -228,6 +228,13 @@ pub struct Suspension {
     pub first_lost_txg: u64,
     pub last_lost_txg: u64,
     pub lost_bytes: u64,
+    /// A device fault suspended it, which `pool clear` can end once the
+    /// device is whole again (false: a sync failed; only `export -f`).
+    #[serde(default)]
+    pub resumable: bool,
+    /// Writers waiting for the pool to resume (`failmode=wait`).
+    #[serde(default)]
+    pub waiting_writers: u64,
 }
 
 /// What one txg's sync did (the raw material of `pool txgs`, issue 4).
@@ -558,6 +565,7 @@ impl Pool {
         r.guid = self.sh.core.guid;
         r.has_referenced = true;
         self.sh.mos.write(&tx, rec, 0, &kv::encode(&r.encode()))?;
+        apply_failmode(&self.sh.core, &d);
         *self.sh.pool_props.lock() = d;
         tx.commit();
         Ok(())
@@ -727,6 +735,7 @@ impl Pool {
                 sh.open_warnings.lock().push(format!("pool '{}': {}; the last scan is forgotten", sh.core.name, e));
             }
         }
+        apply_failmode(&sh.core, &props);
         *sh.pool_props.lock() = props;
         for (_, l) in sh.core.leaves().into_iter().filter(|(top, l)| top.leaf().is_none() && !l.up()) {
             sh.open_warnings.lock().push(format!("pool '{}': '{}' is {}{}; the pool is DEGRADED", sh.core.name, l.path, l.state().name(), l.reason().map(|r| format!(" ({})", r)).unwrap_or_default()));
@@ -896,6 +905,8 @@ impl Pool {
             first_lost_txg: lost.first,
             last_lost_txg: lost.last,
             lost_bytes: lost.dirty_bytes,
+            resumable: self.sh.core.txg.resumable(),
+            waiting_writers: self.sh.core.txg.blocked_by_failmode(),
         })
     }
 
@@ -955,7 +966,22 @@ impl Pool {
     }
 
     /// Sets a settable pool property (persisted in the pool directory).
+    /// `failmode` takes effect at once, even on a suspended pool (whose
+    /// directory cannot be written: the error says the change holds only
+    /// until the pool closes) — `continue` is how an administrator frees
+    /// the writers `wait` holds.
     pub fn set_property(&self, name: &str, value: &str) -> Result<()> {
+        if name == "failmode" {
+            let mut probe = KvMap::new();
+            set_pool_prop(&mut probe, name, value)?;
+            apply_failmode(&self.sh.core, &probe);
+            if let Some(why) = self.sh.core.txg.failure() {
+                return Err(Error::new(
+                    ErrorKind::Suspended,
+                    format!("failmode={} holds from now until pool '{}' closes, but it is not recorded in the pool: the pool is suspended ({})", value, self.sh.core.name, why),
+                ));
+            }
+        }
         self.update_pool_dir(|props| set_pool_prop(props, name, value))
     }
 
@@ -993,11 +1019,24 @@ impl Pool {
     /// nothing done) when the pool is not suspended.
     pub fn discard(&self) -> Option<Suspension> {
         self.sh.core.txg.failure()?;
+        self.give_up_waiting();
         // Suspended: close() skips the sync and only stops the threads
         // (the sync thread has finished failing when it returns); its
         // error is the suspension itself, which the report says.
         let _ = self.close();
         self.suspension()
+    }
+
+    /// Writers that `failmode=wait` holds on a suspended pool get the
+    /// suspension's error now, and later ones at once: call before
+    /// unmounting a suspended pool's file systems, whose requests they hold.
+    pub fn give_up_waiting(&self) {
+        self.sh.core.txg.give_up_waiting();
+    }
+
+    /// Writers that `failmode=wait` holds on a suspended pool right now.
+    pub fn blocked_writers(&self) -> u64 {
+        self.sh.core.txg.blocked_by_failmode()
     }
 
     fn close_with(&self, state: PoolState) -> Result<()> {
@@ -1364,16 +1403,24 @@ fn set_pool_prop(props: &mut KvMap, name: &str, value: &str) -> Result<()> {
                 return Err(Error::invalid("comment must be at most 32 printable characters"));
             }
         }
-        "failmode" => {
-            if value != "wait" {
-                return Err(Error::invalid("failmode: tarn supports only 'wait' (suspend the pool on an I/O failure)"));
-            }
-        }
+        "failmode" => match value {
+            "wait" | "continue" => {}
+            "panic" => return Err(Error::invalid("failmode=panic is not supported: tarn never takes the host down; use 'wait' (writers wait for `tarn pool clear`) or 'continue' (writers get an error)")),
+            _ => return Err(Error::invalid(format!("bad failmode '{}': use 'wait' or 'continue'", value))),
+        },
         "ashift" => return Err(Error::invalid("ashift is set at creation: use 'tarn pool create -o ashift=N'")),
         _ => return Err(Error::invalid(format!("unknown or read-only pool property '{}'", name))),
     }
     kv::put_str(props, &format!("prop:{}", name), value);
     Ok(())
+}
+
+/// Tells the txg engine the pool's `failmode` (`wait` unless set to
+/// `continue`): whether writers on a pool a device fault suspended wait
+/// for `pool clear` or fail.
+fn apply_failmode(core: &PoolCore, props: &KvMap) {
+    let mode = kv::get_str(props, "prop:failmode").unwrap_or("wait");
+    core.txg.set_failmode_wait(mode != "continue");
 }
 
 /// Feature bits this version understands.

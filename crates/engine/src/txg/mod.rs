@@ -106,6 +106,8 @@ pub struct ThrottleStats {
     pub over_max: AtomicU64,
     /// Total nanoseconds slept by delayed transactions.
     pub delay_ns_total: AtomicU64,
+    /// Writers waiting now on a suspended pool (`failmode=wait`).
+    pub failmode_blocked: AtomicU64,
 }
 
 struct State {
@@ -126,6 +128,11 @@ struct State {
     /// operation) replaces a fault's; after that the reason stays.
     failed: Option<String>,
     failed_by_sync: bool,
+    /// The pool's `failmode` is `wait`: while a device fault suspends it
+    /// (resumable by `pool clear`), writers and sync waiters block instead
+    /// of failing; a failed sync, which nothing resumes, fails them still.
+    /// Off for `continue`, and once the pool closes (`give_up_waiting`).
+    wait_on_fault: bool,
     /// The sync under way waits for a device (writes parked in its leaf):
     /// it ends only with `resume` or the pool's close.
     sync_parked: bool,
@@ -217,6 +224,7 @@ impl TxgEngine {
                 shutdown: false,
                 failed: None,
                 failed_by_sync: false,
+                wait_on_fault: false,
                 sync_parked: false,
                 syncing_dirty0: 0,
                 lost_written: 0,
@@ -275,7 +283,35 @@ impl TxgEngine {
         )
     }
 
-    /// Joins the open txg after passing the write throttle.
+    /// `failmode=wait` (true) or `continue` (false): see `State::wait_on_fault`.
+    /// Writers blocked by `wait` are woken to fail when it becomes `continue`.
+    pub fn set_failmode_wait(&self, wait: bool) {
+        self.st.lock().wait_on_fault = wait;
+        self.cv.notify_all();
+        self.dirty_cv.notify_all();
+    }
+
+    /// The pool closes (or an administrator discards a suspended pool):
+    /// whoever `failmode=wait` holds gets the suspension error now.
+    pub fn give_up_waiting(&self) {
+        self.set_failmode_wait(false);
+    }
+
+    /// Writers blocked by `failmode=wait` on a suspended pool right now.
+    pub fn blocked_by_failmode(&self) -> u64 {
+        self.stats.failmode_blocked.load(Ordering::Relaxed)
+    }
+
+    /// Whether a suspension makes callers wait for `pool clear` rather
+    /// than fail: `failmode=wait`, a device fault (resumable) and the pool
+    /// not closing.
+    fn waits_out(st: &State) -> bool {
+        st.wait_on_fault && !st.failed_by_sync && !st.shutdown
+    }
+
+    /// Joins the open txg after passing the write throttle. On a pool
+    /// suspended by a device fault, fails at once (`failmode=continue`) or
+    /// waits until `pool clear` resumes it or the pool closes (`wait`).
     pub fn assign(&self) -> Result<TxHold> {
         let start = Instant::now();
         let mut delayed = false;
@@ -284,7 +320,13 @@ impl TxgEngine {
             {
                 let mut st = self.st.lock();
                 if let Some(why) = &st.failed {
-                    return Err(self.failed_error(why));
+                    if !Self::waits_out(&st) {
+                        return Err(self.failed_error(why));
+                    }
+                    self.stats.failmode_blocked.fetch_add(1, Ordering::Relaxed);
+                    self.dirty_cv.wait_for(&mut st, Duration::from_millis(200));
+                    self.stats.failmode_blocked.fetch_sub(1, Ordering::Relaxed);
+                    continue;
                 }
                 if st.shutdown {
                     return Err(Error::new(ErrorKind::Busy, format!("pool '{}' is closing", self.pool)));
@@ -406,7 +448,8 @@ impl TxgEngine {
             // uberblock; waiting for it gives the caller its reason (the
             // txg, what failed) rather than the fault's alone — unless it
             // waits for the device (its writes parked: `sync_parked`).
-            if let (Some(why), true) = (&st.failed, st.syncing.is_none() || st.sync_parked) {
+            // With `failmode=wait` it waits for `pool clear` instead.
+            if let (Some(why), true) = (&st.failed, (st.syncing.is_none() || st.sync_parked) && !Self::waits_out(&st)) {
                 return Err(self.failed_error(why));
             }
             if st.shutdown {
@@ -568,6 +611,13 @@ impl TxgEngine {
         }
     }
 
+    /// Suspended by a device fault that `pool clear` can end (`resume`);
+    /// false when not suspended or when a sync failed.
+    pub fn resumable(&self) -> bool {
+        let st = self.st.lock();
+        st.failed.is_some() && !st.failed_by_sync
+    }
+
     pub fn failure(&self) -> Option<String> {
         self.st.lock().failed.clone()
     }
@@ -706,6 +756,47 @@ mod tests {
         let e = t.assign().unwrap_err();
         assert_eq!(e.kind, ErrorKind::Suspended);
         assert!(e.msg.contains("device gone"));
+        assert!(t.wait_synced(txg).is_err());
+    }
+
+    /// failmode=wait: a writer on a pool a device fault suspended blocks
+    /// until `resume` (pool clear), then joins the open txg.
+    #[test]
+    fn failmode_wait_blocks_writers_until_resume() {
+        let t = Arc::new(TxgEngine::new("t", 1, params(10 << 20)));
+        t.set_failmode_wait(true);
+        t.suspend("disk gone".into());
+        let t2 = t.clone();
+        let w = std::thread::spawn(move || t2.assign().map(|h| h.txg));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!w.is_finished(), "the writer waits for clear");
+        assert_eq!(t.blocked_by_failmode(), 1);
+        t.resume().unwrap();
+        assert_eq!(w.join().unwrap().unwrap(), 2);
+        assert_eq!(t.blocked_by_failmode(), 0);
+    }
+
+    /// failmode=wait: closing the pool (or switching to continue) ends the
+    /// wait with the suspension's error; a failed sync never waits.
+    #[test]
+    fn failmode_wait_gives_up_at_close_and_on_a_failed_sync() {
+        let t = Arc::new(TxgEngine::new("t", 1, params(10 << 20)));
+        t.set_failmode_wait(true);
+        t.suspend("disk gone".into());
+        let t2 = t.clone();
+        let w = std::thread::spawn(move || t2.assign().map(|h| h.txg));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!w.is_finished());
+        t.give_up_waiting();
+        let e = w.join().unwrap().unwrap_err();
+        assert!(e.kind == ErrorKind::Suspended && e.msg.contains("disk gone"), "{e:?}");
+
+        let t = TxgEngine::new("t", 1, params(10 << 20));
+        t.set_failmode_wait(true);
+        t.kick();
+        let txg = t.next_sync(&|_| true).unwrap();
+        t.sync_failed(txg, "label write failed".into());
+        assert_eq!(t.assign().unwrap_err().kind, ErrorKind::Suspended);
         assert!(t.wait_synced(txg).is_err());
     }
 }
