@@ -9,7 +9,9 @@
 //! says what is on disk and what to do, `export` says to use `-f`,
 //! `export -f` closes the pool without syncing and prints what it
 //! discarded, the pool stays gone, and — where the image is intact — an
-//! import finds everything fsynced before the fault.
+//! import finds everything fsynced before the fault. These pools are
+//! `failmode=continue` (writers get the error); with `failmode=wait`, the
+//! default, writers wait for `pool clear` (the last test).
 
 mod common;
 
@@ -93,7 +95,7 @@ fn mount_here(dir: &Path) -> bool {
 fn truncated_and_suspended(e: &Env, name: &str) -> std::path::PathBuf {
     let mnt = e.dir.join("mnt");
     let img = e.path(&format!("{}.img", name));
-    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), name, &img, "--size", "128M"]);
+    e.ok(&["pool", "create", "-o", "failmode=continue", "-m", mnt.to_str().unwrap(), name, &img, "--size", "128M"]);
     write_synced(&mnt.join("kept"), 1 << 20, 7).unwrap();
     std::fs::OpenOptions::new().write(true).open(&img).unwrap().set_len(16 << 20).unwrap();
     fill_until_failure(&mnt, 1 << 20, 8);
@@ -147,7 +149,7 @@ fn a_full_host_file_system_suspends_and_the_pool_comes_back() {
             mount("tarn-test", &fs, "tmpfs", 0, "size=40m").expect("a tmpfs");
             let mnt = e.dir.join("mnt");
             let img = fs.join("f.img").display().to_string();
-            e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "fp", &img, "--size", "256M"]);
+            e.ok(&["pool", "create", "-o", "failmode=continue", "-m", mnt.to_str().unwrap(), "fp", &img, "--size", "256M"]);
             assert!(mount_here(&mnt));
             let synced = fill_until_failure(&mnt, 4 << 20, 32);
             assert!(!synced.is_empty(), "some files fitted before the fault");
@@ -165,4 +167,90 @@ fn a_full_host_file_system_suspends_and_the_pool_comes_back() {
             e.ok(&["daemon", "stop"]);
         });
     });
+}
+
+/// Polls `pool status` (up to 10 s) until it contains `text`.
+fn status_shows(e: &Env, pool: &str, text: &str) -> String {
+    let t = std::time::Instant::now();
+    loop {
+        let st = e.ok(&["pool", "status", pool]);
+        if st.contains(text) || t.elapsed() > std::time::Duration::from_secs(10) {
+            return st;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Starts a writer of `path` (create, write, fsync) on its own thread;
+/// its result arrives on the returned channel.
+fn writer(path: std::path::PathBuf) -> std::sync::mpsc::Receiver<std::io::Result<()>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(write_synced(&path, 4096, 0x5A)));
+    rx
+}
+
+/// `failmode=wait`, the default: an injected write fault suspends the
+/// pool, the fsync that hit it fails, and a writer after it waits —
+/// `status` counts it and says `pool clear` resumes. With the fault
+/// cleared, `pool clear` lets it in and its file is kept across an export
+/// and import. Suspended again, `pool set failmode=continue` (applied, but
+/// not recorded on a suspended pool, which it says) fails the waiting
+/// writer with an error, and `export -f` closes the pool.
+#[test]
+fn failmode_wait_holds_a_writer_until_clear() {
+    let Some(e) = Env::private("failmode-wait", false) else { return };
+    let mnt = e.dir.join("mnt");
+    let img = e.path("fw.img");
+    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "fw", &img, "--size", "128M"]);
+    assert_eq!(e.ok(&["pool", "get", "-H", "-o", "value", "failmode", "fw"]).trim(), "wait");
+    let at = |f: &str| e.at(mnt.join(f).to_str().unwrap());
+    write_synced(&at("kept"), 1 << 20, 7).unwrap();
+
+    e.ok(&["inject", "-d", &img, "-e", "io", "-T", "write", "fw"]);
+    assert!(write_synced(&at("refused"), 4096, 1).is_err(), "the fsync that met the fault fails");
+    let held = writer(at("held"));
+    let st = status_shows(&e, "fw", "1 writers wait");
+    assert!(st.contains("state: SUSPENDED") && st.contains("1 writers wait") && st.contains("tarn pool clear fw"), "{}", st);
+    assert!(held.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the writer waits");
+    e.ok(&["inject", "-c", "all"]);
+    e.ok(&["pool", "clear", "fw"]);
+    held.recv_timeout(std::time::Duration::from_secs(30)).expect("the writer ends after the clear").expect("and succeeds");
+    assert!(e.ok(&["pool", "status", "fw"]).contains("state: ONLINE"));
+    e.ok(&["pool", "export", "fw"]);
+    e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "fw"]);
+    assert_eq!(std::fs::read(at("held")).unwrap(), noise(4096, 0x5A), "the held write was kept");
+    assert_eq!(std::fs::read(at("kept")).unwrap(), noise(1 << 20, 7));
+
+    e.ok(&["inject", "-d", &img, "-e", "io", "-T", "write", "fw"]);
+    assert!(write_synced(&at("refused2"), 4096, 1).is_err());
+    let held = writer(at("held2"));
+    let st = status_shows(&e, "fw", "1 writers wait");
+    assert!(st.contains("1 writers wait"), "{}", st);
+    let err = e.fails(&["pool", "set", "failmode=continue", "fw"]);
+    assert!(err.contains("not recorded"), "{}", err);
+    let res = held.recv_timeout(std::time::Duration::from_secs(30)).expect("the writer is let go");
+    assert!(res.is_err(), "with failmode=continue the waiting writer gets an error");
+    assert!(write_synced(&at("later"), 4096, 2).is_err(), "later writers fail at once");
+    e.ok(&["inject", "-c", "all"]);
+    assert!(e.ok(&["pool", "export", "-f", "fw"]).contains("without syncing"));
+}
+
+/// `failmode` takes `wait` and `continue`; `panic` and anything else are
+/// refused with a reason, at create and by `pool set`, nothing changed.
+#[test]
+fn failmode_bad_values_are_refused() {
+    let e = Env::plain("failmode-bad");
+    let img = e.path("fb.img");
+    let err = e.fails(&["pool", "create", "-o", "failmode=panic", "-m", "none", "fb", &img, "--size", "128M"]);
+    assert!(err.contains("never takes the host down"), "{}", err);
+    assert!(!Path::new(&img).exists(), "nothing was created");
+    e.ok(&["pool", "create", "-o", "failmode=continue", "-m", "none", "fb", &img, "--size", "128M"]);
+    assert_eq!(e.ok(&["pool", "get", "-H", "-o", "value,source", "failmode", "fb"]).trim(), "continue\tlocal");
+    for bad in ["panic", "", "WAIT", "sometimes"] {
+        let err = e.fails(&["pool", "set", &format!("failmode={}", bad), "fb"]);
+        assert!(err.contains("failmode"), "{}", err);
+    }
+    assert_eq!(e.ok(&["pool", "get", "-H", "-o", "value", "failmode", "fb"]).trim(), "continue");
+    e.ok(&["pool", "set", "failmode=wait", "fb"]);
+    assert_eq!(e.ok(&["pool", "get", "-H", "-o", "value", "failmode", "fb"]).trim(), "wait");
 }

@@ -14,7 +14,9 @@
 //! an image file truncated, then found at the next sync and, without any
 //! write, by `status`; an image file deleted; an image file on a tiny
 //! tmpfs whose space runs out (ENOSPC of the host file system), mounted in
-//! a private mount namespace of the test's thread (root only).
+//! a private mount namespace of the test's thread (root only). These
+//! pools are `failmode=continue`; the last test is `failmode=wait`'s: the
+//! writer waits for `pool clear` instead.
 
 mod common;
 
@@ -68,7 +70,7 @@ fn assert_suspended(pool: &Pool, state: &str, why: &str) {
 fn refused_writes_fault_the_device_and_suspend_the_pool() {
     for (i, errno) in [libc::EIO, libc::EROFS, libc::ENOSPC].into_iter().enumerate() {
         let devs = mem_devs(1, 128 << 20, 70 + i as u64);
-        let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+        let opts = CreateOptions { tunables: small_tunables(), pool_props: common::fail_on_fault(), ..Default::default() };
         let pool = Pool::create_on("tank", common::as_dyn(&devs), vec![], &opts).unwrap();
         let kept = pattern(300_000, 1);
         let a = put(&pool, &kept);
@@ -94,7 +96,7 @@ fn refused_writes_fault_the_device_and_suspend_the_pool() {
 /// object, the object's bytes, the image path).
 fn file_pool(dir: &Path) -> (Pool, u64, Vec<u8>, PathBuf) {
     let img = dir.join("a.img");
-    let opts = CreateOptions { size: Some(128 << 20), tunables: small_tunables(), ..Default::default() };
+    let opts = CreateOptions { size: Some(128 << 20), tunables: small_tunables(), pool_props: common::fail_on_fault(), ..Default::default() };
     let pool = Pool::create("tank", std::slice::from_ref(&img), &opts).unwrap();
     let data = pattern(500_000, 3);
     let obj = put(&pool, &data);
@@ -168,7 +170,7 @@ fn a_full_host_file_system_faults_the_image() {
         mount("none", Path::new("/"), "", libc::MS_REC | libc::MS_PRIVATE, "").expect("making the namespace's mounts private");
         mount("tarn-test", &spot, "tmpfs", 0, "size=6m").expect("mounting a tmpfs");
         let img = spot.join("a.img");
-        let opts = CreateOptions { size: Some(128 << 20), tunables: small_tunables(), ..Default::default() };
+        let opts = CreateOptions { size: Some(128 << 20), tunables: small_tunables(), pool_props: common::fail_on_fault(), ..Default::default() };
         let pool = Pool::create("tank", std::slice::from_ref(&img), &opts).unwrap();
         let kept = pattern(1 << 20, 6);
         let a = put(&pool, &kept);
@@ -223,4 +225,63 @@ fn clear_resumes_a_pool_suspended_by_refused_writes() {
     let pool = open(&devs).expect("import");
     assert_eq!(pool.root().read(a, 0, kept.len()).unwrap(), kept);
     assert_eq!(pool.root().read(b, 0, parked.len()).expect("the object of the parked txg"), parked, "written after the resume");
+}
+
+/// `failmode=wait` (the default): a writer on a pool a device fault
+/// suspended waits, counted in the suspension, while an fsync-like `sync`
+/// still fails at once; `pool clear` with the device whole again lets the
+/// writer in, and its object is there after an export and import. With
+/// `failmode=continue` set on the suspended pool, a held writer gets the
+/// suspension's error and later ones fail at once.
+#[test]
+fn failmode_wait_holds_writers_until_clear() {
+    let devs = mem_devs(1, 128 << 20, 91);
+    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let pool = std::sync::Arc::new(Pool::create_on("tank", common::as_dyn(&devs), vec![], &opts).unwrap());
+    devs[0].set_config(FaultConfig { refuse_writes: Some(libc::EIO), ..Default::default() });
+    put(&pool, &pattern(100_000, 1));
+    assert!(pool.sync().is_err(), "the sync cannot finish while the device refuses writes");
+    let held = pattern(200_000, 2);
+    let writer = {
+        let (pool, held) = (pool.clone(), held.clone());
+        std::thread::spawn(move || put(&pool, &held))
+    };
+    assert!(waiting(&pool, 1), "the writer waits, and the suspension counts it: {:?}", pool.suspension());
+    assert!(!writer.is_finished());
+    assert!(pool.suspension().unwrap().resumable);
+    assert!(pool.sync().is_err(), "a sync waiter fails, it does not wait");
+    devs[0].set_config(FaultConfig::default());
+    pool.clear(None).expect("the device is whole again: clear resumes the pool");
+    let b = writer.join().expect("the writer got in after the clear");
+    pool.sync().expect("the held write syncs");
+    let pool = std::sync::Arc::into_inner(pool).unwrap();
+    pool.export().unwrap();
+    drop(pool);
+    let pool = std::sync::Arc::new(open(&devs).expect("import"));
+    assert_eq!(pool.root().read(b, 0, held.len()).unwrap(), held);
+
+    // continue, set while suspended: the held writer fails.
+    devs[0].set_config(FaultConfig { refuse_writes: Some(libc::EIO), ..Default::default() });
+    put(&pool, &pattern(100_000, 3));
+    assert!(pool.sync().is_err());
+    let writer = {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.root().begin().map(|_| ()))
+    };
+    assert!(waiting(&pool, 1), "{:?}", pool.suspension());
+    let e = pool.set_property("failmode", "continue").unwrap_err();
+    assert!(e.msg.contains("not recorded"), "applies now, but a suspended pool cannot record it: {}", e);
+    let e = writer.join().unwrap().unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Suspended, "{:?}", e);
+    assert!(pool.root().begin().is_err(), "later writers fail at once");
+    assert!(waiting(&pool, 0));
+    assert!(pool.discard().is_some());
+}
+
+/// Whether `n` writers wait on the suspended pool within two seconds.
+fn waiting(pool: &Pool, n: u64) -> bool {
+    (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        pool.suspension().is_some_and(|s| s.waiting_writers == n)
+    })
 }

@@ -171,6 +171,8 @@ fn injected_write_errors_fault_the_device_and_suspend_the_pool() {
 #[test]
 fn a_vanished_device_is_removed_and_suspends_the_pool() {
     let (devs, pool, objs) = cold_pool(2, &[], 4);
+    // A writer gets the suspension at once (with `wait` it would wait).
+    pool.set_property("failmode", "continue").unwrap();
     let txg = pool.uberblock().txg;
     let writes = devs[1].stats().writes;
     pool.inject("mem1", spec(Fault::Nxio, IoTypes::All)).expect("inject");

@@ -256,6 +256,9 @@ impl Daemon {
     }
 
     pub fn handle(&self, req: Request) -> Response {
+        // A request never waits out a suspended pool (failmode=wait): it
+        // would hold the state lock that `pool clear` needs.
+        let _fail_fast = tarn_engine::txg::FailFast::new();
         let mut out = Out::default();
         // These take the state lock only for moments: a write test runs,
         // and an events follower waits, without it.

@@ -56,6 +56,39 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, ErrorKind, Result};
 use crate::tunables::Tunables;
 
+thread_local! {
+    /// Set while this thread serves an administrative request
+    /// (`FailFast`): it never waits out a suspension.
+    static FAIL_FAST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While held, transactions and sync waits of this thread fail at once on
+/// a suspended pool even with `failmode=wait`. The daemon holds one while
+/// it serves a request: an administrative command that waited for `pool
+/// clear` would hold the daemon's state lock that `pool clear` needs.
+/// Only the file systems' writers wait.
+pub struct FailFast {
+    was: bool,
+}
+
+impl FailFast {
+    pub fn new() -> FailFast {
+        FailFast { was: FAIL_FAST.with(|f| f.replace(true)) }
+    }
+}
+
+impl Default for FailFast {
+    fn default() -> Self {
+        FailFast::new()
+    }
+}
+
+impl Drop for FailFast {
+    fn drop(&mut self) {
+        FAIL_FAST.with(|f| f.set(self.was));
+    }
+}
+
 /// Per-txg arrays are indexed by txg & TXG_MASK (OpenZFS TXG_SIZE = 4).
 pub const TXG_SIZE: usize = 4;
 const TXG_MASK: u64 = TXG_SIZE as u64 - 1;
@@ -129,8 +162,9 @@ struct State {
     failed: Option<String>,
     failed_by_sync: bool,
     /// The pool's `failmode` is `wait`: while a device fault suspends it
-    /// (resumable by `pool clear`), writers and sync waiters block instead
-    /// of failing; a failed sync, which nothing resumes, fails them still.
+    /// (resumable by `pool clear`), writers block instead of failing (sync
+    /// waiters — fsync — still fail); a failed sync, which nothing
+    /// resumes, fails them too.
     /// Off for `continue`, and once the pool closes (`give_up_waiting`).
     wait_on_fault: bool,
     /// The sync under way waits for a device (writes parked in its leaf):
@@ -304,9 +338,10 @@ impl TxgEngine {
 
     /// Whether a suspension makes callers wait for `pool clear` rather
     /// than fail: `failmode=wait`, a device fault (resumable) and the pool
-    /// not closing.
+    /// not closing — and the caller not an administrative request
+    /// (`FailFast`).
     fn waits_out(st: &State) -> bool {
-        st.wait_on_fault && !st.failed_by_sync && !st.shutdown
+        st.wait_on_fault && !st.failed_by_sync && !st.shutdown && !FAIL_FAST.with(|f| f.get())
     }
 
     /// Joins the open txg after passing the write throttle. On a pool
@@ -448,8 +483,9 @@ impl TxgEngine {
             // uberblock; waiting for it gives the caller its reason (the
             // txg, what failed) rather than the fault's alone — unless it
             // waits for the device (its writes parked: `sync_parked`).
-            // With `failmode=wait` it waits for `pool clear` instead.
-            if let (Some(why), true) = (&st.failed, (st.syncing.is_none() || st.sync_parked) && !Self::waits_out(&st)) {
+            // Even with `failmode=wait`: only writers wait for `pool
+            // clear`; an fsync returns the error (as OpenZFS's since 2.3).
+            if let (Some(why), true) = (&st.failed, st.syncing.is_none() || st.sync_parked) {
                 return Err(self.failed_error(why));
             }
             if st.shutdown {
@@ -466,13 +502,21 @@ impl TxgEngine {
     pub fn next_sync(&self, has_work: &dyn Fn(u64) -> bool) -> Option<u64> {
         let mut st = self.st.lock();
         loop {
-            if st.shutdown && st.holds[(st.open & TXG_MASK) as usize] == 0 {
+            if st.failed.is_some() {
+                // Suspended. A failed sync is final, and a suspended pool
+                // closes without writing; a device fault found between
+                // syncs waits for `resume` (`pool clear`) — the thread
+                // must outlive it, or nothing would sync after the clear.
+                if st.failed_by_sync || st.shutdown {
+                    return None;
+                }
+                self.cv.wait_for(&mut st, Duration::from_millis(200));
+                continue;
+            } else if st.shutdown && st.holds[(st.open & TXG_MASK) as usize] == 0 {
                 // Shutting down: sync what is dirty once more, then stop.
                 if !has_work(st.open) && st.wanted < st.open {
                     return None;
                 }
-            } else if st.failed.is_some() {
-                return None;
             } else {
                 let timeout = self.params().txg_timeout;
                 let due = st.last_sync_start.elapsed() >= timeout;
@@ -759,6 +803,32 @@ mod tests {
         assert!(t.wait_synced(txg).is_err());
     }
 
+    /// Pins: a device fault found between syncs (a failed log write)
+    /// ended the sync thread's loop, so after `pool clear` resumed the pool
+    /// nothing synced and every fsync waited forever. The loop now waits
+    /// out a resumable suspension, and ends at a failed sync or the close.
+    #[test]
+    fn the_sync_loop_outlives_a_suspension_between_syncs() {
+        let t = Arc::new(TxgEngine::new("t", 1, params(10 << 20)));
+        let t2 = t.clone();
+        let syncer = std::thread::spawn(move || {
+            while let Some(txg) = t2.next_sync(&|_| true) {
+                t2.sync_done(txg);
+            }
+        });
+        t.suspend("disk gone".into());
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!syncer.is_finished(), "the sync thread waits for the clear");
+        t.resume().unwrap();
+        let hold = t.assign().unwrap();
+        let txg = hold.txg;
+        t.release(hold);
+        t.wait_synced(txg).expect("a txg after the clear syncs");
+        t.suspend("disk gone again".into());
+        t.shutdown();
+        syncer.join().unwrap();
+    }
+
     /// failmode=wait: a writer on a pool a device fault suspended blocks
     /// until `resume` (pool clear), then joins the open txg.
     #[test]
@@ -774,6 +844,21 @@ mod tests {
         t.resume().unwrap();
         assert_eq!(w.join().unwrap().unwrap(), 2);
         assert_eq!(t.blocked_by_failmode(), 0);
+    }
+
+    /// An administrative request (`FailFast`) fails at once under
+    /// failmode=wait, as it would hold the daemon's lock `pool clear` needs;
+    /// the guard's end restores waiting.
+    #[test]
+    fn failmode_wait_spares_administrative_requests() {
+        let t = TxgEngine::new("t", 1, params(10 << 20));
+        t.set_failmode_wait(true);
+        t.suspend("disk gone".into());
+        {
+            let _admin = FailFast::new();
+            assert_eq!(t.assign().unwrap_err().kind, ErrorKind::Suspended);
+        }
+        assert!(!FAIL_FAST.with(|f| f.get()), "the guard restores the thread's mode");
     }
 
     /// failmode=wait: closing the pool (or switching to continue) ends the

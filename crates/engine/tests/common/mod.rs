@@ -78,6 +78,13 @@ pub fn as_dyn(devs: &[Arc<FaultDevice>]) -> Vec<(String, Arc<dyn BlockDevice>)> 
 /// A space checkpoint every third txg (instead of 64) puts checkpoints,
 /// deferred frees and log replay in every crash run: a replay bug around
 /// them once made pools unimportable and no test ran long enough to see it.
+/// Pool property `failmode=continue`, for tests that write to a pool a
+/// device fault suspended and expect an error: with `failmode=wait` (the
+/// default) such a writer waits for `pool clear`.
+pub fn fail_on_fault() -> Vec<(String, String)> {
+    vec![("failmode".into(), "continue".into())]
+}
+
 pub fn small_tunables() -> Tunables {
     Tunables {
         zfs_dirty_data_max: 8 << 20,
