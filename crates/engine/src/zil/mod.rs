@@ -85,6 +85,8 @@
 //!    complete in order: one is written at a time).
 
 mod chain;
+mod indirect;
 mod log;
 
+pub use indirect::WritePolicy;
 pub use log::{Itx, LogSource, Zil, ZilStats};
