@@ -76,6 +76,7 @@ impl Datasets {
     /// Syncing context: each log frees what `txg` makes moot and its header
     /// goes to its record when it changed; the root's list follows.
     pub(crate) fn sync_logs(&self, st: &mut State, txg: u64) -> Result<()> {
+        self.core.free_dropped_prewritten(txg)?;
         let zils: Vec<(u64, Arc<Zil>)> = self.zils.lock().iter().map(|(id, z)| (*id, z.clone())).collect();
         for (id, zil) in zils {
             let Some(h) = zil.sync(txg)? else { continue };

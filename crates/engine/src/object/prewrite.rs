@@ -35,6 +35,15 @@
 //! 2. Overrides join only records whose sync has not begun (`syncing`),
 //!    and only after their write has landed, so a sync never links a
 //!    block still in flight.
+//! 3. A prewritten block is freed only in syncing context, by the sync of
+//!    its txg (`birth`) or a later one — never in open context. An open
+//!    context free would be deferred in the open txg, and the space
+//!    checkpoint the syncing txg writes would carry that deferral: a crash
+//!    importing the syncing txg would find the block deferred and the
+//!    log's claim of it would fail (the log may still name the block).
+//!    Freed in the sync of txg S ≥ birth, the block is claimed after a
+//!    crash only if the import is before S (birth > claim txg), where the
+//!    free never happened.
 
 use std::sync::Arc;
 
@@ -48,6 +57,22 @@ use crate::pool::core::PoolCore;
 use crate::sys::buf::AlignedBuf;
 
 impl PoolCore {
+    /// Syncing context of `txg`: frees the prewritten blocks left to the
+    /// next sync (`prewritten_frees`) — those born by `txg`.
+    pub(crate) fn free_dropped_prewritten(&self, txg: u64) -> Result<()> {
+        let mut later = Vec::new();
+        let todo = std::mem::take(&mut *self.prewritten_frees.lock());
+        for bp in todo {
+            if bp.birth > txg {
+                later.push(bp);
+                continue;
+            }
+            self.free_prewritten(&bp, txg)?;
+        }
+        self.prewritten_frees.lock().extend(later);
+        Ok(())
+    }
+
     /// Writes a prepared data block of txg `txg` now, to a transient place
     /// of the normal class (never a log vdev: the block outlives the log);
     /// the write joins `group`. Returns the block's pointer.
@@ -60,6 +85,7 @@ impl PoolCore {
             .alloc_transient(phys.len() as u64, &[], &skip)
             .map_err(|e| Error::no_space(format!("pool '{}': no room to write a block of {} bytes for the intent log: {}", self.name, phys.len(), e)))?;
         self.took_space(asize);
+
         let mut bp = prep.bp;
         bp.dva[0] = Dva { vdev, asize, offset };
         self.vdevs.top(vdev).write(IoClass::SyncWrite, offset, phys, group, 0, txg);
@@ -70,15 +96,17 @@ impl PoolCore {
     /// ordinary allocation of `txg` from now on.
     pub(crate) fn adopt_prewritten(&self, bp: &BlockPtr, txg: u64) -> Result<()> {
         let d = bp.dva[0];
+
         self.alloc.lock().adopt_transient(d.vdev, d.offset, d.asize, txg).map_err(|e| {
             Error::corrupt(format!("pool '{}': the intent log's block {}:{:#x}+{:#x} cannot join txg {}: {}", self.name, d.vdev, d.offset, d.asize, txg, e))
         })
     }
 
     /// Frees a prewritten block nothing will link (deferred, unrecorded,
-    /// as a log block).
+    /// as a log block); syncing context of `txg` ≥ the block's birth.
     pub(crate) fn free_prewritten(&self, bp: &BlockPtr, txg: u64) -> Result<()> {
         let d = bp.dva[0];
+        assert!(bp.birth <= txg, "a prewritten block of txg {} freed in txg {}", bp.birth, txg);
         self.alloc.lock().free_transient(d.vdev, d.offset, d.asize, txg).map_err(|e| {
             Error::corrupt(format!("pool '{}': freeing the intent log's block {}:{:#x}+{:#x}: {}", self.name, d.vdev, d.offset, d.asize, e))
         })
@@ -161,10 +189,8 @@ impl Objset {
         }
         let res = res.and(group.wait().map_err(|e| Error::new(ErrorKind::Io, format!("'{}': writing blocks for the intent log: {}", self.name.read(), e))));
         if let Err(e) = res {
-            let txg = self.core.txg.open_txg();
-            for (_, bp) in &written {
-                self.core.free_prewritten(bp, txg)?;
-            }
+            // Freed by the next sync, as any prewritten block (invariant 3).
+            self.core.prewritten_frees.lock().extend(written.iter().map(|(_, bp)| *bp));
             return Err(e);
         }
         Ok(written)
@@ -192,19 +218,24 @@ fn current(st: &ObjState, blkid: u64) -> Current {
 }
 
 /// After the write landed: the record of `t.txg` takes the override if it
-/// still holds the buffer and its sync has not begun; otherwise the block
-/// is freed now — it still holds the data the log names, and a crash
-/// before that txg syncs finds it free on disk, where import claims it.
+/// still holds the buffer and its sync has not begun. Otherwise nothing
+/// will link the block, but the log may name it (it holds the data the
+/// commit logged): it is freed in syncing context, by the sync of its txg
+/// or a later one (invariant 3).
 fn attach(core: &PoolCore, st: &mut ObjState, t: Todo, bp: BlockPtr) -> Result<()> {
     assert_eq!(bp.birth, t.txg, "a prewritten block is born in its record's txg");
-    let rec = st.dirty[slot(t.txg)].as_mut().filter(|r| r.txg == t.txg && !r.syncing);
-    let Some(rec) = rec.filter(|r| r.blocks.get(&t.blkid).is_some_and(|b| Arc::ptr_eq(b, &t.buf))) else {
-        return core.free_prewritten(&bp, core.txg.open_txg());
+    let Some(rec) = st.dirty[slot(t.txg)].as_mut().filter(|r| r.txg == t.txg && !r.syncing) else {
+        core.prewritten_frees.lock().push(bp);
+        return Ok(());
     };
+    if !rec.blocks.get(&t.blkid).is_some_and(|b| Arc::ptr_eq(b, &t.buf)) {
+        rec.dropped.push(bp);
+        return Ok(());
+    }
     if let Some(old) = rec.overrides.insert(t.blkid, Override { buf: t.buf, bp }) {
         // Another commit prewrote an older buffer of the block (or the
         // same one, racing): only the newest is linked.
-        core.free_prewritten(&old.bp, core.txg.open_txg())?;
+        rec.dropped.push(old.bp);
     }
     Ok(())
 }

@@ -79,6 +79,9 @@ pub(crate) struct DirtyRec {
     pub overrides: BTreeMap<u64, Override>,
     /// The txg's sync has taken the record's blocks: no override joins.
     pub syncing: bool,
+    /// Prewritten blocks of this txg nothing will link (a newer buffer's
+    /// replaced them): freed by the txg's sync.
+    pub dropped: Vec<BlockPtr>,
 }
 
 impl DirtyRec {
@@ -217,6 +220,7 @@ impl ObjState {
             bonus: None,
             overrides: BTreeMap::new(),
             syncing: false,
+            dropped: Vec::new(),
         })
     }
 

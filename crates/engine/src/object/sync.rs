@@ -189,10 +189,10 @@ fn end_objects(ctx: &SyncCtx, work: &[Work], awaiting: &mut Vec<usize>, used: &[
 fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
     let mut st = o.st.lock();
     // From here on no override joins the record (`prewrite.rs`).
-    let overrides = {
+    let (overrides, dropped) = {
         let rec = st.dirty[slot(ctx.txg)].as_mut().filter(|r| r.txg == ctx.txg)?;
         rec.syncing = true;
-        std::mem::take(&mut rec.overrides)
+        (std::mem::take(&mut rec.overrides), std::mem::take(&mut rec.dropped))
     };
     let rec = st.dirty[slot(ctx.txg)].as_ref().filter(|r| r.txg == ctx.txg)?;
     let blocks: Vec<(u64, Arc<AlignedBuf>)> = rec.blocks.iter().map(|(k, v)| (*k, v.clone())).collect();
@@ -202,7 +202,8 @@ fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
     let bonus_len = rec.bonus.as_ref().map_or(st.dn.bonus.len(), |b| b.len());
     // A clone keeps its block: a later txg may move the object inline.
     let inline = !rec.freed && clones.is_empty() && wants_inline(ctx, &st, rec.maxblkid, rec.size, bonus_len);
-    let (linked, stale) = split_overrides(rec, overrides, inline || rec.freed);
+    let (linked, mut stale) = split_overrides(rec, overrides, inline || rec.freed);
+    stale.extend(dropped);
     Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, clones, linked, stale, inline, freed: rec.freed })
 }
 
