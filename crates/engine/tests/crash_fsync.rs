@@ -110,24 +110,40 @@ fn workload(fs: &PosixFs, rng: &mut Rng, ops: usize, shape: Shape, h: &mut Histo
             (None, _) => {
                 let f = h.files.len();
                 let name = format!("f{}", f);
-                let a = fs.mknod(&ROOT, root, name.as_bytes(), libc::S_IFREG | 0o644, 0).map_err(|x| e("create", x))?;
-                h.files.push(File { ino: a.ino, len: rng.range(1, shape.max_len) as usize, written: 0, acked: 0 });
-                names.insert(name, f);
+                let len = rng.range(1, shape.max_len) as usize;
+                let made = fs.mknod(&ROOT, root, name.as_bytes(), libc::S_IFREG | 0o644, 0);
+                // Under sync=always a change whose commit failed may still
+                // have reached the log: the state after it is possible.
+                let ino = match &made {
+                    Ok(a) => Some(a.ino),
+                    Err(_) if shape.always => fs.lookup(root, name.as_bytes()).ok().map(|a| a.ino),
+                    Err(_) => None,
+                };
+                if let Some(ino) = ino {
+                    h.files.push(File { ino, len, written: 0, acked: 0 });
+                    names.insert(name, f);
+                }
+                maybe_applied(h, &names, shape, made.map(|_| ()).map_err(|x| e("create", x)))?;
             }
             (Some((_, f)), 0..=3) => {
                 let file = &mut h.files[f];
-                fs.write(&ROOT, file.ino, 0, &version(f, file.written, file.len)).map_err(|x| e("write", x))?;
-                file.written += 1;
+                let r = fs.write(&ROOT, file.ino, 0, &version(f, file.written, file.len));
+                if r.is_ok() || shape.always {
+                    file.written += 1;
+                }
+                maybe_applied(h, &names, shape, r.map(|_| ()).map_err(|x| e("write", x)))?;
             }
             (Some((old, f)), 4) => {
                 let new = format!("f{}-{}", f, op);
-                fs.rename(&ROOT, root, old.as_bytes(), root, new.as_bytes(), RenameFlags::default()).map_err(|x| e("rename", x))?;
+                let r = fs.rename(&ROOT, root, old.as_bytes(), root, new.as_bytes(), RenameFlags::default());
                 names.remove(&old);
                 names.insert(new, f);
+                maybe_applied(h, &names, shape, r.map_err(|x| e("rename", x)))?;
             }
             (Some((old, _)), 5) => {
-                fs.unlink(&ROOT, root, old.as_bytes()).map_err(|x| e("unlink", x))?;
+                let r = fs.unlink(&ROOT, root, old.as_bytes());
                 names.remove(&old);
+                maybe_applied(h, &names, shape, r.map_err(|x| e("unlink", x)))?;
             }
             (Some(_), 6) if rng.chance(15) => {
                 fs.sync_all().map_err(|x| e("syncfs", x))?;
@@ -152,6 +168,17 @@ fn workload(fs: &PosixFs, rng: &mut Rng, ops: usize, shape: Shape, h: &mut Histo
         }
     }
     Ok(())
+}
+
+/// The result of a change: an error stops the workload. Under
+/// `sync=always` the change may have been made and logged before its
+/// commit failed, so the state after it (`names`) joins the history,
+/// unacknowledged.
+fn maybe_applied(h: &mut History, names: &BTreeMap<String, usize>, shape: Shape, r: Result<(), String>) -> Result<(), String> {
+    if r.is_err() && shape.always {
+        h.names.push(names.clone());
+    }
+    r
 }
 
 /// A pool on `ndevs` devices, with a log vdev on one more when `log`.
