@@ -602,13 +602,15 @@ type ArcColumn = (&'static str, &'static str, fn(&ArcMetrics) -> u64);
 
 /// zilstat's fields (OpenZFS's zilstat names where it has them) and what
 /// each counts; every one but `time` and `out` per second.
-pub const ZILSTAT_FIELDS: [(&str, &str); 9] = [
+pub const ZILSTAT_FIELDS: [(&str, &str); 11] = [
     ("time", "clock"),
     ("cc", "commits (fsync, O_SYNC, sync=always)"),
     ("cwc", "rounds written (a round carries every commit that joined it)"),
     ("ic", "records logged"),
     ("icc", "write records copied into the log"),
     ("icb", "bytes of write data copied into the log"),
+    ("iic", "write records logged by pointer (blocks written in place)"),
+    ("iib", "bytes of write data written in place"),
     ("imnc", "log blocks written"),
     ("imnb", "log block bytes written (allocated)"),
     ("fb", "commits that synced the txg instead (tarn)"),
@@ -640,11 +642,11 @@ fn explain_log(findings: &mut Vec<(u32, String)>, cur: &ZilMetrics, prev: &ZilMe
 }
 
 /// The counters zilstat turns into rates, summed over `pools`.
-fn zil_counters(pools: &[PoolMetrics]) -> [u64; 7] {
-    let mut c = [0u64; 7];
+fn zil_counters(pools: &[PoolMetrics]) -> [u64; 9] {
+    let mut c = [0u64; 9];
     for m in pools {
         let z = &m.zil;
-        for (x, v) in c.iter_mut().zip([z.commit_count, z.commit_writer_count, z.itx_count, z.itx_copied_count, z.itx_copied_bytes, z.blocks, z.block_bytes]) {
+        for (x, v) in c.iter_mut().zip([z.commit_count, z.commit_writer_count, z.itx_count, z.itx_copied_count, z.itx_copied_bytes, z.itx_indirect_count, z.itx_indirect_bytes, z.blocks, z.block_bytes]) {
             *x += v;
         }
     }
@@ -655,7 +657,7 @@ fn zil_counters(pools: &[PoolMetrics]) -> [u64; 7] {
 /// second over `secs`; `fb` always a count over the interval.
 pub fn zilstat_row(cur: &[PoolMetrics], prev: Option<&[PoolMetrics]>, secs: f64, time: &str) -> Vec<String> {
     let now = zil_counters(cur);
-    let before = prev.map(zil_counters).unwrap_or([0; 7]);
+    let before = prev.map(zil_counters).unwrap_or([0; 9]);
     let fb = |p: &[PoolMetrics]| p.iter().map(|m| m.zil.fallbacks).sum::<u64>();
     let mut row = vec![time.to_string()];
     for (n, b) in now.iter().zip(before) {
@@ -687,11 +689,12 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     family(&mut out, "tarn_throttle_delayed_total", "counter", "Transactions delayed by the write throttle.", each(&|m| m.throttle.delayed as f64));
     family(&mut out, "tarn_throttle_stalled_total", "counter", "Transactions that waited at the dirty-data limit.", each(&|m| m.throttle.stalled_at_limit as f64));
     family(&mut out, "tarn_throttle_delay_seconds_total", "counter", "Time slept by delayed transactions.", each(&|m| m.throttle.delay_ns_total as f64 / 1e9));
-    let zil_counters: [MetricColumn; 7] = [
+    let zil_counters: [MetricColumn; 8] = [
         ("tarn_zil_commit_total", "Intent-log commits (zil_commit_count).", |m| m.zil.commit_count),
         ("tarn_zil_commit_writer_total", "Intent-log rounds written (zil_commit_writer_count).", |m| m.zil.commit_writer_count),
         ("tarn_zil_itx_total", "Intent-log records made (zil_itx_count).", |m| m.zil.itx_count),
         ("tarn_zil_itx_copied_bytes_total", "Write data copied into intent logs (zil_itx_copied_bytes).", |m| m.zil.itx_copied_bytes),
+        ("tarn_zil_itx_indirect_bytes_total", "Write data written in place and logged by pointer (zil_itx_indirect_bytes).", |m| m.zil.itx_indirect_bytes),
         ("tarn_zil_blocks_total", "Intent-log blocks written.", |m| m.zil.blocks),
         ("tarn_zil_block_bytes_total", "Intent-log block bytes written, as allocated.", |m| m.zil.block_bytes),
         ("tarn_zil_fallbacks_total", "Commits that synced the txg instead of writing the log.", |m| m.zil.fallbacks),

@@ -225,9 +225,15 @@ tunables! {
     /// 1: a dataset's intent log is discarded at mount instead of replayed (changes fsynced before a crash are lost; for recovering from a log that cannot be replayed).
     zil_replay_disable: u32 = 0;
     range 0, 1;
-    /// A commit carrying more bytes of log records than this syncs the txg instead, which writes the data once (tarn has no indirect writes yet: all logged write data goes into the log and again with its txg).
+    /// A commit carrying more bytes of log records than this syncs the txg instead, which writes the data once (whole blocks written in place by indirect records count only their records' bytes).
     tarn_zil_commit_max_bytes: u64 = 8 << 20;
     range 1 << 20, 1 << 30;
+    /// With `logbias=latency` and no log device, a write of at least this many bytes is logged indirectly: its whole blocks are written in place at commit and the log records their pointers (zfs_log.c's `zfs_immediate_write_sz`).
+    zfs_immediate_write_sz: u64 = 32 << 10;
+    range 512, 1 << 30;
+    /// Most write data one copied log record carries; a longer copied write is split into records of this size (OpenZFS's `zil_maxcopied`). At most the largest record a log block holds.
+    zil_maxcopied: u64 = 7680;
+    range 512, tarn_ondisk::zil::WRITE_DATA_MAX as u64;
     /// Events each pool's ring keeps (`pool events`); the oldest go first. At most 10,000: the ring is rewritten whole in each txg that changes it.
     zfs_zevent_len_max: u64 = 512;
     range 1, 10_000;

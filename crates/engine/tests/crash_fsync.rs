@@ -20,6 +20,16 @@
 //! - for half the cuts that leave a log, a second power cut during replay
 //!   changes none of that (the replay resumes, applying nothing twice).
 //!
+//! Indirect writes: files reach 160 KB, so their first 128 KiB record is
+//! a whole block the log writes in place (`logbias=latency`, no log
+//! device, a write ≥ 32 KiB). Two seeds in five set `logbias=throughput`
+//! with files of up to 600 KB (four whole blocks), half of them under
+//! `sync=always` (every change acknowledged when its call returns). The
+//! cut and the lost unflushed writes fall anywhere, so also between a
+//! block written in place and the log block naming it, or keep the log
+//! block and lose the data: replay then ends at that record (its block
+//! does not verify), which no caller was told was durable.
+//!
 //! `TARN_CRASH_FSYNC_SEEDS` (default 24) seeds, `TARN_CRASH_FSYNC_CUTS`
 //! (default 3) cuts each; `TARN_CRASH_FSYNC_SEED` (hex, as a failure names
 //! it) with `TARN_CRASH_FSYNC_K` and `_C` reruns one cut;
@@ -38,7 +48,7 @@ use std::sync::Arc;
 
 use common::*;
 use tarn_engine::pool::vdevs::{Layout, NewTop};
-use tarn_engine::posix::{Caller, FileSystem, PosixFs, PosixOptions, RenameFlags};
+use tarn_engine::posix::{Caller, FileSystem, PosixFs, PosixOptions, RenameFlags, SyncPolicy};
 use tarn_engine::sys::fault::{FaultConfig, FaultDevice};
 use tarn_engine::tunables::Tunables;
 use tarn_engine::{OpenOptions, Pool};
@@ -79,7 +89,15 @@ struct History {
     acked_names: usize,
 }
 
-fn workload(fs: &PosixFs, rng: &mut Rng, ops: usize, h: &mut History) -> Result<(), String> {
+/// The workload's shape: largest file, and whether every change is
+/// acknowledged when its call returns (`sync=always`).
+#[derive(Clone, Copy)]
+struct Shape {
+    max_len: u64,
+    always: bool,
+}
+
+fn workload(fs: &PosixFs, rng: &mut Rng, ops: usize, shape: Shape, h: &mut History) -> Result<(), String> {
     h.names.push(BTreeMap::new());
     let root = fs.root();
     for op in 0..ops {
@@ -92,24 +110,40 @@ fn workload(fs: &PosixFs, rng: &mut Rng, ops: usize, h: &mut History) -> Result<
             (None, _) => {
                 let f = h.files.len();
                 let name = format!("f{}", f);
-                let a = fs.mknod(&ROOT, root, name.as_bytes(), libc::S_IFREG | 0o644, 0).map_err(|x| e("create", x))?;
-                h.files.push(File { ino: a.ino, len: rng.range(1, 160_000) as usize, written: 0, acked: 0 });
-                names.insert(name, f);
+                let len = rng.range(1, shape.max_len) as usize;
+                let made = fs.mknod(&ROOT, root, name.as_bytes(), libc::S_IFREG | 0o644, 0);
+                // Under sync=always a change whose commit failed may still
+                // have reached the log: the state after it is possible.
+                let ino = match &made {
+                    Ok(a) => Some(a.ino),
+                    Err(_) if shape.always => fs.lookup(root, name.as_bytes()).ok().map(|a| a.ino),
+                    Err(_) => None,
+                };
+                if let Some(ino) = ino {
+                    h.files.push(File { ino, len, written: 0, acked: 0 });
+                    names.insert(name, f);
+                }
+                maybe_applied(h, &names, shape, made.map(|_| ()).map_err(|x| e("create", x)))?;
             }
             (Some((_, f)), 0..=3) => {
                 let file = &mut h.files[f];
-                fs.write(&ROOT, file.ino, 0, &version(f, file.written, file.len)).map_err(|x| e("write", x))?;
-                file.written += 1;
+                let r = fs.write(&ROOT, file.ino, 0, &version(f, file.written, file.len));
+                if r.is_ok() || shape.always {
+                    file.written += 1;
+                }
+                maybe_applied(h, &names, shape, r.map(|_| ()).map_err(|x| e("write", x)))?;
             }
             (Some((old, f)), 4) => {
                 let new = format!("f{}-{}", f, op);
-                fs.rename(&ROOT, root, old.as_bytes(), root, new.as_bytes(), RenameFlags::default()).map_err(|x| e("rename", x))?;
+                let r = fs.rename(&ROOT, root, old.as_bytes(), root, new.as_bytes(), RenameFlags::default());
                 names.remove(&old);
                 names.insert(new, f);
+                maybe_applied(h, &names, shape, r.map_err(|x| e("rename", x)))?;
             }
             (Some((old, _)), 5) => {
-                fs.unlink(&ROOT, root, old.as_bytes()).map_err(|x| e("unlink", x))?;
+                let r = fs.unlink(&ROOT, root, old.as_bytes());
                 names.remove(&old);
+                maybe_applied(h, &names, shape, r.map_err(|x| e("unlink", x)))?;
             }
             (Some(_), 6) if rng.chance(15) => {
                 fs.sync_all().map_err(|x| e("syncfs", x))?;
@@ -126,8 +160,25 @@ fn workload(fs: &PosixFs, rng: &mut Rng, ops: usize, h: &mut History) -> Result<
             }
         }
         h.names.push(names);
+        if shape.always {
+            h.acked_names = h.names.len() - 1;
+            for f in h.files.iter_mut() {
+                f.acked = f.written;
+            }
+        }
     }
     Ok(())
+}
+
+/// The result of a change: an error stops the workload. Under
+/// `sync=always` the change may have been made and logged before its
+/// commit failed, so the state after it (`names`) joins the history,
+/// unacknowledged.
+fn maybe_applied(h: &mut History, names: &BTreeMap<String, usize>, shape: Shape, r: Result<(), String>) -> Result<(), String> {
+    if r.is_err() && shape.always {
+        h.names.push(names.clone());
+    }
+    r
 }
 
 /// A pool on `ndevs` devices, with a log vdev on one more when `log`.
@@ -163,10 +214,20 @@ fn run(seed: u64, k: Option<u64>, crash_seed: u64) -> u64 {
         cut = ndevs;
     }
     let (devs, pool) = new_pool(seed, ndevs, log, &t);
+    // Drawn apart too: logbias=throughput with large files, half of them
+    // under sync=always.
+    let mut brng = Rng::new(seed ^ 0x10B1A5);
+    let throughput = brng.chance(40);
+    let shape = Shape { max_len: if throughput { 600_000 } else { 160_000 }, always: throughput && brng.chance(50) };
+    if throughput {
+        pool.datasets().set("tank", "logbias", "throughput").expect("logbias");
+    }
     if k.is_some() && log {
         LOG_CUTS[(cut == ndevs) as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    let fs = mount(&pool, "new pool");
+    let zil = pool.datasets().zil("tank").expect("zil");
+    let sync_policy = if shape.always { SyncPolicy::Always } else { SyncPolicy::Standard };
+    let fs = PosixFs::open(pool.root().clone(), PosixOptions { log: Some(zil), sync_policy, ..Default::default() }).expect("mount");
     // The chain starts with the first commit (one txg sync): do it before
     // the cut can come, so cuts fall in the steady state too.
     let warm = fs.mknod(&ROOT, fs.root(), b"warm", libc::S_IFREG | 0o644, 0).expect("warm").ino;
@@ -176,8 +237,13 @@ fn run(seed: u64, k: Option<u64>, crash_seed: u64) -> u64 {
         devs[cut].set_config(FaultConfig { power_cut_after_writes: Some(k), ..Default::default() });
     }
     let mut h = History::default();
-    let res = workload(&fs, &mut rng.fork(), ops, &mut h);
-    let ctx = format!("seed {:#x}, cut at write {:?} of device {}{} (crash seed {:#x})", seed, k, cut, if cut == ndevs { " (the log device)" } else { "" }, crash_seed);
+    let res = workload(&fs, &mut rng.fork(), ops, shape, &mut h);
+    let bias = match (throughput, shape.always) {
+        (false, _) => "",
+        (true, false) => ", logbias=throughput",
+        (true, true) => ", logbias=throughput sync=always",
+    };
+    let ctx = format!("seed {:#x}, cut at write {:?} of device {}{}{} (crash seed {:#x})", seed, k, cut, if cut == ndevs { " (the log device)" } else { "" }, bias, crash_seed);
     let Some(_) = k else {
         res.unwrap_or_else(|e| panic!("{}: uncut workload failed: {}", ctx, e));
         return devs[cut].stats().writes - before;
@@ -221,7 +287,17 @@ fn run(seed: u64, k: Option<u64>, crash_seed: u64) -> u64 {
             eprintln!("DEBUG third import at txg {}, replay {}", pool.uberblock().txg, pool.datasets().zil("tank").expect("zil").needs_replay());
         }
     }
+    let zil = pool.datasets().zil("tank").expect("zil");
+    if zil.needs_replay() {
+        let n = zil.indirect_blocks().unwrap_or_else(|e| panic!("{}: reading the log: {}", ctx, e)).len();
+        INDIRECT.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
     let fs = mount(&pool, &ctx);
+    let s = &zil.stats;
+    ENDED_AT_BAD_BLOCK.fetch_add(s.replay_ended_bad_block.load(std::sync::atomic::Ordering::Relaxed), std::sync::atomic::Ordering::Relaxed);
+    if throughput {
+        THROUGHPUT_CUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     check(&fs, &h, &ctx);
     fs.verify().unwrap_or_else(|e| panic!("{}: posix verify: {}", ctx, e));
     drop(fs);
@@ -237,6 +313,13 @@ fn run(seed: u64, k: Option<u64>, crash_seed: u64) -> u64 {
 
 /// Cuts of pools with a log vdev: [on a data device, on the log device].
 static LOG_CUTS: [std::sync::atomic::AtomicU64; 2] = [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
+
+/// Cuts of logbias=throughput seeds; replays that ended at an indirect
+/// record whose block did not verify; indirect records the logs to
+/// replay held.
+static THROUGHPUT_CUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static ENDED_AT_BAD_BLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static INDIRECT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Second cuts that came during replay (the device died before its end).
 static RECUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -310,6 +393,8 @@ fn power_cuts_never_lose_what_fsync_acknowledged() {
     }
     let recuts = RECUTS.load(std::sync::atomic::Ordering::Relaxed);
     let logs = [0, 1].map(|i| LOG_CUTS[i].load(std::sync::atomic::Ordering::Relaxed));
-    println!("{} power cuts under fsync load, {} of them with a log to replay, {} cut again during replay, {} on pools with a log vdev ({} of them cutting the log device), all recovered", runs, replays, recuts, logs[0] + logs[1], logs[1]);
+    let tp = THROUGHPUT_CUTS.load(std::sync::atomic::Ordering::Relaxed);
+    let bad = ENDED_AT_BAD_BLOCK.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{} power cuts under fsync load, {} of them with a log to replay, {} cut again during replay, {} on pools with a log vdev ({} of them cutting the log device), {} with logbias=throughput, {} indirect records to replay, {} replays ended at a block written in place that did not verify, all recovered", runs, replays, recuts, logs[0] + logs[1], logs[1], tp, INDIRECT.load(std::sync::atomic::Ordering::Relaxed), bad);
     assert!(only.is_some() || replays * 4 >= runs, "too few cuts left a log to replay ({} of {}): the test no longer tests replay", replays, runs);
 }

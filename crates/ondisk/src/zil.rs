@@ -26,6 +26,7 @@
 //! replay applies those of txgs after the header's claim txg in sequence
 //! order, skipping those up to its replay seq.
 
+use crate::bp::{BlockPtr, ObjectType, BP_SIZE};
 use crate::codec::{DecodeError, Reader, Writer};
 
 const BLOCK_MAGIC: &[u8; 8] = b"TARNZIL1";
@@ -196,6 +197,13 @@ pub enum LogRecord {
     Xattr { ino: u64, how: u8, time: LogTime, name: Vec<u8>, value: Option<Vec<u8>> },
     /// The file grew to `size` without a write (a hole the kernel shows).
     KeepSize { ino: u64, size: u64 },
+    /// A write of one whole block whose data was written in place at
+    /// commit (OpenZFS's WR_INDIRECT): `len` bytes at `offset` are the
+    /// logical content of the block `bp` names — a level-0 data block,
+    /// checksummed, one copy, never a hole or embedded. Replay reads and
+    /// verifies it; until the txg holding the write syncs (and then owns
+    /// the block), only the log names it.
+    WriteIndirect { ino: u64, offset: u64, len: u32, fsetid: bool, time: LogTime, bp: BlockPtr },
 }
 
 mod kind {
@@ -208,6 +216,7 @@ mod kind {
     pub const FALLOCATE: u16 = 7;
     pub const XATTR: u16 = 8;
     pub const KEEP_SIZE: u16 = 9;
+    pub const WRITE_INDIRECT: u16 = 10;
 }
 
 impl LogRecord {
@@ -219,7 +228,8 @@ impl LogRecord {
             | LogRecord::Setattr { ino, .. }
             | LogRecord::Fallocate { ino, .. }
             | LogRecord::Xattr { ino, .. }
-            | LogRecord::KeepSize { ino, .. } => *ino,
+            | LogRecord::KeepSize { ino, .. }
+            | LogRecord::WriteIndirect { ino, .. } => *ino,
             _ => 0,
         }
     }
@@ -235,11 +245,12 @@ impl LogRecord {
             LogRecord::Fallocate { .. } => "fallocate",
             LogRecord::Xattr { .. } => "xattr",
             LogRecord::KeepSize { .. } => "keepsize",
+            LogRecord::WriteIndirect { .. } => "indirect",
         }
     }
 
     /// Every record kind's name, in kind order (for statistics).
-    pub const NAMES: [&'static str; 9] = ["create", "link", "remove", "rename", "write", "setattr", "fallocate", "xattr", "keepsize"];
+    pub const NAMES: [&'static str; 10] = ["create", "link", "remove", "rename", "write", "setattr", "fallocate", "xattr", "keepsize", "indirect"];
 
     /// Index of the kind in [`LogRecord::NAMES`].
     pub fn kind_index(&self) -> usize {
@@ -257,6 +268,7 @@ impl LogRecord {
             LogRecord::Fallocate { .. } => kind::FALLOCATE,
             LogRecord::Xattr { .. } => kind::XATTR,
             LogRecord::KeepSize { .. } => kind::KEEP_SIZE,
+            LogRecord::WriteIndirect { .. } => kind::WRITE_INDIRECT,
         }
     }
 }
@@ -330,6 +342,7 @@ impl Record {
                 LogRecord::Fallocate { .. } => 24 + 4 + 1 + 12,
                 LogRecord::Xattr { name, value, .. } => 8 + 1 + 12 + 4 + name.len() + 1 + value.as_ref().map_or(0, |v| 4 + v.len()),
                 LogRecord::KeepSize { .. } => 16,
+                LogRecord::WriteIndirect { .. } => 16 + 4 + 1 + 12 + BP_SIZE,
             }
     }
 
@@ -417,6 +430,14 @@ impl Record {
             LogRecord::KeepSize { ino, size } => {
                 w.u64(*ino);
                 w.u64(*size);
+            }
+            LogRecord::WriteIndirect { ino, offset, len, fsetid, time, bp } => {
+                w.u64(*ino);
+                w.u64(*offset);
+                w.u32(*len);
+                w.u8(*fsetid as u8);
+                put_time(w, *time);
+                w.bytes(&bp.to_bytes());
             }
         }
         debug_assert_eq!(w.len() - start, self.encoded_len());
@@ -512,8 +533,30 @@ fn decode_body(r: &mut Reader, k: u16) -> Result<LogRecord, DecodeError> {
             LogRecord::Xattr { ino, how, time, name, value }
         }
         kind::KEEP_SIZE => LogRecord::KeepSize { ino: r.u64()?, size: r.u64()? },
+        kind::WRITE_INDIRECT => {
+            let (ino, offset, len, fsetid, time) = (r.u64()?, r.u64()?, r.u32()?, get_bool(r)?, get_time(r)?);
+            LogRecord::WriteIndirect { ino, offset, len, fsetid, time, bp: get_data_bp(r, len)? }
+        }
         k => return Err(r.err(format!("record kind {}", k))),
     })
+}
+
+/// The block pointer of an indirect write of `len` bytes: canonical (it
+/// re-encodes to its bytes), a level-0 data block of `len` logical bytes
+/// with one checksummed copy — what `WriteIndirect` promises replay.
+fn get_data_bp(r: &mut Reader, len: u32) -> Result<BlockPtr, DecodeError> {
+    let b = r.bytes(BP_SIZE)?;
+    let bp = BlockPtr::decode(b).map_err(|e| r.err(format!("indirect write: {}", e)))?;
+    if bp.to_bytes()[..] != b[..] {
+        return Err(r.err("indirect write: a block pointer not in its canonical form"));
+    }
+    if bp.is_hole() || bp.is_embedded() || bp.ndvas() != 1 || bp.level != 0 || bp.otype != ObjectType::PlainData {
+        return Err(r.err("indirect write: not a level-0 data block with one copy"));
+    }
+    if bp.checksum == crate::bp::ChecksumType::Off || bp.lsize != len || len == 0 {
+        return Err(r.err(format!("indirect write of {} bytes: block of {} bytes, checksum {}", len, bp.lsize, bp.checksum.name())));
+    }
+    Ok(bp)
 }
 
 /// A log block's header fields.
@@ -647,8 +690,56 @@ mod tests {
             LogRecord::Xattr { ino: 64, how: 1, time: t(9), name: b"user.x".to_vec(), value: Some(b"v".to_vec()) },
             LogRecord::Xattr { ino: 64, how: 0, time: t(9), name: b"user.x".to_vec(), value: None },
             LogRecord::KeepSize { ino: 64, size: 1 << 20 },
+            LogRecord::WriteIndirect { ino: 64, offset: 1 << 17, len: 1 << 17, fsetid: false, time: t(10), bp: data_bp() },
         ];
         recs.into_iter().enumerate().map(|(i, rec)| Record { seq: i as u64 + 1, txg: 40 + i as u64, more: i == 5, rec }).collect()
+    }
+
+    /// A 128 KiB data block compressed to 40 KiB, as an indirect write names.
+    pub(crate) fn data_bp() -> BlockPtr {
+        let mut bp = BlockPtr::hole(1 << 17, ObjectType::PlainData, 0);
+        bp.dva[0] = crate::bp::Dva { vdev: 1, asize: 40 << 10, offset: 9 << 20 };
+        bp.psize = 40 << 10;
+        bp.compress = crate::bp::Compression::Lz4;
+        bp.checksum = crate::bp::ChecksumType::Blake3;
+        bp.birth = 12;
+        bp.fill = 1;
+        bp.cksum = [5; 32];
+        bp
+    }
+
+    /// An indirect write's pointer must be what replay can trust: one
+    /// checksummed copy of a level-0 data block of the record's length,
+    /// in canonical form.
+    #[test]
+    fn an_indirect_write_refuses_pointers_replay_cannot_use() {
+        let rec = |bp: BlockPtr, len: u32| {
+            let r = Record { seq: 1, txg: 2, more: false, rec: LogRecord::WriteIndirect { ino: 64, offset: 0, len, fsetid: false, time: t(1), bp } };
+            let mut w = Writer::new();
+            r.encode(&mut w);
+            w.into_vec()
+        };
+        assert!(Record::decode(&rec(data_bp(), 1 << 17)).is_ok());
+        let mut two = data_bp();
+        two.dva[1] = crate::bp::Dva { vdev: 0, asize: 40 << 10, offset: 1 << 20 };
+        let unsummed = BlockPtr { checksum: crate::bp::ChecksumType::Off, ..data_bp() };
+        let meta = BlockPtr { otype: ObjectType::Directory, ..data_bp() };
+        let l1 = BlockPtr { level: 1, ..data_bp() };
+        for (bp, len, why) in [
+            (data_bp(), 4096, "another length"),
+            (BlockPtr::hole(1 << 17, ObjectType::PlainData, 0), 1 << 17, "a hole"),
+            (two, 1 << 17, "two copies"),
+            (unsummed, 1 << 17, "no checksum"),
+            (meta, 1 << 17, "metadata"),
+            (l1, 1 << 17, "an indirect block"),
+        ] {
+            assert!(Record::decode(&rec(bp, len)).is_err(), "{}", why);
+        }
+        // A reserved byte of the pointer set: not canonical.
+        let mut b = rec(data_bp(), 1 << 17);
+        let at = RECORD_HEADER + 16 + 4 + 1 + 12 + 121;
+        b[at] = 1;
+        assert!(Record::decode(&b).is_err());
     }
 
     #[test]

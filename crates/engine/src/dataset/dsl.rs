@@ -670,7 +670,7 @@ impl Datasets {
             owner.readonly.store(ro, Ordering::Release);
             *owner.limit.lock() = None;
         }
-        Ok(())
+        self.refresh_logbias(st)
     }
 }
 

@@ -19,8 +19,26 @@ impl Datasets {
         if r.snapshot {
             return Err(Error::invalid(format!("'{}' is a snapshot: it has no intent log", name)));
         }
+        let throughput = self.logbias_throughput(&mut st, &r)?;
         let mut zils = self.zils.lock();
-        Ok(zils.entry(r.id).or_insert_with(|| Zil::new(self.core.clone(), r.id, &r.name, r.zil)).clone())
+        let z = zils.entry(r.id).or_insert_with(|| Zil::new(self.core.clone(), r.id, &r.name, r.zil)).clone();
+        z.set_logbias_throughput(throughput);
+        Ok(z)
+    }
+
+    /// Whether `logbias` of `r` is `throughput`.
+    fn logbias_throughput(&self, st: &mut State, r: &super::record::Rec) -> Result<bool> {
+        Ok(self.effective(st, r, "logbias")?.value == "throughput")
+    }
+
+    /// After a property change: every log takes its dataset's `logbias`.
+    pub(crate) fn refresh_logbias(&self, st: &mut State) -> Result<()> {
+        let zils: Vec<(u64, Arc<Zil>)> = self.zils.lock().iter().map(|(id, z)| (*id, z.clone())).collect();
+        for (id, z) in zils {
+            let Ok(r) = self.get_rec(st, id) else { continue };
+            z.set_logbias_throughput(self.logbias_throughput(st, &r)?);
+        }
+        Ok(())
     }
 
     /// The logs made so far (for their counters).
@@ -45,6 +63,7 @@ impl Datasets {
                 }
             };
             let zil = Zil::new(self.core.clone(), r.id, &r.name, r.zil);
+            zil.set_logbias_throughput(self.logbias_throughput(&mut st, &r)?);
             if let Err(e) = zil.claim(imported_txg) {
                 warnings.push(format!("pool '{}': the intent log of '{}' cannot be claimed, its records are lost: {}", self.core.name, r.name, e));
                 zil.discard();
@@ -57,6 +76,7 @@ impl Datasets {
     /// Syncing context: each log frees what `txg` makes moot and its header
     /// goes to its record when it changed; the root's list follows.
     pub(crate) fn sync_logs(&self, st: &mut State, txg: u64) -> Result<()> {
+        self.core.free_dropped_prewritten(txg)?;
         let zils: Vec<(u64, Arc<Zil>)> = self.zils.lock().iter().map(|(id, z)| (*id, z.clone())).collect();
         for (id, zil) in zils {
             let Some(h) = zil.sync(txg)? else { continue };

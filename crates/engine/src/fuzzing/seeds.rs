@@ -369,6 +369,21 @@ pub fn event() -> Vec<Vec<u8>> {
     vec![plain.encode(), full.encode()]
 }
 
+/// The pointer an indirect write record carries: one copy of a 128 KiB
+/// data block, compressed.
+fn indirect_bp() -> tarn_ondisk::bp::BlockPtr {
+    use tarn_ondisk::bp::{BlockPtr, ChecksumType, Compression, Dva, ObjectType};
+    let mut bp = BlockPtr::hole(1 << 17, ObjectType::PlainData, 0);
+    bp.dva[0] = Dva { vdev: 0, asize: 40 << 10, offset: 8 << 20 };
+    bp.psize = 40 << 10;
+    bp.compress = Compression::Lz4;
+    bp.checksum = ChecksumType::Blake3;
+    bp.birth = 5;
+    bp.fill = 1;
+    bp.cksum = [3; 32];
+    bp
+}
+
 /// A log header, single records of every kind, and record runs as a sealed
 /// block's body (a 2-byte count, then the records).
 pub fn zil() -> Vec<Vec<u8>> {
@@ -385,6 +400,7 @@ pub fn zil() -> Vec<Vec<u8>> {
         LogRecord::Fallocate { ino: 64, offset: 0, len: 8192, flags: 3, fsetid: false, time: t },
         LogRecord::Xattr { ino: 64, how: 1, time: t, name: b"user.x".to_vec(), value: Some(b"v".to_vec()) },
         LogRecord::KeepSize { ino: 64, size: 1 << 20 },
+        LogRecord::WriteIndirect { ino: 64, offset: 1 << 17, len: 1 << 17, fsetid: false, time: t, bp: indirect_bp() },
     ];
     let recs: Vec<Record> = recs.into_iter().enumerate().map(|(i, rec)| Record { seq: i as u64 + 1, txg: 5, more: false, rec }).collect();
     let mut out = vec![ZilHeader { guid: 9, first: LogPtr { vdev: 0, size: 8192, offset: 1 << 20, asize: 8192, seq: 3 }, claim_txg: 4, replay_seq: 2 }.encode()];

@@ -33,6 +33,7 @@
 
 mod clone;
 mod objset;
+mod prewrite;
 // Crate-visible only so that `crate::fuzzing` can reach the indirect block
 // decoder; nothing outside the crate sees it.
 pub(crate) mod state;

@@ -50,6 +50,17 @@ pub(crate) struct Cloned {
     pub claim: Option<CloneRef>,
 }
 
+/// A dirty block an intent log's indirect write already put on disk
+/// (OpenZFS's `dr_override`, set by `dmu_sync`): the txg's sync links `bp`
+/// instead of writing the block again — if the record still holds `buf`
+/// itself for the block. A block changed since (a new buffer: writes
+/// copy a shared one), forgotten, freed or made inline drops it, and the
+/// sync frees `bp`, a transient allocation until then (`prewrite.rs`).
+pub(crate) struct Override {
+    pub buf: Arc<AlignedBuf>,
+    pub bp: BlockPtr,
+}
+
 /// Changes to one object within one txg.
 pub(crate) struct DirtyRec {
     pub txg: u64,
@@ -64,6 +75,13 @@ pub(crate) struct DirtyRec {
     pub created: bool,
     pub freed: bool,
     pub bonus: Option<Vec<u8>>,
+    /// Blocks already written by the intent log, by block id.
+    pub overrides: BTreeMap<u64, Override>,
+    /// The txg's sync has taken the record's blocks: no override joins.
+    pub syncing: bool,
+    /// Prewritten blocks of this txg nothing will link (a newer buffer's
+    /// replaced them): freed by the txg's sync.
+    pub dropped: Vec<BlockPtr>,
 }
 
 impl DirtyRec {
@@ -200,6 +218,9 @@ impl ObjState {
             created: false,
             freed: false,
             bonus: None,
+            overrides: BTreeMap::new(),
+            syncing: false,
+            dropped: Vec::new(),
         })
     }
 

@@ -94,6 +94,11 @@ struct Work {
     otype: ObjectType,
     blocks: Vec<(u64, Arc<AlignedBuf>)>,
     clones: Vec<CloneWork>,
+    /// Blocks of `blocks` the intent log already wrote (`prewrite.rs`):
+    /// linked, not written. Sorted by block id.
+    linked: Vec<(u64, BlockPtr, u64)>,
+    /// Prewritten blocks nothing links: freed.
+    stale: Vec<BlockPtr>,
     inline: bool,
     freed: bool,
 }
@@ -110,7 +115,10 @@ pub(crate) fn sync_objects(ctx: &SyncCtx, objs: &[Arc<Object>]) -> Result<Vec<Dn
     for (w, wk) in work.iter().enumerate() {
         used[w] += begin_object(ctx, wk)?;
         if !wk.inline && !wk.freed {
-            for (b, (_, buf)) in wk.blocks.iter().enumerate() {
+            for (b, (blkid, buf)) in wk.blocks.iter().enumerate() {
+                if wk.linked.binary_search_by_key(blkid, |l| l.0).is_ok() {
+                    continue;
+                }
                 batch.push((w, b));
                 batch_bytes += buf.len();
                 if batch_bytes >= BATCH_BYTES {
@@ -179,7 +187,13 @@ fn end_objects(ctx: &SyncCtx, work: &[Work], awaiting: &mut Vec<usize>, used: &[
 }
 
 fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
-    let st = o.st.lock();
+    let mut st = o.st.lock();
+    // From here on no override joins the record (`prewrite.rs`).
+    let (overrides, dropped) = {
+        let rec = st.dirty[slot(ctx.txg)].as_mut().filter(|r| r.txg == ctx.txg)?;
+        rec.syncing = true;
+        (std::mem::take(&mut rec.overrides), std::mem::take(&mut rec.dropped))
+    };
     let rec = st.dirty[slot(ctx.txg)].as_ref().filter(|r| r.txg == ctx.txg)?;
     let blocks: Vec<(u64, Arc<AlignedBuf>)> = rec.blocks.iter().map(|(k, v)| (*k, v.clone())).collect();
     let clones: Vec<CloneWork> = rec.clones.iter().map(|(&blkid, c)| CloneWork { blkid, bp: c.bp, claim: c.claim.as_ref().map(|r| r.id) }).collect();
@@ -188,7 +202,27 @@ fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
     let bonus_len = rec.bonus.as_ref().map_or(st.dn.bonus.len(), |b| b.len());
     // A clone keeps its block: a later txg may move the object inline.
     let inline = !rec.freed && clones.is_empty() && wants_inline(ctx, &st, rec.maxblkid, rec.size, bonus_len);
-    Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, clones, inline, freed: rec.freed })
+    let (linked, mut stale) = split_overrides(rec, overrides, inline || rec.freed);
+    stale.extend(dropped);
+    Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, clones, linked, stale, inline, freed: rec.freed })
+}
+
+/// The overrides the sync links — those whose block the record still
+/// holds as the very buffer written, when the object keeps blocks — with
+/// the dirty bytes each retires; and the others, to free.
+fn split_overrides(rec: &super::state::DirtyRec, overrides: std::collections::BTreeMap<u64, super::state::Override>, no_blocks: bool) -> (Vec<(u64, BlockPtr, u64)>, Vec<BlockPtr>) {
+    let mut linked = Vec::new();
+    let mut stale = Vec::new();
+    for (blkid, o) in overrides {
+        let same = rec.blocks.get(&blkid).is_some_and(|b| Arc::ptr_eq(b, &o.buf));
+        if same && !no_blocks {
+            assert_eq!(o.bp.birth, rec.txg, "an override is born in its record's txg");
+            linked.push((blkid, o.bp, o.buf.len() as u64));
+        } else {
+            stale.push(o.bp);
+        }
+    }
+    (linked, stale)
 }
 
 fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64, bonus_len: usize) -> bool {
@@ -205,6 +239,9 @@ fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
     let mut st = wk.obj.st.lock();
     let rec = st.dirty[slot(ctx.txg)].as_ref().ok_or_else(|| Error::corrupt("dirty record vanished"))?;
     let (frees, size, blksz) = (rec.frees.clone(), rec.size, rec.blksz);
+    for bp in &wk.stale {
+        ctx.core.free_prewritten(bp, ctx.txg)?;
+    }
     if wk.freed {
         return Ok(-free_tree(ctx, &mut st)?);
     }
@@ -220,7 +257,20 @@ fn begin_object(ctx: &SyncCtx, wk: &Work) -> Result<i64> {
     for c in &wk.clones {
         used += link_clone(ctx, &mut st, c)?;
     }
+    for &(blkid, bp, retire) in &wk.linked {
+        used += link_prewritten(ctx, &mut st, blkid, bp, retire)?;
+    }
     Ok(used)
+}
+
+/// Links a block the intent log already wrote (`prewrite.rs`) instead of
+/// writing it: its transient place joins the txg's allocations and the
+/// dirty bytes it stood for retire now, as no write will retire them.
+fn link_prewritten(ctx: &SyncCtx, st: &mut ObjState, blkid: u64, bp: BlockPtr, retire: u64) -> Result<i64> {
+    ctx.core.adopt_prewritten(&bp, ctx.txg)?;
+    ctx.core.txg.dirty_retire(ctx.txg, retire);
+    ctx.born(&bp);
+    link(ctx, st, blkid, bp)
 }
 
 /// Links a cloned block into the tree: a hole or embedded pointer as is

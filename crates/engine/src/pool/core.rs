@@ -167,6 +167,10 @@ pub struct PoolCore {
     /// Blocks written since import with copies nearer each other than the
     /// allocator's minimum distance (no room far enough apart).
     pub near_copies: AtomicU64,
+    /// Blocks the intent log wrote in place that nothing will link and
+    /// whose record is gone or syncing: freed by the next sync
+    /// (`object/prewrite.rs`, invariant 3).
+    pub(crate) prewritten_frees: Mutex<Vec<BlockPtr>>,
     /// The hot spares standing by, and what wakes the spare thread
     /// (`pool::spare`).
     pub spares: super::spare::SpareSet,

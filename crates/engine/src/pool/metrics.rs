@@ -167,6 +167,12 @@ pub struct ZilMetrics {
     /// (`zil_itx_copied_count`, `zil_itx_copied_bytes`).
     pub itx_copied_count: u64,
     pub itx_copied_bytes: u64,
+    /// Write records whose blocks were written in place and logged by
+    /// pointer, and their bytes (`zil_itx_indirect_count`, `..._bytes`).
+    #[serde(default)]
+    pub itx_indirect_count: u64,
+    #[serde(default)]
+    pub itx_indirect_bytes: u64,
     /// Log blocks written and their allocated bytes
     /// (`zil_itx_metaslab_normal_count`, `..._bytes`).
     pub blocks: u64,
@@ -295,6 +301,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
 fn zil_metrics(pool: &Pool) -> ZilMetrics {
     let mut z = ZilMetrics { records_by_kind: tarn_ondisk::zil::LogRecord::NAMES.iter().map(|n| (n.to_string(), 0)).collect(), ..Default::default() };
     let write = tarn_ondisk::zil::LogRecord::NAMES.iter().position(|n| *n == "write").expect("a write kind");
+    let indirect = tarn_ondisk::zil::LogRecord::NAMES.iter().position(|n| *n == "indirect").expect("an indirect kind");
     for log in pool.datasets().logs() {
         let s = &log.stats;
         z.commit_count += load(&s.commits);
@@ -302,6 +309,8 @@ fn zil_metrics(pool: &Pool) -> ZilMetrics {
         z.itx_count += load(&s.itxs);
         z.itx_copied_count += load(&s.records[write]);
         z.itx_copied_bytes += load(&s.write_bytes);
+        z.itx_indirect_count += load(&s.records[indirect]);
+        z.itx_indirect_bytes += load(&s.indirect_bytes);
         z.blocks += load(&s.blocks);
         z.block_bytes += load(&s.bytes_alloc);
         z.fallbacks += load(&s.fallbacks);

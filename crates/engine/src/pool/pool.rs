@@ -1720,6 +1720,7 @@ impl ShellShared {
             errlog: super::errlog::ErrorLog::new(&config.pool_name),
             events,
             near_copies: Default::default(),
+            prewritten_frees: Default::default(),
             spares: Default::default(),
             logs: super::log_vdev::LogVdevs::new(&config.logs),
         });

@@ -113,23 +113,62 @@ impl PosixFs {
 }
 
 impl LogSource for PosixFs {
-    /// A write's data as the file holds it now, in records of at most
-    /// `WRITE_DATA_MAX` bytes (replaying them in order gives the file's
-    /// present contents over the range, which is what the commit makes
-    /// durable); none when the file is gone or the range is past its end.
+    /// A write's records: its whole blocks written in place and logged by
+    /// pointer where the log's policy says so (`Zil::write_policy`,
+    /// `Objset::prewrite_range`), the rest of its data as the file holds
+    /// it now in records of at most `zil_maxcopied` bytes (replaying them
+    /// in order gives the file's present contents over the range, which is
+    /// what the commit makes durable); none when the file is gone or the
+    /// range is past its end.
     fn fill(&self, itx: &Itx) -> crate::Result<Vec<LogRecord>> {
         let LogRecord::Write { ino, offset, fsetid, time, .. } = itx.rec else {
             return Ok(vec![itx.rec.clone()]);
         };
-        let data = match self.do_read_for_log(ino, offset, itx.len) {
+        let policy = match &self.zil {
+            Some(z) => z.write_policy(itx.len),
+            None => crate::zil::WritePolicy { indirect: false, max_copied: WRITE_DATA_MAX },
+        };
+        let end = offset + itx.len;
+        let placed = if policy.indirect { self.prewrite_for_log(ino, offset, itx.len)? } else { Vec::new() };
+        let mut out = Vec::new();
+        let mut at = offset;
+        for (boff, bp) in placed {
+            if boff > at && !self.copy_for_log(&mut out, ino, at, boff - at, fsetid, time, policy.max_copied)? {
+                return Ok(out);
+            }
+            out.push(LogRecord::WriteIndirect { ino, offset: boff, len: bp.lsize, fsetid, time, bp });
+            at = boff + bp.lsize as u64;
+        }
+        if at < end {
+            self.copy_for_log(&mut out, ino, at, end - at, fsetid, time, policy.max_copied)?;
+        }
+        Ok(out)
+    }
+}
+
+impl PosixFs {
+    /// The whole blocks of `[offset, offset + len)` written in place now;
+    /// none when the file is gone.
+    fn prewrite_for_log(&self, ino: Ino, offset: u64, len: u64) -> crate::Result<Vec<(u64, tarn_ondisk::bp::BlockPtr)>> {
+        match self.do_prewrite_for_log(ino, offset, len) {
+            Ok(v) => Ok(v),
+            Err(e) if e.errno == libc::ENOENT => Ok(Vec::new()),
+            Err(e) => Err(crate::Error::new(crate::error::ErrorKind::Io, e.msg)),
+        }
+    }
+
+    /// Appends copied write records of the file's data over `len` bytes at
+    /// `offset`, `max` bytes each; false when the file ended first (or is
+    /// gone): nothing after can be logged either.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_for_log(&self, out: &mut Vec<LogRecord>, ino: Ino, offset: u64, len: u64, fsetid: bool, time: LogTime, max: usize) -> crate::Result<bool> {
+        let data = match self.do_read_for_log(ino, offset, len) {
             Ok(d) => d,
-            Err(e) if e.errno == libc::ENOENT => return Ok(Vec::new()),
+            Err(e) if e.errno == libc::ENOENT => return Ok(false),
             Err(e) => return Err(crate::Error::new(crate::error::ErrorKind::Io, e.msg)),
         };
-        Ok(data
-            .chunks(WRITE_DATA_MAX)
-            .enumerate()
-            .map(|(i, c)| LogRecord::Write { ino, offset: offset + (i * WRITE_DATA_MAX) as u64, fsetid, time, data: c.to_vec() })
-            .collect())
+        let whole = data.len() as u64 == len;
+        out.extend(data.chunks(max).enumerate().map(|(i, c)| LogRecord::Write { ino, offset: offset + (i * max) as u64, fsetid, time, data: c.to_vec() }));
+        Ok(whole)
     }
 }

@@ -8,6 +8,13 @@
 //! resumes after the last record applied. A record whose file is gone (a
 //! later record removed it, before the crash) is skipped; a create whose
 //! name already names its inode was applied already.
+//!
+//! An indirect write's block is read and verified before any record of
+//! its change is applied. One that does not verify — a write the crash
+//! tore before the commit's flush, so a change never acknowledged — ends
+//! the log there, as a torn log block would (OpenZFS stops replay at a
+//! record whose data cannot be read): neither its change nor any later
+//! record is applied, and the log is dropped as after a full replay.
 
 use std::sync::atomic::Ordering;
 
@@ -75,13 +82,24 @@ impl PosixFs {
     }
 
     fn replay_all(&self, recs: &[Record]) -> PResult<()> {
+        let mut data: Vec<Option<Vec<u8>>> = Vec::new();
+        let mut start = 0;
         for (i, r) in recs.iter().enumerate() {
+            if i == 0 || recs[i - 1].seq != r.seq {
+                start = i;
+                match self.indirect_data(&recs[i..]) {
+                    Ok(Some(d)) => data = d,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(err(libc::EIO, format!("record {} ({}, txg {}): {}", r.seq, r.rec.name(), r.txg, e))),
+                }
+            }
             // A write's records share its seq: only its last marks it done
             // (rewriting the others again is harmless).
             let last_of_seq = recs.get(i + 1).is_none_or(|n| n.seq != r.seq);
             let mark_seq = if last_of_seq { r.seq } else { r.seq - 1 };
             *self.replaying.lock() = Some(Replaying { now: record_time(&r.rec), mark_seq, create: created(&r.rec) });
-            match self.apply(&r.rec) {
+            let block = data.get_mut(i - start).and_then(Option::take);
+            match self.apply(&r.rec, block.as_deref()) {
                 Ok(()) => {}
                 Err(e) if e.errno == libc::ENOENT && r.rec.object() != 0 => {}
                 Err(e) => return Err(err(e.errno, format!("record {} ({}, txg {}): {}", r.seq, r.rec.name(), r.txg, e.msg))),
@@ -90,7 +108,39 @@ impl PosixFs {
         Ok(())
     }
 
-    fn apply(&self, rec: &LogRecord) -> PResult<()> {
+    /// The blocks of the indirect records of the change `recs` starts
+    /// with (its records share the first's seq), one entry per record;
+    /// None when one does not verify: the log ends before the change.
+    fn indirect_data(&self, recs: &[Record]) -> crate::Result<Option<Vec<Option<Vec<u8>>>>> {
+        let Some(zil) = self.zil.as_ref() else { return Ok(Some(Vec::new())) };
+        let mut out = Vec::new();
+        for r in recs.iter().take_while(|r| r.seq == recs[0].seq) {
+            let LogRecord::WriteIndirect { bp, len, .. } = &r.rec else {
+                out.push(None);
+                continue;
+            };
+            match zil.read_indirect(bp)? {
+                Some(d) => out.push(Some(d[..*len as usize].to_vec())),
+                None => {
+                    eprintln!(
+                        "tarn: '{}': the intent log ends at record {} (txg {}): its block {}:{:#x} does not verify (a write the crash cut before it was acknowledged); later records are not replayed",
+                        self.os.name.read(),
+                        r.seq,
+                        r.txg,
+                        bp.dva[0].vdev,
+                        bp.dva[0].offset
+                    );
+                    zil.stats.replay_ended_bad_block.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Applies one record; `block`: an indirect write's data, read and
+    /// verified.
+    fn apply(&self, rec: &LogRecord, block: Option<&[u8]>) -> PResult<()> {
         let root = replayer(true);
         match rec {
             LogRecord::Create { parent, ino, mode, rdev, name, target, .. } => {
@@ -125,6 +175,10 @@ impl PosixFs {
                 self.change_xattr(*ino, name, value.as_deref(), how)
             }
             LogRecord::KeepSize { ino, size } => self.do_keep_size(*ino, *size),
+            LogRecord::WriteIndirect { ino, offset, fsetid, .. } => {
+                let data = block.ok_or_else(|| err(libc::EIO, "an indirect write without its block"))?;
+                self.do_write(&replayer(*fsetid), *ino, *offset, data).map(|_| ())
+            }
         }
     }
 }
@@ -157,6 +211,7 @@ fn record_time(r: &LogRecord) -> Timespec {
         | LogRecord::Remove { time, .. }
         | LogRecord::Rename { time, .. }
         | LogRecord::Write { time, .. }
+        | LogRecord::WriteIndirect { time, .. }
         | LogRecord::Setattr { time, .. }
         | LogRecord::Fallocate { time, .. }
         | LogRecord::Xattr { time, .. } => time_of(*time),

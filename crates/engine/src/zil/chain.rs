@@ -101,11 +101,12 @@ impl Zil {
         if data > max {
             return self.fall_back(&format!("{} bytes of records, more than tarn_zil_commit_max_bytes ({})", data, max));
         }
+        let data_vdevs = super::indirect::data_vdevs(&records);
         let planned = match self.plan(records) {
             Ok(p) => p,
             Err(e) => return self.fall_back(&e.to_string()),
         };
-        match self.write_blocks(&planned) {
+        match self.write_blocks(&planned, &data_vdevs) {
             Ok(()) => self.round_written(planned),
             Err(e) => {
                 let mut st = self.st.lock();
@@ -191,7 +192,9 @@ impl Zil {
         Ok(Chain { guid, next, durable_txg: tx.txg() })
     }
 
-    fn write_blocks(&self, planned: &[Planned]) -> Result<()> {
+    /// Writes the planned blocks and flushes their vdevs and `data_vdevs`
+    /// (where indirect records' blocks were written, before the round).
+    fn write_blocks(&self, planned: &[Planned], data_vdevs: &[u32]) -> Result<()> {
         let (guid, durable_txg) = {
             let st = self.st.lock();
             let c = st.chain.expect("a round has a chain");
@@ -210,6 +213,11 @@ impl Zil {
             }
         }
         group.wait().map_err(|e| Error::new(ErrorKind::Io, format!("{}: {}", self.what(), e)))?;
+        for &v in data_vdevs {
+            if !tops.iter().any(|t| t.id() == v) {
+                tops.push(self.core.vdevs.top(v));
+            }
+        }
         for top in &tops {
             for leaf in top.leaf_arcs().iter().filter(|l| l.up()) {
                 if let Some(l) = leaf.leaf() {
@@ -240,9 +248,11 @@ impl Zil {
             let max_txg = p.records.iter().map(|r| r.txg).max().unwrap_or(0);
             for r in &p.records {
                 self.stats.records[r.rec.kind_index()].fetch_add(1, Ordering::Relaxed);
-                if let ondisk::LogRecord::Write { data, .. } = &r.rec {
-                    self.stats.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
-                }
+                match &r.rec {
+                    ondisk::LogRecord::Write { data, .. } => self.stats.write_bytes.fetch_add(data.len() as u64, Ordering::Relaxed),
+                    ondisk::LogRecord::WriteIndirect { len, .. } => self.stats.indirect_bytes.fetch_add(*len as u64, Ordering::Relaxed),
+                    _ => 0,
+                };
             }
             self.stats.blocks.fetch_add(1, Ordering::Relaxed);
             self.stats.bytes_used.fetch_add(p.records.iter().map(|r| r.encoded_len() as u64).sum::<u64>() + ondisk::BLOCK_HEADER as u64, Ordering::Relaxed);
@@ -313,6 +323,14 @@ impl Zil {
             self.core.claim_log_block(ptr).map_err(|e| e.context(self.what()))?;
             st.blocks.push_back(LiveBlock { ptr: *ptr, guid: h.guid, max_txg: u64::MAX });
         }
+        let claim_txg = if st.claim_txg == 0 { imported_txg } else { st.claim_txg };
+        let records: Vec<&Record> = blocks.iter().flat_map(|(_, r)| r).collect();
+        // Held (and freed with the chain) even when a later block of data
+        // cannot be claimed and the log is discarded.
+        let mut data = Vec::new();
+        let res = self.claim_indirect(h.guid, &records, claim_txg, &mut data);
+        st.data.extend(data);
+        res?;
         // Where the chain goes on: unless that place is taken (or on no
         // device), then the next commit starts a new chain.
         let usable = |p: &LogPtr| self.core.vdevs.get(p.vdev as usize).is_some_and(|v| v.writable());

@@ -2,7 +2,7 @@
 //! and the header the dataset's sync writes. See the module docs.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -46,9 +46,13 @@ pub struct ZilStats {
     pub blocks: AtomicU64,
     pub bytes_used: AtomicU64,
     pub bytes_alloc: AtomicU64,
-    /// Records written, by kind (`LogRecord::NAMES`), and write data bytes.
-    pub records: [AtomicU64; 9],
+    /// Records written, by kind (`LogRecord::NAMES`), and write data bytes
+    /// copied into the log.
+    pub records: [AtomicU64; 10],
     pub write_bytes: AtomicU64,
+    /// Write data written in place and logged by pointer (OpenZFS's
+    /// `zil_itx_indirect_bytes`; their count is `records`' "indirect").
+    pub indirect_bytes: AtomicU64,
     /// Commits that synced the txg instead (a failed log write, no space,
     /// too much data) and rounds that waited for a new chain's header.
     pub fallbacks: AtomicU64,
@@ -59,6 +63,9 @@ pub struct ZilStats {
     /// spent in `commit` (waiting for their round included), in ns.
     pub round_ns: AtomicU64,
     pub commit_ns: AtomicU64,
+    /// Replays that ended early at an indirect record whose block did not
+    /// verify.
+    pub replay_ended_bad_block: AtomicU64,
 }
 
 /// A block written and not yet freed.
@@ -113,6 +120,9 @@ pub(super) struct LogState {
     /// before `from` — which may still hold replayed changes — write its
     /// header (with the records replayed so far); `from` writes the new.
     pub retiring: Option<Retiring>,
+    /// Blocks of indirect records claimed at import, held until their
+    /// chain is no longer named (`indirect.rs`).
+    pub data: Vec<super::indirect::ClaimedData>,
 }
 
 impl LogState {
@@ -138,6 +148,7 @@ impl LogState {
             written: header,
             needs_replay: false,
             retiring: None,
+            data: Vec::new(),
         }
     }
 }
@@ -158,6 +169,8 @@ pub struct Zil {
     pub(super) st: Mutex<LogState>,
     pub(super) cv: Condvar,
     pub stats: ZilStats,
+    /// `logbias=throughput` (`indirect.rs`).
+    pub(super) throughput: AtomicBool,
 }
 
 /// Rounds' errors kept for late waiters.
@@ -167,7 +180,7 @@ impl Zil {
     /// The log of dataset `dataset` whose record holds `header` (the
     /// default header: no log yet).
     pub(crate) fn new(core: Arc<PoolCore>, dataset: u64, name: &str, header: ZilHeader) -> Arc<Zil> {
-        Arc::new(Zil { core, dataset, name: Mutex::new(name.to_string()), st: Mutex::new(LogState::new(header)), cv: Condvar::new(), stats: ZilStats::default() })
+        Arc::new(Zil { core, dataset, name: Mutex::new(name.to_string()), st: Mutex::new(LogState::new(header)), cv: Condvar::new(), stats: ZilStats::default(), throughput: AtomicBool::new(false) })
     }
 
     pub(crate) fn what(&self) -> String {
@@ -276,6 +289,13 @@ impl Zil {
             st.blocks.pop_front();
             self.core.free_log_block(&b.ptr, txg).map_err(|e| e.context(self.what()))?;
         }
+        if !st.data.is_empty() {
+            let keep: Vec<u64> = [Some(guid), retiring.map(|r| r.header.guid)].into_iter().flatten().filter(|&g| g != 0).collect();
+            let mut data = std::mem::take(&mut st.data);
+            let res = self.free_claimed_data(&mut data, &keep, txg);
+            st.data = data;
+            res?;
+        }
         let h = header_now(&st, txg);
         // The marks this txg's header carries are kept as its replay seq
         // (dropping them alone would let the next header go back).
@@ -362,6 +382,13 @@ impl Zil {
             return;
         }
         retire_chain(&mut st, from);
+    }
+
+    /// Bytes of log blocks this log holds allocated: written and not yet
+    /// freed, and the chain's next place (for tests and `zilstat`).
+    pub fn held_log_bytes(&self) -> u64 {
+        let st = self.st.lock();
+        st.blocks.iter().map(|b| b.ptr.asize).sum::<u64>() + st.chain.map_or(0, |c| c.next.asize)
     }
 
     /// Whether import found records this log must replay.

@@ -21,6 +21,35 @@
 //! as OpenZFS's WR_NEED_COPY, so buffered writes cost no copy. Records are
 //! dropped once their txg is on disk (`sync_done`).
 //!
+//! ## Indirect writes (`logbias`, `indirect.rs`)
+//! Copying a large write into the log writes its data twice: into log
+//! blocks now, into the file's blocks when its txg syncs. So, as OpenZFS's
+//! `zfs_log_write`, a commit logs a write's *whole* blocks by pointer
+//! (WR_INDIRECT) when the dataset's `logbias` is `throughput`, or when it
+//! is `latency`, the write is at least `zfs_immediate_write_sz` and the
+//! pool has no log device taking writes (a fast log device makes copying
+//! cheaper than a write to the main pool). The block's dirty buffer is
+//! written in place now (`object/prewrite.rs`: a transient allocation of
+//! the normal class, compressed and checksummed as its txg would), the
+//! record carries its pointer, and the round's flush covers the block's
+//! vdev too. The txg's sync then links that block instead of writing it
+//! (OpenZFS's `dr_override`) — unless the block changed since, in which
+//! case it writes the new buffer and frees the old one. Partial blocks,
+//! and everything else, are copied, `zil_maxcopied` bytes a record.
+//!
+//! ```text
+//!                  logbias=throughput      logbias=latency
+//!  whole block     pointer                 pointer if write ≥ immediate_write_sz
+//!                                          and no log device; else copied
+//!  partial block   copied                  copied
+//! ```
+//!
+//! After a crash, a pointer names a block no synced txg owns if the block
+//! was born after the claim txg: import claims those (with the chain's
+//! blocks), replay reads and verifies each before applying its change,
+//! and they are freed with the chain. A block that does not verify was
+//! torn before its round's flush — never acknowledged — and ends the log.
+//!
 //! ## Commits: rounds
 //! ```text
 //!  fsync A ─┐ takes ns + A's records ─▶ round 7 (leader: fills, packs, writes, flushes)
@@ -73,8 +102,9 @@
 //! ## Tunables
 //! `zil_replay_disable` (discard logs instead of replaying them),
 //! `tarn_zil_commit_max_bytes` (a commit carrying more bytes of records
-//! than this syncs the txg instead). Log blocks are 4 KiB to 128 KiB
-//! (OpenZFS's `zil_maxblocksize`), sized to what the round carries.
+//! than this syncs the txg instead), `zfs_immediate_write_sz` and
+//! `zil_maxcopied` (indirect writes, above). Log blocks are 4 KiB to 128
+//! KiB (OpenZFS's `zil_maxblocksize`), sized to what the round carries.
 //!
 //! ## Invariants
 //! 1. Records on the lists are in sequence order, each list on its own
@@ -83,8 +113,14 @@
 //!    chains' first (`check_blocks`).
 //! 3. A round acknowledges only when every earlier round is durable (rounds
 //!    complete in order: one is written at a time).
+//! 4. A block an indirect record names is owned by exactly one of: the
+//!    dirty record of its txg (until that txg's sync adopts or frees it),
+//!    or, after a crash, the chain that claimed it (`object/prewrite.rs`,
+//!    `indirect.rs`); the pool checker finds no leak once they are gone.
 
 mod chain;
+mod indirect;
 mod log;
 
+pub use indirect::WritePolicy;
 pub use log::{Itx, LogSource, Zil, ZilStats};

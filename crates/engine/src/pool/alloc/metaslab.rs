@@ -1784,6 +1784,26 @@ impl Allocator {
         self.vdev_mut(vdev)?.free_transient(offset, len, txg)
     }
 
+    /// A transient allocation of the normal class becomes an ordinary one
+    /// of txg `txg`, recorded in its space log like any allocation: a block
+    /// an intent log's indirect write put in place, taken into its file's
+    /// tree by the sync of the txg that holds the write (OpenZFS's
+    /// `dr_override`). Its space was counted allocated since
+    /// `alloc_transient`; only the record is new.
+    pub fn adopt_transient(&mut self, vdev: u32, offset: u64, len: u64, txg: u64) -> Result<(), AllocError> {
+        self.check_open_txg(txg)?;
+        let vs = self.vdev_mut(vdev)?;
+        if vs.log {
+            return Err(AllocError::Inconsistent(format!("a block on log vdev {} cannot join a txg", vdev)));
+        }
+        if !vs.transient.contains(offset, len) {
+            return Err(AllocError::NotAllocated { vdev, offset, len });
+        }
+        vs.transient.remove(offset, len).map_err(|e| AllocError::Internal(e.to_string()))?;
+        self.hwm_txg = self.hwm_txg.max(txg);
+        self.record(txg, vdev, offset, len, true)
+    }
+
     /// Bytes held by transient allocations on vdevs of the normal class
     /// (counted in `space().total.allocated`).
     pub fn transient_bytes(&self) -> u64 {
@@ -2038,6 +2058,33 @@ mod tests {
         b.txg_synced(4);
         assert_eq!(b.space().total.deferred, 0);
         b.check_invariants().unwrap();
+    }
+
+    /// An indirect write's block: transient until the sync of its txg
+    /// adopts it, then recorded in that txg's space log and in the
+    /// checkpoint like any block; never twice, never a block not transient.
+    #[test]
+    fn an_adopted_transient_block_is_an_ordinary_allocation() {
+        let mut a = one_vdev(256 << 20);
+        let (v, off, len) = a.alloc_transient(128 << 10, &[], &[]).unwrap();
+        let data = a.alloc(1 << 20, 3, &[]).unwrap();
+        a.adopt_transient(v, off, len, 3).unwrap();
+        assert_eq!(a.transient_bytes(), 0);
+        assert!(a.is_allocated(v, off, len));
+        assert!(a.adopt_transient(v, off, len, 3).is_err(), "adopted twice");
+        assert!(a.adopt_transient(data.0, data.1, data.2, 3).is_err(), "not transient");
+        a.check_invariants().unwrap();
+        let recs = a.take_records(3);
+        let allocs: u64 = recs.allocs.iter().map(|e| e.len).sum();
+        assert_eq!(allocs, len + data.2, "the adopted block is in the txg's records");
+        a.txg_synced(3);
+        let (v2, off2, len2) = a.alloc_transient(128 << 10, &[], &[]).unwrap();
+        assert!(a.adopt_transient(v2, off2, len2, 3).is_err(), "txg 3 has synced");
+        let mut b = Allocator::new();
+        b.add_vdev(0, LABEL, 256 << 20, DEFAULT_ASHIFT).unwrap();
+        b.load_checkpoint(&a.checkpoint()).unwrap();
+        assert!(b.is_allocated(v, off, len), "the checkpoint keeps the adopted block");
+        assert!(!b.is_allocated(v2, off2, len2), "and shows the transient one free");
     }
 
     #[test]
