@@ -1675,6 +1675,7 @@ impl ShellShared {
             near_copies: Default::default(),
             spares: Default::default(),
             logs: super::log_vdev::LogVdevs::new(&config.logs),
+            foreground: Default::default(),
         });
         core.refresh_space();
         // A faulted leaf degrades its vdev or, when that was its last

@@ -18,7 +18,9 @@
 //!                 reads in flight (IoClass::Scrub, so foreground I/O goes
 //!                 first), from a source child (up, nothing missed) to
 //!                 every target child (up, with a DTL) at the same offset;
-//!                 paced by tarn_scan_limit_bytes_per_sec
+//!                 one at a time after zfs_resilver_delay_ms while
+//!                 foreground I/O is recent (`scan::idle`); paced by
+//!                 tarn_scan_limit_bytes_per_sec
 //!  5. finish      flush each target; one that stayed up and took every
 //!                 copy loses the txgs ≤ S from its DTL; replacements
 //!                 complete (`vdev_change::complete_replacements`)
@@ -107,7 +109,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::core::PoolCore;
-use super::scan::{ScanReport, Scanner, SCAN_WORKERS};
+use super::scan::{ScanFunc, ScanReport, Scanner, SCAN_WORKERS};
 use crate::io::IoClass;
 use crate::vdev::Vdev;
 
@@ -234,12 +236,15 @@ fn copy_all(core: &PoolCore, scanner: &Scanner, chunks: &[(u64, u64)], sources: 
                     let mut r = ScanReport::default();
                     loop {
                         scanner.while_paused();
+                        // Backed off while foreground I/O is recent.
+                        let turn = scanner.yield_turn(core, ScanFunc::Resilver);
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if i >= chunks.len() || scanner.canceled() {
                             return r;
                         }
                         let len = chunks[i].1;
                         copy(chunks[i], sources, targets, failed, &mut r);
+                        drop(turn);
                         // `tarn_scan_limit_bytes_per_sec` holds for rebuilds too.
                         scanner.pace(core, len);
                         scanner.set_examined(examined.fetch_add(len, Ordering::Relaxed) + len);
