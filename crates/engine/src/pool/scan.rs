@@ -19,7 +19,10 @@
 //!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
 //!                     SCAN_WORKERS extents in flight, each copy checked on
 //!                     its own; IoClass::Scrub, so the scheduler gives
-//!                     foreground I/O priority; paced by
+//!                     foreground I/O priority; one run at a time
+//!                     after zfs_scrub_delay_ms while foreground I/O is
+//!                     recent (`idle`: the scheduler cannot see leaves
+//!                     that share a disk); paced by
 //!                     tarn_scan_limit_bytes_per_sec (each run charged
 //!                     after it is read)
 //!  5. repair          a bad copy at once: another copy of its block (on
