@@ -3,8 +3,10 @@
 
 # Bytes in a size such as 512M or 4G.
 bytes_of() { python3 -c "import sys;u={'K':1<<10,'M':1<<20,'G':1<<30};s=sys.argv[1];print(int(s[:-1])*u[s[-1]] if s[-1] in u else int(s))" "$1"; }
-# Drops the host's page cache, so reads are cold.
-drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# Drops the host's page cache, so reads are cold. Syncs only the file
+# system holding $DIR (or .): a plain `sync` waits on every mount, and
+# hangs behind another process's FUSE mount whose daemon is stuck.
+drop() { sync -f "${DIR:-.}"; echo 3 > /proc/sys/vm/drop_caches; }
 # A monotonic clock in milliseconds.
 ms() { python3 -c "import time; print(int(time.monotonic()*1000))"; }
 # "median (lowest–highest)" of the arguments, whole numbers.

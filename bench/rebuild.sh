@@ -16,8 +16,16 @@ cd "$(dirname "$0")/.."
 DIR="${1:-/tmp/tarn-rebuild}"
 SIZE="${2:-1G}"
 REPS="${REPS:-3}"
-cargo build --release -q -p tarn-cli
-T="$PWD/target/release/tarn"
+# FRAG_BS=16K: fill with small records rewritten at random instead (tarn
+# bench randwrite --bs FRAG_BS --recordsize FRAG_BS --keep with zfs_dirty_data_max=64M, the
+# recipe of scrub-raidz.sh): a fragmented vdev, the rebuild's best case.
+FRAG_BS="${FRAG_BS:-}"
+# TARN=PATH runs that build instead of building target/release/tarn;
+# TUNABLES="NAME=VALUE ..." are set on the daemon before the runs.
+if [ -n "${TARN:-}" ]; then T="$TARN"; else
+  cargo build --release -q -p tarn-cli
+  T="$PWD/target/release/tarn"
+fi
 mkdir -p "$DIR"
 export TARN_CACHE="$DIR/tarn.cache" TARN_SOCKET="$DIR/tarn.sock"
 . bench/lib.sh
@@ -27,14 +35,20 @@ imgsize=$(( bytes * 3 / 2 + (512 << 20) ))
 cleanup() {
   "$T" pool destroy rb >/dev/null 2>&1 || true
   "$T" daemon stop >/dev/null 2>&1 || true
-  rm -f "$DIR"/a.img "$DIR"/b.img "$TARN_CACHE"
+  rm -f "$DIR"/a.img "$DIR"/b.img "$TARN_CACHE" "$DIR/tarn.tunables"
 }
 
 fill() {
   cleanup
   "$T" pool create -m none rb "$DIR/a.img" --size "$imgsize" >/dev/null
   "$T" daemon stop >/dev/null
-  "$T" bench rb --workload seqwrite --size "$SIZE" --compression off --keep --json >/dev/null
+  if [ -n "$FRAG_BS" ]; then
+    "$T" --tunable zfs_dirty_data_max=64M bench rb --workload randwrite --bs "$FRAG_BS" --recordsize "$FRAG_BS" --threads 4 \
+      --size "$SIZE" --compression off --keep --json >/dev/null
+  else
+    "$T" bench rb --workload seqwrite --size "$SIZE" --compression off --keep --json >/dev/null
+  fi
+  if [ -n "${TUNABLES:-}" ]; then "$T" tunable set $TUNABLES >/dev/null; fi
 }
 
 # attach_ms [-s]: time of `pool attach -w [-s]` of a fresh b.img; the
@@ -53,7 +67,7 @@ attach_ms() {
 cp_ms() {
   head -c "$bytes" /dev/urandom > "$DIR/src.bin"
   drop; local t0; t0=$(ms)
-  cp "$DIR/src.bin" "$DIR/dst.bin"; sync
+  cp "$DIR/src.bin" "$DIR/dst.bin"; sync "$DIR/dst.bin"
   echo $(( $(ms) - t0 ))
   rm -f "$DIR/dst.bin" "$DIR/src.bin"
 }
@@ -68,7 +82,7 @@ for i in $(seq "$REPS"); do
 done
 cleanup
 
-echo "## Sequential rebuild vs healing resilver, $SIZE ($(date -u +%FT%TZ), $REPS runs, load $(cut -d' ' -f1 /proc/loadavg), allocated $alloc)"
+echo "## Sequential rebuild vs healing resilver, $SIZE${FRAG_BS:+ in $FRAG_BS records rewritten at random}${TUNABLES:+, $TUNABLES} ($(date -u +%FT%TZ), $REPS runs, load $(cut -d' ' -f1 /proc/loadavg), allocated $alloc)"
 echo
 echo "| measurement | median (min–max) |"
 echo "|---|---|"

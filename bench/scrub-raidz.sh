@@ -37,9 +37,14 @@ REPS="${REPS:-3}"
 # time for at least SEEK_MS ms (`tarn inject -D SEEK_MS:1 -T read`): a seek
 # costs every read, as on a hard disk (0: skip).
 SEEK_MS="${SEEK_MS:-4}"
+# RAIDZ=0 skips part 3; TARN=PATH runs that build of tarn instead of
+# building target/release/tarn (to compare two builds).
+RAIDZ="${RAIDZ:-1}"
 command -v fio >/dev/null || { echo "fio is required (apt-get install fio)" >&2; exit 1; }
-cargo build --release -q -p tarn-cli
-T="$PWD/target/release/tarn"
+if [ -n "${TARN:-}" ]; then T="$TARN"; else
+  cargo build --release -q -p tarn-cli
+  T="$PWD/target/release/tarn"
+fi
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
 export TARN_CACHE="$DIR/tarn.cache" TARN_SOCKET="$DIR/tarn.sock"
@@ -80,6 +85,8 @@ make_mirror() {
   "$T" --tunable zfs_dirty_data_max=64M bench rb --workload randwrite --bs 128K --threads 4 \
     --size "$SIZE" --compression off --keep --json >/dev/null
   "$T" tunable set zfs_arc_max=64M >/dev/null 2>&1
+  # TUNABLES="NAME=VALUE ...": set on the daemon before the scrubs.
+  if [ -n "${TUNABLES:-}" ]; then "$T" tunable set $TUNABLES >/dev/null; fi
   dd if=/dev/urandom of="$DIR/mnt/p99.bin" bs=1M count=$P99_FILE_MIB conv=fsync status=none
 }
 
@@ -201,13 +208,13 @@ fi
 rm -f "$DIR"/a.img "$DIR"/b.img
 # RAID-Z2 with the ARC's default size again.
 "$T" tunable reset zfs_arc_max zfs_arc_min >/dev/null
-if command -v zpool >/dev/null && ! pgrep -x zfs-fuse >/dev/null; then
+if [ "$RAIDZ" != 0 ] && command -v zpool >/dev/null && ! pgrep -x zfs-fuse >/dev/null; then
   zfs-fuse >/dev/null 2>&1; sleep 2
   ZFS_STARTED=$(pgrep -x zfs-fuse)
 fi
 
 tw=(); tr=(); ts=(); zw=(); zr=(); zs=()
-for i in $(seq "$REPS"); do
+for i in $(seq "$( [ "$RAIDZ" = 0 ] && echo 0 || echo "$REPS")"); do
   out=$(tarn_raidz); read -r w r s <<< "$out"; tw+=("$w"); tr+=("$r"); ts+=("$s")
   out=$(zfs_raidz); read -r w r s <<< "$out"; zw+=("$w"); zr+=("$r"); zs+=("$s")
 done
@@ -229,6 +236,7 @@ if [ "$dst" != - ]; then
   echo "| once, each child serving one read at a time, each ≥ $SEEK_MS ms (inject -D $SEEK_MS:1): sorted scrub (ms), MiB read, KiB per read | $dst, $dsm, $dsk |"
   echo "| the same, logical order (ms), MiB read, KiB per read | $dlt, $dlm, $dlk |"
 fi
+if [ "$RAIDZ" != 0 ]; then
 echo
 echo "RAID-Z2 of 6 image files, $RZSIZE through the mount (fio 1 MiB psync; write timed to the end of its fsync; read after export/import and a cache drop):"
 echo
@@ -237,9 +245,10 @@ echo "|---|---|---|"
 echo "| sequential write (MiB/s) | $(median "${tw[@]}") | $( [ "${zw[0]}" = - ] && echo - || median "${zw[@]}") |"
 echo "| sequential read (MiB/s) | $(median "${tr[@]}") | $( [ "${zr[0]}" = - ] && echo - || median "${zr[@]}") |"
 echo "| scrub of the $RZSIZE (ms) | $(median "${ts[@]}") | $( [ "${zs[0]}" = - ] && echo - || median "${zs[@]}") |"
+fi
 echo
 [ "$dst" != - ] && echo "With $SEEK_MS ms a read: sorted is $(ratio "$dlt" "$dst")× faster than logical order."
 echo "Sorted scrub is $(ratio "$(med "${lgc[@]}")" "$(med "${srt[@]}")")× faster than logical order; p99 during a scrub is $(ratio "$(med "${busy[@]}")" "$(med "${idle[@]}")")× idle."
-if [ "${zw[0]}" != - ]; then
+if [ "$RAIDZ" != 0 ] && [ "${zw[0]}" != - ]; then
   echo "RAID-Z2: tarn writes $(ratio "$(med "${tw[@]}")" "$(med "${zw[@]}")")× and reads $(ratio "$(med "${tr[@]}")" "$(med "${zr[@]}")")× zfs-fuse's MiB/s; zfs-fuse's scrub takes $(ratio "$(med "${zs[@]}")" "$(med "${ts[@]}")")× tarn's time."
 fi

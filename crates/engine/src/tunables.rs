@@ -219,6 +219,21 @@ tunables! {
     /// Most bytes a second a scrub reads or a resilver copies, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
     tarn_scan_limit_bytes_per_sec: u64 = 0;
     range 0, 1 << 40;
+    /// A scan (scrub, resilver, rebuild) backs off while foreground I/O reached the pool's devices less than this many milliseconds ago (0: never backs off). OpenZFS's zfs_scan_idle, 50 ticks (ms at 1000 Hz). See pool::scan::idle.
+    zfs_scan_idle_ms: u64 = 50;
+    range 0, 60_000;
+    /// Backed off, a scrub issues one I/O at a time, each this many milliseconds after the previous one ended (0: a scrub never backs off). OpenZFS's zfs_scrub_delay, 4 ticks.
+    zfs_scrub_delay_ms: u64 = 4;
+    range 0, 1000;
+    /// As zfs_scrub_delay_ms, for a resilver or a sequential rebuild (0: they never back off). OpenZFS's zfs_resilver_delay, 2 ticks.
+    zfs_resilver_delay_ms: u64 = 2;
+    range 0, 1000;
+    /// Longest range a sequential rebuild copies with one read (rounded down to whole sectors). OpenZFS's zfs_rebuild_max_segment, whose default is 1 MiB; 128 KiB here: on image files (O_DIRECT writes into a sparse file) 1 MiB copies took twice as long (docs/benchmarks.md, "Sequential rebuild").
+    zfs_rebuild_max_segment: u64 = 128 << 10;
+    range 4 << 10, 16 << 20;
+    /// Bytes of copies a sequential rebuild keeps in flight: zfs_rebuild_queue_limit / zfs_rebuild_max_segment copies at once (1 to 32), each a read then a write. OpenZFS's zfs_rebuild_queue_limit (20 MiB per leaf); 512 KiB here, four copies: 8 to 32 measured no faster.
+    zfs_rebuild_queue_limit: u64 = 512 << 10;
+    range 4 << 10, 1 << 30;
     /// 1: a scrub reads its copies in logical order, as the walk of the pool's tree finds them (OpenZFS's legacy scan), not sorted by device offset; for comparison only. A scrub keeps the order it started with; in logical order it keeps no position, so one stopped by an export starts over at import.
     zfs_scan_legacy: u32 = 0;
     range 0, 1;

@@ -176,6 +176,9 @@ pub struct PoolCore {
     pub spares: super::spare::SpareSet,
     /// The separate intent-log devices (`pool::log_vdev`).
     pub logs: super::log_vdev::LogVdevs,
+    /// When foreground I/O last reached the devices: a scan backs off
+    /// while it is recent (`pool::scan::idle`).
+    pub foreground: super::scan::ForegroundIo,
 }
 
 #[derive(Debug, Default)]
@@ -239,6 +242,12 @@ impl PoolCore {
                 self.cache.insert_block(bp, held, Some(&d), false, l2);
             }
             return Ok(d);
+        }
+        // A dataset's block read from a device is foreground I/O, which a
+        // scan yields to; the MOS's (read by the sync thread) and the
+        // scan's own (its class) are not.
+        if class != IoClass::Scrub && at.is_some_and(|a| a.objset != 0) {
+            self.foreground.note();
         }
         let mut failed: Vec<FailedCopy> = Vec::with_capacity(MAX_DVAS);
         let mut last = None;
@@ -366,6 +375,8 @@ impl PoolCore {
             m.insert(key, inflight.clone());
         }
         self.prefetch_stats.issued.fetch_add(1, Ordering::Relaxed);
+        // Read-ahead serves a reader: foreground, for the scan's back-off.
+        self.foreground.note();
         let core = self.clone();
         let bp = *bp;
         let unqueue = self.clone();

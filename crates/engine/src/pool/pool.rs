@@ -1723,6 +1723,7 @@ impl ShellShared {
             prewritten_frees: Default::default(),
             spares: Default::default(),
             logs: super::log_vdev::LogVdevs::new(&config.logs),
+            foreground: Default::default(),
         });
         core.refresh_space();
         // A faulted leaf degrades its vdev or, when that was its last

@@ -10,7 +10,9 @@
 //!  2. gather      the synced tree of txg N (scrub's walker); keep the
 //!                 copies on a target's top-level vdev born in its DTL
 //!  3. sort        by (vdev, offset): the target is written in order
-//!  4. copy        SCAN_WORKERS at a time: the block read through its vdev
+//!  4. copy        SCAN_WORKERS at a time (one, after zfs_resilver_delay_ms,
+//!                 while foreground I/O is recent: `scan::idle`): the
+//!                 block read through its vdev
 //!                 (`read_checked` tries children whose DTL holds its birth
 //!                 last, and returns only bytes that pass its checksum),
 //!                 written to the target at the same offset
@@ -36,7 +38,7 @@ use std::time::Instant;
 use tarn_ondisk::bp::BlockPtr;
 
 use super::core::{FailedCopy, PoolCore};
-use super::scan::{block_name, ScanReport, Scanner, SCAN_WORKERS};
+use super::scan::{block_name, ScanFunc, ScanReport, Scanner, SCAN_WORKERS};
 use crate::io::{block, IoClass};
 use crate::vdev::{Dtl, Kind, ReadCheck, Vdev};
 
@@ -91,6 +93,8 @@ pub(crate) fn resilver(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: 
                     let mut r = ScanReport::default();
                     loop {
                         scanner.while_paused();
+                        // Backed off while foreground I/O is recent.
+                        let turn = scanner.yield_turn(core, ScanFunc::Resilver);
                         let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                         if i >= jobs.len() || scanner.canceled() {
                             return r;
@@ -98,6 +102,7 @@ pub(crate) fn resilver(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: 
                         if !copy(core, &blocks[jobs[i].block], &jobs[i], &targets[jobs[i].target], &mut r) {
                             failed[jobs[i].target].fetch_add(1, Ordering::Relaxed);
                         }
+                        drop(turn);
                         // `tarn_scan_limit_bytes_per_sec` holds for resilvers too.
                         scanner.pace(core, jobs[i].len);
                         scanner.set_examined(examined.fetch_add(jobs[i].len, Ordering::Relaxed) + jobs[i].len);

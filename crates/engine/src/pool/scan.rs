@@ -19,7 +19,10 @@
 //!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
 //!                     SCAN_WORKERS extents in flight, each copy checked on
 //!                     its own; IoClass::Scrub, so the scheduler gives
-//!                     foreground I/O priority; paced by
+//!                     foreground I/O priority; one run at a time
+//!                     after zfs_scrub_delay_ms while foreground I/O is
+//!                     recent (`idle`: the scheduler cannot see leaves
+//!                     that share a disk); paced by
 //!                     tarn_scan_limit_bytes_per_sec (each run charged
 //!                     after it is read)
 //!  5. repair          a bad copy at once: another copy of its block (on
@@ -145,6 +148,7 @@
 //! parity cannot heal is rewritten whole from another copy of its block
 //! (`Vdev::rewrite_columns`), if it has one.
 
+mod idle;
 mod issue;
 mod record;
 
@@ -161,6 +165,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::object::Objset;
 use crate::sys::clock::now_secs;
 
+pub use idle::ForegroundIo;
 pub(crate) use issue::{pass, PassEnd};
 
 /// The event of a scan starting; a resilver's says which kind
@@ -481,6 +486,8 @@ pub struct Scanner {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Pacing: when the credit was last refilled, and the bytes it allows.
     pace: Mutex<(Instant, f64)>,
+    /// The back-off while foreground I/O is recent (`idle`).
+    backoff: idle::Backoff,
 }
 
 impl Scanner {
@@ -495,6 +502,7 @@ impl Scanner {
             resumed: Condvar::new(),
             thread: Mutex::new(None),
             pace: Mutex::new((Instant::now(), 0.0)),
+            backoff: idle::Backoff::default(),
         }
     }
 
@@ -846,6 +854,48 @@ impl Scanner {
             }
             std::thread::sleep(wait.min(PACE_SLICE));
         }
+    }
+
+    /// Before a scan I/O of kind `func` (a rebuild is a resilver): while
+    /// foreground I/O is recent (`idle`), waits for the other workers'
+    /// backed-off I/O and for the delay after it, and returns the turn to
+    /// hold for the I/O's length — so at most one scan I/O is in flight.
+    /// None when the pool is idle (full depth), or when the foreground went
+    /// quiet, the pass was paused or halted meanwhile. The tunables are
+    /// read anew every slice, so a change applies at once.
+    pub(crate) fn yield_turn<'a>(&'a self, core: &'a PoolCore, func: ScanFunc) -> Option<idle::Turn<'a>> {
+        let fg = &core.foreground;
+        let knobs = || {
+            let t = core.tunables.read();
+            let delay = match func {
+                ScanFunc::Scrub => t.zfs_scrub_delay_ms,
+                ScanFunc::Resilver => t.zfs_resilver_delay_ms,
+            };
+            (t.zfs_scan_idle_ms, delay)
+        };
+        let (idle_ms, delay) = knobs();
+        if !idle::busy(fg.now_ms(), fg.last_ms(), idle_ms, delay) {
+            return None;
+        }
+        let gate = self.backoff.lock();
+        loop {
+            let (idle_ms, delay) = knobs();
+            let now = fg.now_ms();
+            if !idle::busy(now, fg.last_ms(), idle_ms, delay) || self.halted().is_some() || *self.paused.lock() {
+                return None;
+            }
+            let wait = idle::wait_ms(now, *gate, delay);
+            if wait == 0 {
+                return Some(self.backoff.turn(gate, fg));
+            }
+            std::thread::sleep(Duration::from_millis(wait).min(PACE_SLICE));
+        }
+    }
+
+    /// Scan I/Os issued backed off (one at a time, after the delay) since
+    /// the pool opened.
+    pub fn yielded_ios(&self) -> u64 {
+        self.backoff.yielded()
     }
 
     /// Waits until no scan is under way (or the pool closed); returns the

@@ -207,6 +207,8 @@ impl Zil {
             let h = BlockHeader { guid, dataset: self.dataset, seq: p.ptr.seq, used: 0, nrecords: p.records.len() as u32, next: p.next };
             let bytes = ondisk::encode_block(&h, &p.records, p.ptr.size as usize);
             let top = self.core.vdevs.top(p.ptr.vdev);
+            // Someone waits for a log write: a scan backs off (`pool::scan::idle`).
+            self.core.foreground.note();
             top.write(IoClass::SyncWrite, p.ptr.offset, Arc::new(AlignedBuf::from_slice(&bytes)), &group, 0, txg);
             if !tops.iter().any(|t: &Arc<crate::vdev::Vdev>| t.id() == top.id()) {
                 tops.push(top);

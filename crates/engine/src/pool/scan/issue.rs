@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tarn_ondisk::bp::BlockPtr;
 
-use super::{block_name, ScanOrder, ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
+use super::{block_name, ScanFunc, ScanOrder, ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
 use crate::io::block;
 use crate::io::{IoClass, Leaf};
 use crate::pool::core::{FailedCopy, PoolCore};
@@ -186,7 +186,9 @@ fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
 
 /// Reads the runs with `SCAN_WORKERS` workers (each takes the next run in
 /// order, so in sorted order the device still sees ascending offsets),
-/// paced by `tarn_scan_limit_bytes_per_sec`, waiting while the scan is
+/// one at a time with a delay while foreground I/O is recent
+/// (`Scanner::yield_turn`), paced by `tarn_scan_limit_bytes_per_sec`,
+/// waiting while the scan is
 /// paused and taking no more runs once it is halted. Returns how many runs
 /// were committed: all of those taken. In logical order a run moves no
 /// position.
@@ -197,6 +199,9 @@ fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner, 
         for _ in 0..SCAN_WORKERS {
             s.spawn(|| loop {
                 scanner.while_paused();
+                // While foreground I/O is recent: one run at a time, after
+                // the delay (`idle`); held until the run is read.
+                let turn = scanner.yield_turn(core, ScanFunc::Scrub);
                 if scanner.halted().is_some() {
                     return;
                 }
@@ -210,6 +215,7 @@ fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner, 
                     return;
                 }
                 let mut fig = check_run(core, blocks, runs[i]);
+                drop(turn);
                 if order == ScanOrder::Logical {
                     fig.last = None;
                 }
