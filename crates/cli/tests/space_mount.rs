@@ -149,7 +149,7 @@ fn df_keeps_its_size_while_data_is_dirty() {
     assert!(avail1 + (40 << 20) <= avail0, "df available {avail0} -> {avail1} with 48 MiB written");
     f.sync_all().unwrap();
     let (size2, avail2) = df(&mnt);
-    assert!(size2 + (4 << 20) >= size0 && avail2 + (40 << 20) <= avail0, "after the sync: size {size2}, available {avail2}");
+    assert!(size2 + (4 << 20) >= size0 && avail2 + (40 << 20) <= avail0, "after the sync: size {size2}, available {avail2} (before: {size0}, {avail0}; dirty: {size1}, {avail1})");
 }
 
 /// Pins: data the kernel's cache accepted for a file opened while there was

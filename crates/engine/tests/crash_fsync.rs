@@ -184,7 +184,7 @@ fn maybe_applied(h: &mut History, names: &BTreeMap<String, usize>, shape: Shape,
 /// A pool on `ndevs` devices, with a log vdev on one more when `log`.
 fn new_pool(seed: u64, ndevs: usize, log: bool, t: &Tunables) -> (Vec<Arc<FaultDevice>>, Pool) {
     let devs = mem_devs(ndevs + log as usize, 128 << 20, seed);
-    let opts = tarn_engine::CreateOptions { tunables: t.clone(), ..Default::default() };
+    let opts = tarn_engine::CreateOptions { tunables: t.clone(), pool_props: common::fail_on_fault(), ..Default::default() };
     let pool = Pool::create_on("tank", as_dyn(&devs[..ndevs]), vec![], &opts).expect("create");
     if log {
         let dev = (format!("mem{}", ndevs), devs[ndevs].clone() as Arc<dyn tarn_engine::sys::BlockDevice>);

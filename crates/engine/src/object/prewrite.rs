@@ -29,6 +29,14 @@
 //! sync (which adopts or frees it), the log's chain after a crash (import
 //! claims the blocks of records still to replay, `zil/indirect.rs`).
 //!
+//! Space: a prewritten block is allocated (transiently) while its dirty
+//! bytes still count, so the free space writers may dirty
+//! (`PoolCore::room_bytes`: free less the dirty bytes not yet *placed*)
+//! would count it twice. An override's bytes count as placed from its
+//! attach: they retire when the sync links the block, and are unplaced
+//! when the override is replaced or left stale (the sync writes the
+//! buffer anew and places it again).
+//!
 //! Invariants:
 //! 1. An override's block is a transient allocation until its sync, and
 //!    its pointer's birth is the record's txg (`attach`).
@@ -232,9 +240,12 @@ fn attach(core: &PoolCore, st: &mut ObjState, t: Todo, bp: BlockPtr) -> Result<(
         rec.dropped.push(bp);
         return Ok(());
     }
+    // Its dirty bytes have their place now (see "Space" above).
+    core.txg.dirty_placed(t.buf.len() as u64);
     if let Some(old) = rec.overrides.insert(t.blkid, Override { buf: t.buf, bp }) {
         // Another commit prewrote an older buffer of the block (or the
         // same one, racing): only the newest is linked.
+        core.txg.dirty_unplace(old.buf.len() as u64);
         rec.dropped.push(old.bp);
     }
     Ok(())

@@ -202,17 +202,20 @@ fn snapshot(ctx: &SyncCtx, o: &Arc<Object>) -> Option<Work> {
     let bonus_len = rec.bonus.as_ref().map_or(st.dn.bonus.len(), |b| b.len());
     // A clone keeps its block: a later txg may move the object inline.
     let inline = !rec.freed && clones.is_empty() && wants_inline(ctx, &st, rec.maxblkid, rec.size, bonus_len);
-    let (linked, mut stale) = split_overrides(rec, overrides, inline || rec.freed);
+    let (linked, mut stale, unplace) = split_overrides(rec, overrides, inline || rec.freed);
+    ctx.core.txg.dirty_unplace(unplace);
     stale.extend(dropped);
     Some(Work { obj: o.clone(), otype: st.dn.otype, blocks, clones, linked, stale, inline, freed: rec.freed })
 }
 
 /// The overrides the sync links — those whose block the record still
 /// holds as the very buffer written, when the object keeps blocks — with
-/// the dirty bytes each retires; and the others, to free.
-fn split_overrides(rec: &super::state::DirtyRec, overrides: std::collections::BTreeMap<u64, super::state::Override>, no_blocks: bool) -> (Vec<(u64, BlockPtr, u64)>, Vec<BlockPtr>) {
+/// the dirty bytes each retires; the others, to free; and the dirty bytes
+/// of those others, no longer placed.
+fn split_overrides(rec: &super::state::DirtyRec, overrides: std::collections::BTreeMap<u64, super::state::Override>, no_blocks: bool) -> (Vec<(u64, BlockPtr, u64)>, Vec<BlockPtr>, u64) {
     let mut linked = Vec::new();
     let mut stale = Vec::new();
+    let mut unplace = 0;
     for (blkid, o) in overrides {
         let same = rec.blocks.get(&blkid).is_some_and(|b| Arc::ptr_eq(b, &o.buf));
         if same && !no_blocks {
@@ -220,9 +223,12 @@ fn split_overrides(rec: &super::state::DirtyRec, overrides: std::collections::BT
             linked.push((blkid, o.bp, o.buf.len() as u64));
         } else {
             stale.push(o.bp);
+            // Its dirty bytes will be placed again by this sync's write
+            // (`prewrite.rs`, "Space").
+            unplace += o.buf.len() as u64;
         }
     }
-    (linked, stale)
+    (linked, stale, unplace)
 }
 
 fn wants_inline(ctx: &SyncCtx, st: &ObjState, maxblkid: u64, size: u64, bonus_len: usize) -> bool {

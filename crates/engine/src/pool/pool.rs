@@ -2009,8 +2009,9 @@ impl Shared {
         let members: std::collections::HashSet<u64> = core.leaves().iter().map(|(_, l)| l.guid).collect();
         // A device truncated or deleted since the last txg is not written
         // to at all (writes past the end of a truncated file would grow it
-        // back with zeros).
-        self.check_devices()?;
+        // back with zeros). Nothing of the txg is written yet: a fault that
+        // `pool clear` can end parks the sync until then.
+        self.devices_or_park()?;
         // Clones of this txg take their references before anything is freed.
         core.brt.apply(&core, txg)?;
         self.dsl.sync(txg, &group)?;
@@ -2168,6 +2169,24 @@ impl Shared {
         match self.core.txg.failure() {
             Some(f) => Err(Error::new(ErrorKind::Suspended, f)),
             None => Ok(()),
+        }
+    }
+
+    /// `check_devices` at the start of a sync, before anything of the txg
+    /// is written: while a device fault that `pool clear` can end suspends
+    /// the pool, the sync waits for the clear (as when its writes are
+    /// parked), then checks again — the txg is written after all. Fails
+    /// when the suspension cannot be resumed or the pool closes.
+    fn devices_or_park(&self) -> Result<()> {
+        loop {
+            match self.check_devices() {
+                Err(e) if self.core.txg.resumable() => {
+                    if !self.core.txg.wait_resumed() {
+                        return Err(e);
+                    }
+                }
+                res => return res,
+            }
         }
     }
 

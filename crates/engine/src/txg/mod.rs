@@ -441,6 +441,12 @@ impl TxgEngine {
         self.placed.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Takes back `dirty_placed` for bytes whose block will not be linked
+    /// after all (a prewritten block the sync does not adopt).
+    pub fn dirty_unplace(&self, bytes: u64) {
+        let _ = self.placed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| Some(p.saturating_sub(bytes)));
+    }
+
     /// Dirty bytes that still need space: those whose blocks are not
     /// allocated yet.
     pub fn dirty_unplaced(&self) -> u64 {
@@ -652,6 +658,25 @@ impl TxgEngine {
             quiesce_ms: st.quiesce_ns[i] as f64 / 1e6,
             delayed: st.delayed[i],
             stalled: st.stalled[i],
+        }
+    }
+
+    /// The sync under way waits for `resume` (`pool clear`) before writing
+    /// anything: true once resumed; false at once when the suspension is a
+    /// failed sync's, or when the pool closes. Waiters meanwhile get the
+    /// suspension's error (`sync_parked`).
+    pub fn wait_resumed(&self) -> bool {
+        let mut st = self.st.lock();
+        st.sync_parked = true;
+        self.cv.notify_all();
+        loop {
+            if st.failed.is_none() {
+                return true;
+            }
+            if st.failed_by_sync || st.shutdown {
+                return false;
+            }
+            self.cv.wait_for(&mut st, Duration::from_millis(200));
         }
     }
 

@@ -23,7 +23,7 @@ use tarn_engine::sys::{FaultConfig, FaultDevice};
 use tarn_engine::{CreateOptions, Error, Pool, Tunables};
 use tarn_ondisk::ObjectType;
 
-use crate::common::{as_dyn, crash_all, mem_devs, open, pattern, small_tunables, Rng};
+use crate::common::{as_dyn, crash_all, fail_on_fault, mem_devs, open, pattern, small_tunables, Rng};
 use datasets::{check_datasets, DsWorker};
 use layouts::{after_loss, check_health, check_resilver, check_scrubs, Loss, Shape, REDUNDANT};
 use model::{check_contents, check_verified, created, model_at, model_from, Model};
@@ -120,7 +120,7 @@ impl Plan {
 
     pub fn create(&self) -> (Vec<Arc<FaultDevice>>, Pool) {
         let devs = mem_devs(self.ndevs, self.dev_size, self.seed);
-        let mut opts = CreateOptions { tunables: self.tunables(), ..Default::default() };
+        let mut opts = CreateOptions { tunables: self.tunables(), pool_props: fail_on_fault(), ..Default::default() };
         if let Some(rs) = self.recordsize {
             opts.root_props.push(("recordsize".into(), rs.into()));
         }

@@ -69,7 +69,7 @@ pub fn run(seed: u64, cut_dev: usize, k: Option<u64>, crash_seed: u64) -> SpareC
     let devs = mem_devs(3, 128 << 20, seed);
     let rail = Arc::new(AtomicBool::new(false));
     let railed = |i: usize| (NAMES[i].to_string(), Arc::new(Railed { dev: devs[i].clone(), rail: rail.clone(), trips: i == cut_dev }) as Arc<dyn BlockDevice>);
-    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let opts = CreateOptions { tunables: small_tunables(), pool_props: crate::common::fail_on_fault(), ..Default::default() };
     let pool = Pool::create_tops("tank", vec![NewTop { layout: Layout::Mirror, devices: vec![railed(0), railed(1)] }], vec![], &opts).unwrap_or_else(|e| panic!("{ctx}: create: {e}"));
     pool.add_spares_on(vec![railed(SPARE)], false).unwrap_or_else(|e| panic!("{ctx}: add the spare: {e}"));
     let before = filled(&pool, 6, 200_000, seed);
