@@ -117,12 +117,12 @@
 //! - a target's DTL loses txgs only when it took every copy and its flush
 //!   succeeded, and only up to S.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::core::PoolCore;
-use super::scan::{ScanFunc, ScanReport, Scanner};
+use super::scan::{ScanReport, Scanner};
 use crate::io::IoClass;
 use crate::vdev::Vdev;
 
@@ -251,32 +251,9 @@ fn check_segments(core: &PoolCore, top_id: u32, segments: &[(u64, u64)]) -> Resu
 /// Copies every chunk, `workers` at a time, in offset order; each
 /// worker's figures.
 fn copy_all(core: &PoolCore, scanner: &Scanner, (chunks, workers): (&[(u64, u64)], usize), sources: &[Arc<Vdev>], targets: &[Arc<Vdev>], failed: &[AtomicU64]) -> Vec<ScanReport> {
-    let next = AtomicUsize::new(0);
-    let examined = AtomicU64::new(0);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut r = ScanReport::default();
-                    loop {
-                        scanner.while_paused();
-                        // Backed off while foreground I/O is recent.
-                        let turn = scanner.yield_turn(core, ScanFunc::Resilver);
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= chunks.len() || scanner.canceled() {
-                            return r;
-                        }
-                        let len = chunks[i].1;
-                        copy(chunks[i], sources, targets, failed, &mut r);
-                        drop(turn);
-                        // `tarn_scan_limit_bytes_per_sec` holds for rebuilds too.
-                        scanner.pace(core, len);
-                        scanner.set_examined(examined.fetch_add(len, Ordering::Relaxed) + len);
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().expect("a rebuild worker panicked")).collect()
+    scanner.run_copies(core, workers, chunks.len(), |i, r| {
+        copy(chunks[i], sources, targets, failed, r);
+        chunks[i].1
     })
 }
 

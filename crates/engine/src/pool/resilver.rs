@@ -38,7 +38,7 @@ use std::time::Instant;
 use tarn_ondisk::bp::BlockPtr;
 
 use super::core::{FailedCopy, PoolCore};
-use super::scan::{block_name, ScanFunc, ScanReport, Scanner, SCAN_WORKERS};
+use super::scan::{block_name, ScanReport, Scanner, SCAN_WORKERS};
 use crate::io::{block, IoClass};
 use crate::vdev::{Dtl, Kind, ReadCheck, Vdev};
 
@@ -83,34 +83,12 @@ pub(crate) fn resilver(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, txg: 
     walk_errors.into_iter().for_each(|e| rep.error(e));
     let jobs = jobs(core, &blocks, targets, &mut rep);
     scanner.set_to_examine(jobs.iter().map(|j| j.len).sum());
-    let next = AtomicU64::new(0);
-    let examined = AtomicU64::new(0);
     let failed: Vec<AtomicU64> = targets.iter().map(|_| AtomicU64::new(0)).collect();
-    let results: Vec<ScanReport> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..SCAN_WORKERS)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut r = ScanReport::default();
-                    loop {
-                        scanner.while_paused();
-                        // Backed off while foreground I/O is recent.
-                        let turn = scanner.yield_turn(core, ScanFunc::Resilver);
-                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                        if i >= jobs.len() || scanner.canceled() {
-                            return r;
-                        }
-                        if !copy(core, &blocks[jobs[i].block], &jobs[i], &targets[jobs[i].target], &mut r) {
-                            failed[jobs[i].target].fetch_add(1, Ordering::Relaxed);
-                        }
-                        drop(turn);
-                        // `tarn_scan_limit_bytes_per_sec` holds for resilvers too.
-                        scanner.pace(core, jobs[i].len);
-                        scanner.set_examined(examined.fetch_add(jobs[i].len, Ordering::Relaxed) + jobs[i].len);
-                    }
-                })
-            })
-            .collect();
-        workers.into_iter().map(|w| w.join().expect("a resilver worker panicked")).collect()
+    let results = scanner.run_copies(core, SCAN_WORKERS, jobs.len(), |i, r| {
+        if !copy(core, &blocks[jobs[i].block], &jobs[i], &targets[jobs[i].target], r) {
+            failed[jobs[i].target].fetch_add(1, Ordering::Relaxed);
+        }
+        jobs[i].len
     });
     results.into_iter().for_each(|r| rep.add(r));
     rep.seconds = start.elapsed().as_secs_f64();

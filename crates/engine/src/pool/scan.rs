@@ -856,6 +856,41 @@ impl Scanner {
         }
     }
 
+    /// Runs the `n` copies of a copying pass (resilver, sequential
+    /// rebuild) on `workers` threads, in index order: before each, the
+    /// worker waits out a pause and takes its back-off turn (`yield_turn`);
+    /// `copy(i, report)` does copy `i` and returns its bytes, which are
+    /// then paced (`tarn_scan_limit_bytes_per_sec`) and counted as
+    /// examined. Stops early when the pass is canceled. Each worker's
+    /// report.
+    pub(crate) fn run_copies(&self, core: &PoolCore, workers: usize, n: usize, copy: impl Fn(usize, &mut ScanReport) -> u64 + Sync) -> Vec<ScanReport> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let examined = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..workers)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut r = ScanReport::default();
+                        loop {
+                            self.while_paused();
+                            // Backed off while foreground I/O is recent.
+                            let turn = self.yield_turn(core, ScanFunc::Resilver);
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            if i >= n || self.canceled() {
+                                return r;
+                            }
+                            let len = copy(i, &mut r);
+                            drop(turn);
+                            self.pace(core, len);
+                            self.set_examined(examined.fetch_add(len, Ordering::Relaxed) + len);
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().expect("a copying scan worker panicked")).collect()
+        })
+    }
+
     /// Before a scan I/O of kind `func` (a rebuild is a resilver): while
     /// foreground I/O is recent (`idle`), waits for the other workers'
     /// backed-off I/O and for the delay after it, and returns the turn to
