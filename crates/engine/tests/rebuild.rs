@@ -21,7 +21,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{filled, mem_devs, named, open_named, reads_back, small_tunables, verified};
+use common::{filled, mem_devs, named, open_named, reads_back, small_tunables, vdev_paths, verified};
 use tarn_engine::pool::events::class;
 use tarn_engine::pool::rebuild::ResilverKind::Sequential;
 use tarn_engine::pool::scan::{ScanFunc, ScanState};
@@ -36,16 +36,6 @@ fn opts() -> CreateOptions {
 fn mirror(devs: &[Arc<FaultDevice>], names: &[&str]) -> Pool {
     let tops = vec![NewTop { layout: Layout::Mirror, devices: names.iter().zip(devs).map(|(n, d)| named(n, d)).collect() }];
     Pool::create_tops("tank", tops, vec![], &opts()).expect("create")
-}
-
-fn paths(pool: &Pool) -> Vec<String> {
-    fn walk(v: &tarn_engine::pool::VdevStatus, depth: usize, out: &mut Vec<String>) {
-        out.push(format!("{}{}", "  ".repeat(depth), v.path));
-        v.children.iter().for_each(|c| walk(c, depth + 1, out));
-    }
-    let mut out = Vec::new();
-    pool.status().vdevs.iter().for_each(|v| walk(v, 0, &mut out));
-    out
 }
 
 fn events(pool: &Pool, cls: &str) -> Vec<tarn_engine::pool::events::Event> {
@@ -89,11 +79,11 @@ fn attach_s_copies_the_allocated_space_and_the_new_device_alone_holds_the_pool()
     assert!(start.last().and_then(|e| text(e, "resilver_type")).as_deref() == Some("sequential"), "{start:?}");
     assert!(finish.last().and_then(|e| text(e, "resilver_type")).as_deref() == Some("sequential"), "{finish:?}");
     assert_eq!(events(&pool, class::SCRUB_FINISH).len(), 1, "one scrub, started by the rebuild");
-    assert_eq!(paths(&pool), ["mirror-0", "  a", "  b", "  c"]);
+    assert_eq!(vdev_paths(&pool), ["mirror-0", "  a", "  b", "  c"]);
     // c alone: a and b leave, the pool reads back and imports from c.
     pool.detach_device("a").expect("detach a");
     pool.detach_device("b").expect("detach b");
-    assert_eq!(paths(&pool), ["c"]);
+    assert_eq!(vdev_paths(&pool), ["c"]);
     reads_back(&pool, &files, "c alone");
     pool.export().expect("export");
     drop(pool);
@@ -143,7 +133,7 @@ fn replace_s_of_a_plain_device_completes_the_replacement() {
     pool.replace_device_on_as("a", "b", devs[1].clone(), false, Sequential).expect("replace -s");
     let st = rebuilt_and_scrubbed(&pool);
     assert_eq!(st.rebuild.as_ref().map(|r| r.vdev.as_str()), Some("replacing-0"));
-    assert_eq!(paths(&pool), ["b"], "a left once b was rebuilt");
+    assert_eq!(vdev_paths(&pool), ["b"], "a left once b was rebuilt");
     assert!(tarn_engine::pool::label::read_labels(devs[0].as_ref()).config.is_none(), "a's labels are erased");
     reads_back(&pool, &files, "b");
     verified(&pool, "after replace -s");
@@ -161,7 +151,7 @@ fn s_is_refused_where_a_rebuild_cannot_do() {
     let pool = Pool::create_tops("tank", tops, vec![], &opts()).expect("create");
     refused(pool.replace_device_on_as("r0", "x", devs[3].clone(), false, Sequential), "replace -s on raidz", "sequential resilver is not supported for raidz");
     refused(pool.attach_device_on_as("r0", "x", devs[3].clone(), false, Sequential), "attach -s on raidz", "sequential resilver is not supported for raidz");
-    assert_eq!(paths(&pool), ["raidz1-0", "  r0", "  r1", "  r2"], "nothing changed");
+    assert_eq!(vdev_paths(&pool), ["raidz1-0", "  r0", "  r1", "  r2"], "nothing changed");
     drop(pool);
     // A resilver under way: it covers every device that missed txgs, a
     // rebuild only its vdev's new ones; -s waits for it.
@@ -173,7 +163,7 @@ fn s_is_refused_where_a_rebuild_cannot_do() {
     pool.set_tunable("tarn_scan_limit_bytes_per_sec", "64K").expect("slow resilver");
     pool.online("b").expect("online b");
     refused(pool.attach_device_on_as("a", "c", devs[2].clone(), false, Sequential), "attach -s while resilvering", "is resilvering");
-    assert_eq!(paths(&pool), ["mirror-0", "  a", "  b"], "nothing changed");
+    assert_eq!(vdev_paths(&pool), ["mirror-0", "  a", "  b"], "nothing changed");
     pool.set_tunable("tarn_scan_limit_bytes_per_sec", "0").expect("full speed");
     pool.scan_wait();
     drop(pool);

@@ -293,3 +293,15 @@ pub fn named(name: &str, d: &Arc<FaultDevice>) -> (String, Arc<dyn BlockDevice>)
 pub fn open_named(devs: Vec<(String, Arc<dyn BlockDevice>)>) -> Result<Pool> {
     Pool::open_on(devs, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() })
 }
+
+/// The pool's vdev tree as its paths, one row a vdev, indented two spaces
+/// a level (`pool status`'s order).
+pub fn vdev_paths(pool: &Pool) -> Vec<String> {
+    fn walk(v: &tarn_engine::pool::VdevStatus, depth: usize, out: &mut Vec<String>) {
+        out.push(format!("{}{}", "  ".repeat(depth), v.path));
+        v.children.iter().for_each(|c| walk(c, depth + 1, out));
+    }
+    let mut out = Vec::new();
+    pool.status().vdevs.iter().for_each(|v| walk(v, 0, &mut out));
+    out
+}

@@ -25,7 +25,7 @@ use tarn_engine::{CreateOptions, OpenOptions, Pool};
 
 use super::layouts::{check_resilver, check_scrubs, Railed};
 use super::model::check_verified;
-use crate::common::{crash_all, filled, mem_devs, reads_back, small_tunables};
+use crate::common::{crash_all, filled, mem_devs, reads_back, small_tunables, vdev_paths};
 
 /// Devices: the mirror's two children and the spare; m1 fails, and the
 /// power is cut at a write of m0 or of the spare.
@@ -42,17 +42,6 @@ pub struct SpareCut {
     pub cut: bool,
     /// Whether the spare stood in (INUSE) after import.
     pub in_use: bool,
-}
-
-/// The tree as "path STATE" rows, indented by depth.
-fn tree(pool: &Pool) -> Vec<String> {
-    fn walk(v: &tarn_engine::pool::VdevStatus, depth: usize, out: &mut Vec<String>) {
-        out.push(format!("{}{}", "  ".repeat(depth), v.path));
-        v.children.iter().for_each(|c| walk(c, depth + 1, out));
-    }
-    let mut out = Vec::new();
-    pool.status().vdevs.iter().for_each(|v| walk(v, 0, &mut out));
-    out
 }
 
 fn spare_state(pool: &Pool) -> String {
@@ -122,7 +111,7 @@ fn wait_stood_or_cut(pool: &Pool, cut: &FaultDevice, ctx: &str) -> bool {
         if st.spares.first().is_some_and(|s| s.state == "INUSE") && st.vdevs.iter().any(resilvered) && pool.scan_status().state != tarn_engine::pool::scan::ScanState::Scanning {
             return true;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "{ctx}: the spare neither stood in nor lost power in 60 s: {:?}", tree(pool));
+        assert!(t0.elapsed() < Duration::from_secs(60), "{ctx}: the spare neither stood in nor lost power in 60 s: {:?}", vdev_paths(pool));
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -136,11 +125,11 @@ fn check_after(images: &[Arc<FaultDevice>], before: &[(u64, Vec<u8>)], after: &[
     let state = spare_state(&pool);
     let in_use = match state.as_str() {
         "INUSE" => {
-            assert_eq!(tree(&pool), ["mirror-0", "  m0", "  spare-1", "    m1", "    s"], "{ctx}: the spare in use beside m1");
+            assert_eq!(vdev_paths(&pool), ["mirror-0", "  m0", "  spare-1", "    m1", "    s"], "{ctx}: the spare in use beside m1");
             true
         }
         "AVAIL" => {
-            assert_eq!(tree(&pool), ["mirror-0", "  m0", "  m1"], "{ctx}: the spare not in the tree");
+            assert_eq!(vdev_paths(&pool), ["mirror-0", "  m0", "  m1"], "{ctx}: the spare not in the tree");
             false
         }
         other => panic!("{ctx}: the spare is {other} after import"),
@@ -166,7 +155,7 @@ fn check_after(images: &[Arc<FaultDevice>], before: &[(u64, Vec<u8>)], after: &[
     pool.export().unwrap_or_else(|e| panic!("{ctx}: export: {e}"));
     drop(pool);
     let pool = open(images).unwrap_or_else(|e| panic!("{ctx}: import after the export: {e}"));
-    assert_eq!((tree(&pool), spare_state(&pool)), (vec!["mirror-0".to_string(), "  m0".into(), "  m1".into()], "AVAIL".to_string()), "{ctx}: after export and import");
+    assert_eq!((vdev_paths(&pool), spare_state(&pool)), (vec!["mirror-0".to_string(), "  m0".into(), "  m1".into()], "AVAIL".to_string()), "{ctx}: after export and import");
     reads_back(&pool, before, &format!("{ctx}: reopened"));
     in_use
 }
