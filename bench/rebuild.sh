@@ -22,13 +22,10 @@ REPS="${REPS:-3}"
 FRAG_BS="${FRAG_BS:-}"
 # TARN=PATH runs that build instead of building target/release/tarn;
 # TUNABLES="NAME=VALUE ..." are set on the daemon before the runs.
-if [ -n "${TARN:-}" ]; then T="$TARN"; else
-  cargo build --release -q -p tarn-cli
-  T="$PWD/target/release/tarn"
-fi
+. bench/lib.sh
+T="$(tarn_bin)" || exit 1
 mkdir -p "$DIR"
 export TARN_CACHE="$DIR/tarn.cache" TARN_SOCKET="$DIR/tarn.sock"
-. bench/lib.sh
 bytes=$(bytes_of "$SIZE")
 imgsize=$(( bytes * 3 / 2 + (512 << 20) ))
 

@@ -5,6 +5,7 @@
 #
 #   bench/redundancy.sh [WORKDIR] [SIZE]      (defaults: /tmp/tarn-redundancy, 4G)
 #
+# TARN=PATH runs that build of tarn instead of a fresh release build.
 # REPS (default 3) runs of each measurement, interleaved; medians and
 # min–max spreads. Page cache dropped before every timed step. Needs root
 # (drop_caches), fio; zfs-fuse optional (skipped with a note if absent).
@@ -15,11 +16,10 @@ DIR="${1:-/tmp/tarn-redundancy}"
 SIZE="${2:-4G}"
 REPS="${REPS:-3}"
 command -v fio >/dev/null || { echo "fio is required (apt-get install fio)" >&2; exit 1; }
-cargo build --release -q -p tarn-cli
-T="$PWD/target/release/tarn"
+. bench/lib.sh
+T="$(tarn_bin)" || exit 1
 mkdir -p "$DIR"
 export TARN_CACHE="$DIR/tarn.cache" TARN_SOCKET="$DIR/tarn.sock"
-. bench/lib.sh
 bytes=$(bytes_of "$SIZE")
 imgsize=$(( bytes * 3 / 2 + (512 << 20) ))
 

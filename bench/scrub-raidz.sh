@@ -41,14 +41,11 @@ SEEK_MS="${SEEK_MS:-4}"
 # building target/release/tarn (to compare two builds).
 RAIDZ="${RAIDZ:-1}"
 command -v fio >/dev/null || { echo "fio is required (apt-get install fio)" >&2; exit 1; }
-if [ -n "${TARN:-}" ]; then T="$TARN"; else
-  cargo build --release -q -p tarn-cli
-  T="$PWD/target/release/tarn"
-fi
+. bench/lib.sh
+T="$(tarn_bin)" || exit 1
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
 export TARN_CACHE="$DIR/tarn.cache" TARN_SOCKET="$DIR/tarn.sock"
-. bench/lib.sh
 bytes=$(bytes_of "$SIZE")
 rzbytes=$(bytes_of "$RZSIZE")
 P99_FILE_MIB=1024
