@@ -509,6 +509,30 @@ mod tests {
         assert!(bad.validate().expect_err("3").msg.contains("'zfs_scan_legacy' is 3, out of its range 0 to 1"));
     }
 
+    /// The intent log's and the sequential rebuild's size tunables refuse
+    /// zero, values past their bounds and non-numbers, naming the tunable,
+    /// and keep their value.
+    #[test]
+    fn log_and_rebuild_sizes_refuse_bad_values() {
+        let mut t = Tunables::default();
+        let bad = |name: &str| {
+            let max = match name {
+                "zil_maxcopied" => tarn_ondisk::zil::WRITE_DATA_MAX as u64 + 1,
+                "zfs_immediate_write_sz" | "zfs_rebuild_queue_limit" => (1u64 << 30) + 1,
+                _ => (16u64 << 20) + 1,
+            };
+            ["0".to_string(), "100".to_string(), max.to_string(), "lots".to_string(), "-4096".to_string()]
+        };
+        for name in ["zil_maxcopied", "zfs_immediate_write_sz", "zfs_rebuild_max_segment", "zfs_rebuild_queue_limit"] {
+            let before = t.get(name).unwrap();
+            for v in bad(name) {
+                let e = t.set(name, &v).expect_err(&format!("{name}={v} is refused"));
+                assert!(e.msg.contains(name), "{e}");
+                assert_eq!(t.get(name).unwrap(), before, "{name} unchanged after {v}");
+            }
+        }
+    }
+
     #[test]
     fn defaults_are_sane_and_settable() {
         let mut t = Tunables::default();
