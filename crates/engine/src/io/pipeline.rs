@@ -35,6 +35,10 @@
 //! - `check()` finding it unhealthy (the sync thread asks before every
 //!   uberblock).
 //!
+//! A failed write faults the leaf (and runs the hook) before its group
+//! hears of the failure: whoever waits for it finds the pool already
+//! suspended.
+//!
 //! # Injected faults
 //!
 //! Every device call — queued reads and writes, direct writes, flushes —
@@ -677,6 +681,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     let (len, offset) = (issue.len, issue.offset);
     let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
     let tolerated = sh.redundant.load(Ordering::Relaxed);
+    let mut done = Vec::with_capacity(issue.parts.len());
     for (off, _, t) in issue.parts {
         if let Req::Write { buf, range, group, retire } = t.req {
             if res.is_err() && !tolerated && group.parks {
@@ -690,18 +695,25 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
                     continue;
                 }
             }
-            let r2 = match &res {
-                Ok(()) => Ok(()),
-                Err(_) if tolerated => Ok(()),
-                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-            };
-            group.done(&r2, retire, &what);
+            done.push((group, retire));
         }
     }
     // Parked first, then faulted: the fault hook sees the parked writes
-    // (`Leaf::parked_writes`).
+    // (`Leaf::parked_writes`). Faulted before the other groups complete:
+    // a waiter told of the failure (an intent-log write) finds the pool
+    // already suspended — were it to ask for a txg sync first, that sync
+    // could start before the fault and fail for good on its writes,
+    // where `pool clear` could have resumed it.
     if let Err(e) = &res {
         sh.fault_after("write", e);
+    }
+    let r2 = match &res {
+        Ok(()) => Ok(()),
+        Err(_) if tolerated => Ok(()),
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    };
+    for (group, retire) in done {
+        group.done(&r2, retire, &what);
     }
 }
 
@@ -752,5 +764,36 @@ fn perform_read(sh: &Shared, issue: Issue<Timed>) {
             Req::ReadThen { done } => done(result),
             Req::Write { .. } => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::fault::{FaultConfig, FaultDevice};
+
+    /// A failed write that is not parked (an intent-log write) reaches its
+    /// waiter only after the leaf has faulted and its hook has run: the
+    /// waiter finds the pool already suspended. (Told first, the log fell
+    /// back to a txg sync that could start before the suspension and fail
+    /// for good, where `pool clear` could have resumed it.)
+    #[test]
+    fn a_failed_write_faults_the_leaf_before_its_waiter_wakes() {
+        let dev = FaultDevice::new(1 << 20, 1);
+        dev.set_config(FaultConfig { refuse_writes: Some(libc::EIO), ..FaultConfig::default() });
+        let leaf = Leaf::new("f.img".into(), Arc::new(dev), QueueLimits::default(), 1, Arc::new(|| (0, 1)));
+        let hooked = Arc::new(AtomicBool::new(false));
+        let h = hooked.clone();
+        leaf.set_fault_hook(Box::new(move |_, _| {
+            // A slow hook: a waiter woken before it would see it unfinished.
+            std::thread::sleep(Duration::from_millis(100));
+            h.store(true, Ordering::SeqCst);
+        }));
+        let group = WriteGroup::unparked();
+        leaf.write(IoClass::SyncWrite, 0, Arc::new(AlignedBuf::from_slice(&[7u8; 4096])), &group, 0);
+        let err = group.wait().expect_err("the device refuses writes");
+        assert!(err.contains("f.img"), "{}", err);
+        assert!(hooked.load(Ordering::SeqCst), "the fault hook ran before the waiter woke");
+        assert!(leaf.check() != Health::Online, "the leaf is faulted");
     }
 }
