@@ -243,7 +243,7 @@ tunables! {
     /// A commit carrying more bytes of log records than this syncs the txg instead, which writes the data once (whole blocks written in place by indirect records count only their records' bytes).
     tarn_zil_commit_max_bytes: u64 = 8 << 20;
     range 1 << 20, 1 << 30;
-    /// With `logbias=latency` and no log device, a write of at least this many bytes is logged indirectly: its whole blocks are written in place at commit and the log records their pointers (zfs_log.c's `zfs_immediate_write_sz`).
+    /// With `logbias=latency` and no log device, a write of at least this many bytes is logged indirectly: its whole blocks are written in place at commit and the log records their pointers (zfs_log.c's `zfs_immediate_write_sz`); a block an indirect write covers only in part is logged by pointer too when the part is at least this long.
     zfs_immediate_write_sz: u64 = 32 << 10;
     range 512, 1 << 30;
     /// Most write data one copied log record carries; a longer copied write is split into records of this size (OpenZFS's `zil_maxcopied`). At most the largest record a log block holds.

@@ -119,7 +119,12 @@ fn latency_rules_follow_zfs_log_write() {
     fs.write(&ROOT, f, 0, &pattern(REC, 5)).unwrap();
     assert_eq!(indirect(&pool), 2, "throughput: in place whatever the size");
     fs.write(&ROOT, f, 10, &pattern(REC, 6)).unwrap();
-    assert_eq!(indirect(&pool), 2, "no whole block in the range: copied");
+    assert_eq!(indirect(&pool), 2, "no whole block in the range, no part as long as the threshold: copied");
+    pool.core().tunables.write().zfs_immediate_write_sz = 32 << 10;
+    let copied = stat(&pool, |s| &s.write_bytes);
+    fs.write(&ROOT, f, 10, &pattern(REC, 7)).unwrap();
+    assert_eq!(indirect(&pool), 3, "a part of REC - 10 bytes ≥ 32 KiB: in place");
+    assert_eq!(stat(&pool, |s| &s.write_bytes) - copied, 10, "the 10 bytes in the next block: copied");
     verified(&pool, "rules");
     assert_eq!(transient(&pool), log_blocks(&pool));
 }
@@ -165,6 +170,61 @@ fn indirect_writes_survive_a_power_cut() {
     assert!(read_all(&fs, f) == data);
     drop(fs);
     verified(&pool, "second import");
+}
+
+/// A large write(2) from an unaligned buffer reaches the file system as
+/// two requests, the first ending just short of a block's end (at the
+/// end of the file), the second carrying the rest; writes can also start
+/// inside a block. Each part of at least `zfs_immediate_write_sz` is
+/// logged by pointer to its whole block, and replay after a power cut
+/// writes that part only: the file's size and every byte come back as
+/// acknowledged — not the block's zeros past the end of the file, not the
+/// bytes before a write's start that the block also holds.
+#[test]
+fn parts_of_blocks_are_logged_by_pointer_and_replayed_exactly() {
+    let (devs, pool) = new_pool("latency");
+    let fs = mount(&pool, SyncPolicy::Always);
+    let warm = file(&fs, "warm");
+    fs.fsync(warm, false).unwrap();
+    let synced = pool.uberblock().txg;
+    let f = file(&fs, "f");
+    let data = pattern(8 * REC, 9);
+    let split = 8 * REC - 16;
+    fs.write(&ROOT, f, 0, &data[..split]).unwrap();
+    assert_eq!(indirect(&pool), 8, "seven whole blocks and the last one's part at the end of the file");
+    assert_eq!(stat(&pool, |s| &s.write_bytes), 0, "nothing copied");
+    // A cut here: the file ends 16 bytes short of its last block.
+    let first = durable(&devs);
+    fs.write(&ROOT, f, split as u64, &data[split..]).unwrap();
+    assert_eq!(stat(&pool, |s| &s.write_bytes), 16, "the 16 bytes copied");
+    // A write starting inside block 1 and ending inside block 4: parts of
+    // REC - 100 and 100 + REC … of which the 100-byte part is copied.
+    let g = file(&fs, "g");
+    let base = pattern(5 * REC, 10);
+    fs.write(&ROOT, g, 0, &base).unwrap();
+    let over = pattern(3 * REC, 11);
+    fs.write(&ROOT, g, (REC + 100) as u64, &over).unwrap();
+    let mut want_g = base.clone();
+    want_g[REC + 100..4 * REC + 100].copy_from_slice(&over);
+    assert_eq!(pool.uberblock().txg, synced, "only the log holds the writes");
+    let second = durable(&devs);
+    drop(fs);
+    drop(pool);
+
+    for (image, name, want) in [(&first, "f", &data[..split]), (&second, "f", &data[..]), (&second, "g", &want_g[..])] {
+        let pool = import_with(image, no_timer());
+        let fs = mount(&pool, SyncPolicy::Standard);
+        let ino = fs.lookup(fs.root(), name.as_bytes()).expect("replayed").ino;
+        let got = read_all(&fs, ino);
+        assert_eq!(got.len(), want.len(), "{}: size", name);
+        assert!(got == want, "{}: {}", name, first_difference(&got, want));
+        drop(fs);
+        verified(&pool, "replayed parts");
+        pool.sync().unwrap();
+        pool.sync().unwrap();
+        assert_eq!(claimed(&pool), 0, "the claimed blocks freed with the chain");
+        verified(&pool, "chain dropped");
+    }
 }
 
 /// Log blocks the dataset's chain holds (transient allocations too).

@@ -197,12 +197,14 @@ pub enum LogRecord {
     Xattr { ino: u64, how: u8, time: LogTime, name: Vec<u8>, value: Option<Vec<u8>> },
     /// The file grew to `size` without a write (a hole the kernel shows).
     KeepSize { ino: u64, size: u64 },
-    /// A write of one whole block whose data was written in place at
-    /// commit (OpenZFS's WR_INDIRECT): `len` bytes at `offset` are the
-    /// logical content of the block `bp` names — a level-0 data block,
-    /// checksummed, one copy, never a hole or embedded. Replay reads and
-    /// verifies it; until the txg holding the write syncs (and then owns
-    /// the block), only the log names it.
+    /// A write whose block was written in place at commit (OpenZFS's
+    /// WR_INDIRECT): the block `bp` names — a level-0 data block of the
+    /// file, checksummed, one copy, never a hole or embedded — holds the
+    /// file's block at `offset - offset % bp.lsize`, and the write is its
+    /// `len` bytes at `offset` (the whole block, or a part of it: the
+    /// part must lie inside the block). Replay reads and verifies the
+    /// block and writes that part; until the txg holding the write syncs
+    /// (and then owns the block), only the log names it.
     WriteIndirect { ino: u64, offset: u64, len: u32, fsetid: bool, time: LogTime, bp: BlockPtr },
 }
 
@@ -535,16 +537,17 @@ fn decode_body(r: &mut Reader, k: u16) -> Result<LogRecord, DecodeError> {
         kind::KEEP_SIZE => LogRecord::KeepSize { ino: r.u64()?, size: r.u64()? },
         kind::WRITE_INDIRECT => {
             let (ino, offset, len, fsetid, time) = (r.u64()?, r.u64()?, r.u32()?, get_bool(r)?, get_time(r)?);
-            LogRecord::WriteIndirect { ino, offset, len, fsetid, time, bp: get_data_bp(r, len)? }
+            LogRecord::WriteIndirect { ino, offset, len, fsetid, time, bp: get_data_bp(r, offset, len)? }
         }
         k => return Err(r.err(format!("record kind {}", k))),
     })
 }
 
-/// The block pointer of an indirect write of `len` bytes: canonical (it
-/// re-encodes to its bytes), a level-0 data block of `len` logical bytes
-/// with one checksummed copy — what `WriteIndirect` promises replay.
-fn get_data_bp(r: &mut Reader, len: u32) -> Result<BlockPtr, DecodeError> {
+/// The block pointer of an indirect write of `len` bytes at `offset`:
+/// canonical (it re-encodes to its bytes), a level-0 data block with one
+/// checksummed copy whose logical bytes hold the write (`offset %
+/// lsize + len <= lsize`) — what `WriteIndirect` promises replay.
+fn get_data_bp(r: &mut Reader, offset: u64, len: u32) -> Result<BlockPtr, DecodeError> {
     let b = r.bytes(BP_SIZE)?;
     let bp = BlockPtr::decode(b).map_err(|e| r.err(format!("indirect write: {}", e)))?;
     if bp.to_bytes()[..] != b[..] {
@@ -553,8 +556,9 @@ fn get_data_bp(r: &mut Reader, len: u32) -> Result<BlockPtr, DecodeError> {
     if bp.is_hole() || bp.is_embedded() || bp.ndvas() != 1 || bp.level != 0 || bp.otype != ObjectType::PlainData {
         return Err(r.err("indirect write: not a level-0 data block with one copy"));
     }
-    if bp.checksum == crate::bp::ChecksumType::Off || bp.lsize != len || len == 0 {
-        return Err(r.err(format!("indirect write of {} bytes: block of {} bytes, checksum {}", len, bp.lsize, bp.checksum.name())));
+    let inside = bp.lsize > 0 && len > 0 && offset % u64::from(bp.lsize) + u64::from(len) <= u64::from(bp.lsize);
+    if bp.checksum == crate::bp::ChecksumType::Off || !inside {
+        return Err(r.err(format!("indirect write of {} bytes at {}: block of {} bytes, checksum {}", len, offset, bp.lsize, bp.checksum.name())));
     }
     Ok(bp)
 }
@@ -709,24 +713,33 @@ mod tests {
     }
 
     /// An indirect write's pointer must be what replay can trust: one
-    /// checksummed copy of a level-0 data block of the record's length,
-    /// in canonical form.
+    /// checksummed copy of a level-0 data block that holds the record's
+    /// range, in canonical form.
     #[test]
     fn an_indirect_write_refuses_pointers_replay_cannot_use() {
-        let rec = |bp: BlockPtr, len: u32| {
-            let r = Record { seq: 1, txg: 2, more: false, rec: LogRecord::WriteIndirect { ino: 64, offset: 0, len, fsetid: false, time: t(1), bp } };
+        let at = |bp: BlockPtr, offset: u64, len: u32| {
+            let r = Record { seq: 1, txg: 2, more: false, rec: LogRecord::WriteIndirect { ino: 64, offset, len, fsetid: false, time: t(1), bp } };
             let mut w = Writer::new();
             r.encode(&mut w);
             w.into_vec()
         };
+        let rec = |bp: BlockPtr, len: u32| at(bp, 0, len);
         assert!(Record::decode(&rec(data_bp(), 1 << 17)).is_ok());
+        // A part of the block: its head, its tail, a piece inside.
+        for (offset, len) in [(0, 4096), ((1 << 17) + 16, (1 << 17) - 16), ((3 << 17) + 4096, 8192)] {
+            assert!(Record::decode(&at(data_bp(), offset, len)).is_ok(), "{} bytes at {}", len, offset);
+        }
+        // Running past the block's end, or empty.
+        for (offset, len) in [(16, 1 << 17), ((1 << 17) + 4096, (1 << 17) - 4095), (1 << 17, 0)] {
+            assert!(Record::decode(&at(data_bp(), offset, len)).is_err(), "{} bytes at {}", len, offset);
+        }
         let mut two = data_bp();
         two.dva[1] = crate::bp::Dva { vdev: 0, asize: 40 << 10, offset: 1 << 20 };
         let unsummed = BlockPtr { checksum: crate::bp::ChecksumType::Off, ..data_bp() };
         let meta = BlockPtr { otype: ObjectType::Directory, ..data_bp() };
         let l1 = BlockPtr { level: 1, ..data_bp() };
         for (bp, len, why) in [
-            (data_bp(), 4096, "another length"),
+            (data_bp(), (1 << 17) + 1, "longer than its block"),
             (BlockPtr::hole(1 << 17, ObjectType::PlainData, 0), 1 << 17, "a hole"),
             (two, 1 << 17, "two copies"),
             (unsummed, 1 << 17, "no checksum"),

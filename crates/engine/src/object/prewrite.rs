@@ -129,14 +129,16 @@ struct Todo {
 }
 
 impl Objset {
-    /// Writes the whole blocks of object `obj` inside `[offset, offset +
-    /// len)` and inside the object's size now, for an indirect log record
-    /// each (module docs). Returns (offset, pointer) of each block written,
-    /// in order; a block that cannot be — on disk already, being synced,
-    /// freed or cloned in a newer txg, all zeros, or a set whose blocks
-    /// are not one checksummed copy — is left out, and the caller copies
-    /// its data into the log instead.
-    pub fn prewrite_range(&self, obj: u64, offset: u64, len: u64) -> Result<Vec<(u64, BlockPtr)>> {
+    /// Writes the blocks of object `obj` that `[offset, offset + len)`
+    /// covers inside the object's size now — whole, or in a part of at
+    /// least `min_part` bytes — for an indirect log record each (module
+    /// docs). Returns the part of the range each block written holds
+    /// (offset, length) with its pointer, in order; a block that cannot be
+    /// — on disk already, being synced, freed or cloned in a newer txg,
+    /// all zeros, the object's only block still growing, or a set whose
+    /// blocks are not one checksummed copy — is left out, and the caller
+    /// copies its data into the log instead.
+    pub fn prewrite_range(&self, obj: u64, offset: u64, len: u64, min_part: u64) -> Result<Vec<(u64, u32, BlockPtr)>> {
         let props = self.props();
         if props.write.copies != 1 || props.write.checksum == ChecksumType::Off {
             return Ok(Vec::new());
@@ -144,16 +146,25 @@ impl Objset {
         let o = self.object(obj)?;
         let mut out = Vec::new();
         let mut todo = Vec::new();
+        let bs;
+        let end;
         {
             let st = o.st.lock();
             if st.dn.otype != ObjectType::PlainData || st.freed {
                 return Ok(Vec::new());
             }
-            let bs = st.blksz as u64;
-            let end = offset.saturating_add(len).min(st.size);
-            for blkid in offset.div_ceil(bs)..end / bs {
+            bs = st.blksz as u64;
+            end = offset.saturating_add(len).min(st.size);
+            if bs == 0 || end <= offset {
+                return Ok(Vec::new());
+            }
+            for blkid in offset / bs..end.div_ceil(bs) {
+                let (from, to) = ((blkid * bs).max(offset), ((blkid + 1) * bs).min(end));
+                if to - from < bs && to - from < min_part {
+                    continue;
+                }
                 match current(&st, blkid) {
-                    Current::Written(bp) => out.push((blkid * bs, bp)),
+                    Current::Written(bp) => out.push((from, (to - from) as u32, bp)),
                     Current::Dirty(txg, buf) => todo.push(Todo { blkid, txg, buf }),
                     Current::No => {}
                 }
@@ -168,11 +179,11 @@ impl Objset {
         let written = self.write_todo(todo, props.write)?;
         let mut st = o.st.lock();
         for (t, bp) in written {
-            let at = t.blkid * t.buf.len() as u64;
+            let (from, to) = ((t.blkid * bs).max(offset), ((t.blkid + 1) * bs).min(end));
             attach(&self.core, &mut st, t, bp).map_err(|e| e.context(self.what(obj)))?;
-            out.push((at, bp));
+            out.push((from, (to - from) as u32, bp));
         }
-        out.sort_by_key(|(off, _)| *off);
+        out.sort_by_key(|(off, _, _)| *off);
         Ok(out)
     }
 

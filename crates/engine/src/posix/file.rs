@@ -510,12 +510,12 @@ impl PosixFs {
         Ok(self.os.read(ino, offset, len as usize)?)
     }
 
-    /// For the intent log: the whole blocks of the range written in place
+    /// For the intent log: the blocks of the range written in place
     /// (`Objset::prewrite_range`), under the file's lock as the data copied
     /// is read.
-    pub(crate) fn do_prewrite_for_log(&self, ino: Ino, offset: u64, len: u64) -> PResult<Vec<(u64, tarn_ondisk::bp::BlockPtr)>> {
+    pub(crate) fn do_prewrite_for_log(&self, ino: Ino, offset: u64, len: u64, min_part: u64) -> PResult<Vec<(u64, u32, tarn_ondisk::bp::BlockPtr)>> {
         let node = self.inode(ino)?;
         let _st = self.locked(&node)?;
-        Ok(self.os.prewrite_range(ino, offset, len)?)
+        Ok(self.os.prewrite_range(ino, offset, len, min_part)?)
     }
 }

@@ -126,18 +126,18 @@ impl LogSource for PosixFs {
         };
         let policy = match &self.zil {
             Some(z) => z.write_policy(itx.len),
-            None => crate::zil::WritePolicy { indirect: false, max_copied: WRITE_DATA_MAX },
+            None => crate::zil::WritePolicy { indirect: false, max_copied: WRITE_DATA_MAX, min_part: u64::MAX },
         };
         let end = offset + itx.len;
-        let placed = if policy.indirect { self.prewrite_for_log(ino, offset, itx.len)? } else { Vec::new() };
+        let placed = if policy.indirect { self.prewrite_for_log(ino, offset, itx.len, policy.min_part)? } else { Vec::new() };
         let mut out = Vec::new();
         let mut at = offset;
-        for (boff, bp) in placed {
-            if boff > at && !self.copy_for_log(&mut out, ino, at, boff - at, fsetid, time, policy.max_copied)? {
+        for (poff, plen, bp) in placed {
+            if poff > at && !self.copy_for_log(&mut out, ino, at, poff - at, fsetid, time, policy.max_copied)? {
                 return Ok(out);
             }
-            out.push(LogRecord::WriteIndirect { ino, offset: boff, len: bp.lsize, fsetid, time, bp });
-            at = boff + bp.lsize as u64;
+            out.push(LogRecord::WriteIndirect { ino, offset: poff, len: plen, fsetid, time, bp });
+            at = poff + u64::from(plen);
         }
         if at < end {
             self.copy_for_log(&mut out, ino, at, end - at, fsetid, time, policy.max_copied)?;
@@ -147,10 +147,11 @@ impl LogSource for PosixFs {
 }
 
 impl PosixFs {
-    /// The whole blocks of `[offset, offset + len)` written in place now;
+    /// The blocks of `[offset, offset + len)` written in place now, whole
+    /// or in parts of at least `min_part` bytes (`Objset::prewrite_range`);
     /// none when the file is gone.
-    fn prewrite_for_log(&self, ino: Ino, offset: u64, len: u64) -> crate::Result<Vec<(u64, tarn_ondisk::bp::BlockPtr)>> {
-        match self.do_prewrite_for_log(ino, offset, len) {
+    fn prewrite_for_log(&self, ino: Ino, offset: u64, len: u64, min_part: u64) -> crate::Result<Vec<(u64, u32, tarn_ondisk::bp::BlockPtr)>> {
+        match self.do_prewrite_for_log(ino, offset, len, min_part) {
             Ok(v) => Ok(v),
             Err(e) if e.errno == libc::ENOENT => Ok(Vec::new()),
             Err(e) => Err(crate::Error::new(crate::error::ErrorKind::Io, e.msg)),

@@ -115,12 +115,21 @@ impl PosixFs {
         let Some(zil) = self.zil.as_ref() else { return Ok(Some(Vec::new())) };
         let mut out = Vec::new();
         for r in recs.iter().take_while(|r| r.seq == recs[0].seq) {
-            let LogRecord::WriteIndirect { bp, len, .. } = &r.rec else {
+            let LogRecord::WriteIndirect { bp, offset, len, .. } = &r.rec else {
                 out.push(None);
                 continue;
             };
             match zil.read_indirect(bp)? {
-                Some(d) => out.push(Some(d[..*len as usize].to_vec())),
+                Some(d) => {
+                    // The write's part of the block (the decoder checked
+                    // that it lies inside `bp.lsize`; the block read is
+                    // that long, or verification failed).
+                    let from = (*offset % u64::from(bp.lsize)) as usize;
+                    let part = d.get(from..from + *len as usize).ok_or_else(|| {
+                        crate::Error::corrupt(format!("record {}: {} bytes at {} lie outside its block of {} bytes", r.seq, len, offset, d.len()))
+                    })?;
+                    out.push(Some(part.to_vec()))
+                }
                 None => {
                     eprintln!(
                         "tarn: '{}': the intent log ends at record {} (txg {}): its block {}:{:#x} does not verify (a write the crash cut before it was acknowledged); later records are not replayed",

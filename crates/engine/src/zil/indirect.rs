@@ -20,6 +20,12 @@ use crate::vdev::ReadCheck;
 pub struct WritePolicy {
     /// Whole blocks are written in place and logged by pointer.
     pub indirect: bool,
+    /// With `indirect`, a block the write covers only in part is written
+    /// in place too when the part is at least this long
+    /// (`zfs_immediate_write_sz`): a large write(2) that reaches the file
+    /// system as two requests (an unaligned buffer spans one page more
+    /// than the transport takes) leaves one block split between them.
+    pub min_part: u64,
     /// Most data one copied record carries (`zil_maxcopied`).
     pub max_copied: usize,
 }
@@ -49,12 +55,16 @@ impl Zil {
     /// with `latency`, only when it is at least `zfs_immediate_write_sz`
     /// and the pool has no log device taking writes (a fast log device
     /// makes copying the data cheaper than a write to the main pool).
-    /// Partial blocks are always copied, `zil_maxcopied` bytes a record.
+    /// A block the write covers only in part is written in place too when
+    /// the part is at least `zfs_immediate_write_sz` (OpenZFS logs every
+    /// block of an indirect write by pointer, however little of it the
+    /// write covers); smaller parts are copied, `zil_maxcopied` bytes a
+    /// record.
     pub fn write_policy(&self, len: u64) -> WritePolicy {
         let t = self.core.tunables.read();
         let max_copied = (t.zil_maxcopied as usize).clamp(512, WRITE_DATA_MAX);
         let indirect = self.logbias_throughput() || (len >= t.zfs_immediate_write_sz && self.core.log_targets().is_empty());
-        WritePolicy { indirect, max_copied }
+        WritePolicy { indirect, max_copied, min_part: t.zfs_immediate_write_sz.max(1) }
     }
 
     /// Import: claims the blocks the chain's indirect records name that

@@ -34,14 +34,22 @@
 //! record carries its pointer, and the round's flush covers the block's
 //! vdev too. The txg's sync then links that block instead of writing it
 //! (OpenZFS's `dr_override`) — unless the block changed since, in which
-//! case it writes the new buffer and frees the old one. Partial blocks,
-//! and everything else, are copied, `zil_maxcopied` bytes a record.
+//! case it writes the new buffer and frees the old one. A block the write
+//! covers only in part (it starts or ends inside it) is logged the same
+//! way when the part is at least `zfs_immediate_write_sz`: the record
+//! names the whole block and the part, and replay writes only the part.
+//! (A 1 MiB write(2) from a buffer that is not page-aligned spans 257
+//! pages and reaches tarn as two requests, the first ending 16 bytes or
+//! so short of a block's end: copying that block cost one eighth of the
+//! data in log blocks.) Smaller parts, and everything else, are copied,
+//! `zil_maxcopied` bytes a record.
 //!
 //! ```text
 //!                  logbias=throughput      logbias=latency
 //!  whole block     pointer                 pointer if write ≥ immediate_write_sz
 //!                                          and no log device; else copied
-//!  partial block   copied                  copied
+//!  partial block   pointer if the part     the same, when the whole block
+//!                  ≥ immediate_write_sz    would be a pointer
 //! ```
 //!
 //! After a crash, a pointer names a block no synced txg owns if the block
