@@ -304,3 +304,65 @@ fn replay_disable_discards_the_log() {
     let pool = import(&image);
     assert!(!pool.datasets().zil("tank").unwrap().needs_replay(), "the log is gone for good");
 }
+
+/// A file on disk before the crash whose dnode replay loads (a rename)
+/// before replaying the creates of files numbered right after it: on disk
+/// their slots are free, so the loaded file counted them as its room, and
+/// its dnode — padded to that room — overwrote theirs at every sync. After
+/// replay, a sync and another import, the created files must still be
+/// there with their names (found by the crash test: names whose objects
+/// did not exist).
+#[test]
+fn replayed_creates_keep_their_slots_from_a_loaded_neighbour() {
+    let (devs, pool) = new_pool();
+    let fs = mount_logged(&pool);
+    let root = fs.root();
+    let warm = file(&fs, root, "warm");
+    fs.fsync(warm, false).expect("fsync");
+    // The last object on disk: the slots after it are free there.
+    let old = file(&fs, root, "old");
+    fs.write(&ROOT, old, 0, &pattern(1000, 1)).expect("write");
+    pool.sync().expect("sync");
+    pool.sync().expect("sync");
+    let synced = pool.uberblock().txg;
+    fs.rename(&ROOT, root, b"old", root, b"old2", RenameFlags::default()).expect("rename");
+    fs.write(&ROOT, old, 0, &pattern(1000, 3)).expect("write old");
+    fs.fsync(old, false).expect("fsync");
+    let news: Vec<u64> = (0..3).map(|i| file(&fs, root, &format!("new{}", i))).collect();
+    fs.write(&ROOT, old, 1000, &pattern(300_000, 2)).expect("write old");
+    fs.write(&ROOT, news[1], 0, b"one").expect("write new1");
+    fs.fsync(old, false).expect("fsync");
+    fs.fsync(news[1], false).expect("fsync");
+    assert_eq!(pool.uberblock().txg, synced, "only the log holds the changes");
+    let image = durable(&devs);
+    drop(fs);
+    drop(pool);
+    // The cut: replay, then syncs write the replayed changes.
+    let pool = import(&image);
+    assert!(pool.datasets().zil("tank").unwrap().needs_replay());
+    let fs = mount_logged(&pool);
+    pool.sync().expect("sync");
+    // A later change to the loaded file alone: its dnode is written
+    // without the new ones beside it.
+    fs.write(&ROOT, old, 0, &pattern(10, 4)).expect("write old");
+    drop(fs);
+    pool.sync().expect("sync");
+    pool.sync().expect("sync");
+    pool.export().expect("export");
+    let pool = import(&image);
+    let fs = mount_logged(&pool);
+    for (i, &ino) in news.iter().enumerate() {
+        let name = format!("new{}", i);
+        assert_eq!(lookup(&fs, root, &name), Some(ino), "{} keeps its inode", name);
+        let a = fs.getattr(ino).unwrap_or_else(|e| panic!("{} (inode {}): {}", name, ino, e));
+        assert_eq!(a.size, if i == 1 { 3 } else { 0 }, "{}", name);
+    }
+    assert_eq!(read_all(&fs, news[1]), b"one");
+    let mut want = pattern(1000, 3);
+    want.extend(pattern(300_000, 2));
+    want[..10].copy_from_slice(&pattern(10, 4));
+    assert!(read_all(&fs, old) == want, "old2's data");
+    assert_eq!(lookup(&fs, root, "old2"), Some(old));
+    drop(fs);
+    verified(&pool, "after replay and a second import");
+}

@@ -507,6 +507,7 @@ impl Objset {
             Err(e) => return Err(e),
             Ok(_) => return Err(Error::corrupt(format!("{}: cannot be created again: it exists", self.what(id)))),
         }
+        self.give_back_room(id)?;
         let mut st = self.st.lock();
         if st.objects.contains_key(&id) {
             return Err(Error::corrupt(format!("{}: cannot be created again: it exists", self.what(id))));
@@ -522,6 +523,32 @@ impl Objset {
         st.objects.insert(id, obj);
         st.dirty[slot(tx.txg())].insert(id);
         Ok(id)
+    }
+
+    /// Before `create_at(id)`: an object in memory whose room reaches over
+    /// `id` gives back the slots from `id` on. A loaded object counts the
+    /// free slots after it as its room (`reserved_room`) — but the slots a
+    /// replayed create takes again are free on disk too, and the object's
+    /// dnode, padded to its room, would overwrite the new one at every
+    /// sync. Fails (nothing changed) when the object's dnode fills them.
+    fn give_back_room(&self, id: u64) -> Result<()> {
+        let first = id.saturating_sub(tarn_ondisk::dnode::MAX_SLOTS as u64).max(1);
+        let near: Vec<Arc<Object>> = {
+            let st = self.st.lock();
+            (first..id).filter_map(|o| st.objects.get(&o).cloned()).collect()
+        };
+        for o in near {
+            let mut ost = o.st.lock();
+            if o.id + ost.slots as u64 <= id {
+                continue;
+            }
+            let keep = (id - o.id) as usize;
+            if ost.dn.slots() > keep {
+                return Err(Error::corrupt(format!("{}: cannot be created again: {} fills its slot", self.what(id), self.what(o.id))));
+            }
+            ost.slots = keep;
+        }
+        Ok(())
     }
 
     /// The in-memory object `obj`, loading its dnode if needed.
