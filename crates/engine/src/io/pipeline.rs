@@ -527,7 +527,17 @@ impl Leaf {
     pub fn shutdown(&self) {
         self.sh.stop.store(true, Ordering::SeqCst);
         self.sh.cv.notify_all();
+        let me = std::thread::current().id();
         for t in self.threads.lock().drain(..) {
+            // The last reference may go on one of the leaf's own workers
+            // (a fault hook that drops an old tree holding the leaf): that
+            // thread cannot join itself — std panics, the worker dies with
+            // its write's group never completed and the sync waits forever.
+            // Dropping its handle detaches it: it finishes the I/O at hand,
+            // sees `stop` and ends.
+            if t.thread().id() == me {
+                continue;
+            }
             let _ = t.join();
         }
     }
@@ -795,5 +805,27 @@ mod tests {
         assert!(err.contains("f.img"), "{}", err);
         assert!(hooked.load(Ordering::SeqCst), "the fault hook ran before the waiter woke");
         assert!(leaf.check() != Health::Online, "the leaf is faulted");
+    }
+
+    /// The fault hook may drop the last reference to the leaf on the
+    /// leaf's own worker (the pool's hook replacing a tree that held it):
+    /// the worker must not try to join itself, and the write's group must
+    /// still complete (found hanging the spare power-cut test).
+    #[test]
+    fn the_last_reference_dropped_on_its_own_worker_completes_the_write() {
+        let dev = FaultDevice::new(1 << 20, 2);
+        dev.set_config(FaultConfig { refuse_writes: Some(libc::EIO), ..FaultConfig::default() });
+        let leaf = Arc::new(Leaf::new("g.img".into(), Arc::new(dev), QueueLimits::default(), 1, Arc::new(|| (0, 1))));
+        let held: Arc<Mutex<Option<Arc<Leaf>>>> = Arc::new(Mutex::new(Some(leaf.clone())));
+        let h = held.clone();
+        leaf.set_fault_hook(Box::new(move |_, _| drop(h.lock().take())));
+        let group = WriteGroup::unparked();
+        leaf.write(IoClass::SyncWrite, 0, Arc::new(AlignedBuf::from_slice(&[7u8; 4096])), &group, 0);
+        drop(leaf);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(group.wait()));
+        let res = rx.recv_timeout(Duration::from_secs(20)).expect("the write's group completes");
+        assert!(res.is_err(), "the device refused the write");
+        assert!(held.lock().is_none(), "the hook dropped the last reference");
     }
 }
