@@ -165,3 +165,48 @@ fn log_devices_refuse_bad_input() {
     e.ok(&["pool", "remove", "tank", &e.path("l1.img")]);
     assert!(!e.ok(&["pool", "status", "tank"]).contains("logs"));
 }
+
+/// A log vdev before a data vdev and another log vdev can be removed
+/// (issue 13): a hole keeps the ids after it, and no output shows it —
+/// not `status` (text or JSON), `list`, `iostat -v` — nor does import look
+/// for devices there. Removing the hole's name or the removed device
+/// again is an error saying it is no device of the pool; a log device
+/// added after goes on.
+#[test]
+fn removing_a_log_vdev_before_others_leaves_no_trace() {
+    let mut e = Env::plain("slogcut");
+    e.cwd = Some(e.dir.clone());
+    e.ok(&["pool", "create", "-m", "none", "--size", "128M", "tank", "a.img", "log", "l1.img"]);
+    for f in ["b.img", "l2.img", "l3.img"] {
+        std::fs::File::create(e.path(f)).unwrap().set_len(128 << 20).unwrap();
+    }
+    e.ok(&["pool", "add", "-f", "tank", "b.img"]);
+    e.ok(&["pool", "add", "tank", "log", "l2.img"]);
+    e.ok(&["pool", "remove", "tank", "l1.img"]);
+    let shows_no_hole = |e: &Env, what: &str| {
+        for args in [&["pool", "status", "tank"][..], &["pool", "status", "--json", "tank"], &["pool", "iostat", "-v", "tank"], &["pool", "iostat", "-v", "--json", "tank"], &["pool", "list", "tank"]] {
+            let out = e.ok(args);
+            assert!(!out.contains("l1.img") && !out.contains("hole"), "{what}: {args:?}: {out}");
+            if args[1] != "list" {
+                assert!(out.contains("b.img") && out.contains("l2.img"), "{what}: {args:?}: {out}");
+            }
+        }
+    };
+    shows_no_hole(&e, "after the removal");
+    for gone in ["l1.img", "hole-1", "hole"] {
+        let err = e.fails(&["pool", "remove", "tank", gone]);
+        assert!(err.contains(gone) && err.contains("not a device of the pool"), "{gone}: {err}");
+    }
+    let v = e.ok(&["inspect", "tank", "--verify"]);
+    assert!(!v.contains("ERROR"), "{v}");
+    e.ok(&["pool", "export", "tank"]);
+    // l1.img has no label now: import passes it by.
+    let dir = e.dir.display().to_string();
+    e.ok(&["pool", "import", "-d", &dir, "tank"]);
+    shows_no_hole(&e, "after export and import");
+    e.ok(&["pool", "add", "tank", "log", "l3.img"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("l3.img") && st.contains("l2.img") && !st.contains("l1.img"), "{st}");
+    let v = e.ok(&["inspect", "tank", "--verify"]);
+    assert!(!v.contains("ERROR"), "{v}");
+}

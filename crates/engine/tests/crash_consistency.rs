@@ -220,6 +220,44 @@ fn power_cut_around_a_spare_standing_in() {
     assert!(in_use > 0 && avail > 0, "cuts both before and after the labels took the new tree");
 }
 
+/// Power cuts while a log vdev before others is removed and a hole takes
+/// its place (`crash/log_removal.rs`): at every write of the data device
+/// from the removal on (every sync of the removal: those that empty it,
+/// the labels with the hole, the checkpoint) and of the removed device
+/// (its labels erased), each with two crash seeds; `TARN_CRASH_LOGRM_SEED`
+/// picks the run's seed. The pool imports with the log vdev or a hole in
+/// its place, every acknowledged fsync there.
+#[test]
+fn power_cut_while_a_log_vdev_leaves_a_hole() {
+    use crash::log_removal::{run as removal_run, DATA, LOG_A};
+    let seed = env_u64("TARN_CRASH_LOGRM_SEED").unwrap_or(5);
+    let _guard = SeedGuard(seed, "TARN_CRASH_LOGRM_SEED");
+    let start = Instant::now();
+    let (mut points, mut cuts, mut holes, mut kept) = (0usize, 0u64, 0u64, 0u64);
+    for dev in [DATA, LOG_A] {
+        let calib = removal_run(seed, dev, None, seed);
+        assert!(!calib.cut && calib.hole, "the uncut run: a hole");
+        let w = calib.writes;
+        assert!(w > 0, "device {dev} took no write from the removal on");
+        // Every write, one past the end too (bounded: a removal is a few syncs).
+        let ks: Vec<u64> = (1..=(w + 1).min(200)).collect();
+        points += ks.len();
+        for &k in &ks {
+            for c in 0..2u64 {
+                let out = removal_run(seed, dev, Some(k), seed.wrapping_mul(1_000_003) ^ (k << 2 | (dev as u64) << 1 | c));
+                cuts += out.cut as u64;
+                if out.hole {
+                    holes += 1;
+                } else {
+                    kept += 1;
+                }
+            }
+        }
+    }
+    eprintln!("crash_consistency: log vdev removal: {points} cut points, {cuts} runs cut, {holes} imported with the hole, {kept} with the log vdev; {:.1?}", start.elapsed());
+    assert!(holes > 0 && kept > 0, "cuts both before and after the labels took the hole");
+}
+
 #[test]
 fn power_cut_after_recovery_loses_nothing_committed() {
     for seed in 0..env_u64("TARN_CRASH_TWICE_SEEDS").unwrap_or(40) {
