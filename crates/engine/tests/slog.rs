@@ -361,11 +361,18 @@ fn removing_the_last_log_vdev_trims_the_holes_before_it() {
     assert_eq!(pool.status().vdevs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![0, 1]);
     let files = filled(&pool, 8, 100_000, 4);
     pool.sync().expect("sync");
-    let image = durable(&[devs[0].clone(), data[0].clone()]);
+    reimported(pool, &[devs[0].clone(), data[0].clone()], &files, "id given again");
+}
+
+/// `pool` cut off after a sync, imported from `devs`' durable images: the
+/// `files` read back, verify is clean.
+fn reimported(pool: Pool, devs: &[Arc<FaultDevice>], files: &[(u64, Vec<u8>)], ctx: &str) -> Pool {
+    let image = durable(devs);
     drop(pool);
-    let pool = import_with(&image, false).expect("import");
-    reads_back(&pool, &files, "id given again");
-    verified(&pool, "id given again");
+    let pool = import_with(&image, false).unwrap_or_else(|e| panic!("{ctx}: import: {e}"));
+    reads_back(&pool, files, ctx);
+    verified(&pool, ctx);
+    pool
 }
 
 /// zpool refuses RAID-Z log vdevs; so does tarn. A log mirror is fine.
@@ -436,11 +443,7 @@ fn a_data_vdev_after_a_log_vdev() {
     assert!(hole_at(&pool, 1));
     assert_eq!(pool.status().vdevs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![0, 2]);
     reads_back(&pool, &files, "after the log vdev left a hole");
-    let image = durable(&[devs[0].clone(), more[0].clone()]);
-    drop(pool);
-    let pool = import_with(&image, false).expect("import");
-    reads_back(&pool, &files, "after import");
-    verified(&pool, "a data vdev after a hole");
+    reimported(pool, &[devs[0].clone(), more[0].clone()], &files, "a data vdev after a hole");
 }
 
 /// A log vdev holding records not yet replayed (a power cut after the

@@ -321,18 +321,8 @@ impl LabelConfig {
     /// Encodes into the 16 KiB config region, checksum included.
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut p = Writer::new();
-        p.u64(self.pool_guid);
-        p.string(&self.pool_name);
-        p.u8(self.state as u8);
-        p.u64(self.config_txg);
-        p.u64(self.format_version);
-        p.u64(self.features_incompat);
-        p.u64(self.features_compat);
-        p.string(&self.hostname);
-        p.u64(self.device_guid);
-        p.u64(self.top_guid);
         check_holes(&self.tree).map_err(|e| e.to_string())?;
-        self.tree.encode(&mut p);
+        self.encode_head_and_tree(&mut p);
         if !self.spares.is_empty() || !self.logs.is_empty() {
             if self.spares.len() > MAX_SPARES {
                 return Err(format!("{} hot spares exceed {}", self.spares.len(), MAX_SPARES));
@@ -356,15 +346,22 @@ impl LabelConfig {
         if payload.len() > CONFIG_SIZE - 16 - 32 {
             return Err(format!("vdev config of {} bytes does not fit in a label", payload.len()));
         }
-        let mut w = Writer::with_capacity(CONFIG_SIZE);
-        w.bytes(MAGIC);
-        w.u32(CONFIG_VERSION);
-        w.u32(payload.len() as u32);
-        w.bytes(&payload);
-        w.zeros(CONFIG_SIZE - 32 - w.len());
-        let sum = blake3::hash(&w.buf);
-        w.bytes(sum.as_bytes());
-        Ok(w.into_vec())
+        Ok(seal(&payload))
+    }
+
+    /// The payload's fields up to and including the vdev tree.
+    fn encode_head_and_tree(&self, p: &mut Writer) {
+        p.u64(self.pool_guid);
+        p.string(&self.pool_name);
+        p.u8(self.state as u8);
+        p.u64(self.config_txg);
+        p.u64(self.format_version);
+        p.u64(self.features_incompat);
+        p.u64(self.features_compat);
+        p.string(&self.hostname);
+        p.u64(self.device_guid);
+        p.u64(self.top_guid);
+        self.tree.encode(p);
     }
 
     pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
@@ -414,6 +411,20 @@ impl LabelConfig {
         cfg.logs = decode_logs(&mut r, &cfg.tree)?;
         Ok(cfg)
     }
+}
+
+/// The 16 KiB config region holding `payload` (at most `CONFIG_SIZE - 48`
+/// bytes): magic, version, length, payload, zeros, checksum.
+fn seal(payload: &[u8]) -> Vec<u8> {
+    let mut w = Writer::with_capacity(CONFIG_SIZE);
+    w.bytes(MAGIC);
+    w.u32(CONFIG_VERSION);
+    w.u32(payload.len() as u32);
+    w.bytes(payload);
+    w.zeros(CONFIG_SIZE - 32 - w.len());
+    let sum = blake3::hash(&w.buf);
+    w.bytes(sum.as_bytes());
+    w.into_vec()
 }
 
 /// The log vdev list after the spares: none when the payload ends there.
@@ -700,32 +711,13 @@ mod tests {
     /// logs), with a valid checksum: what a damaged or hostile writer leaves.
     fn sealed_unchecked(c: &LabelConfig) -> Vec<u8> {
         let mut p = Writer::new();
-        p.u64(c.pool_guid);
-        p.string(&c.pool_name);
-        p.u8(c.state as u8);
-        p.u64(c.config_txg);
-        p.u64(c.format_version);
-        p.u64(c.features_incompat);
-        p.u64(c.features_compat);
-        p.string(&c.hostname);
-        p.u64(c.device_guid);
-        p.u64(c.top_guid);
-        c.tree.encode(&mut p);
+        c.encode_head_and_tree(&mut p);
         if !c.logs.is_empty() {
             p.u16(0);
             p.u16(c.logs.len() as u16);
             c.logs.iter().for_each(|id| p.u32(*id));
         }
-        let payload = p.into_vec();
-        let mut w = Writer::with_capacity(CONFIG_SIZE);
-        w.bytes(MAGIC);
-        w.u32(CONFIG_VERSION);
-        w.u32(payload.len() as u32);
-        w.bytes(&payload);
-        w.zeros(CONFIG_SIZE - 32 - w.len());
-        let sum = blake3::hash(&w.buf);
-        w.bytes(sum.as_bytes());
-        w.into_vec()
+        seal(&p.into_vec())
     }
 
     #[test]
