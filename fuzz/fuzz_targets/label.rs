@@ -4,7 +4,8 @@
 //! - a decoded config re-encodes (`encode` is Ok), and decodes to an equal config;
 //! - when the declared payload length equals the re-encoded one, the payload
 //!   comes back byte for byte (the encoding is canonical);
-//! - `VdevNode::leaves` and `guid_sum` do not panic on the decoded tree.
+//! - `VdevNode::leaves` and `guid_sum` do not panic on the decoded tree;
+//! - holes (kind 9) are empty top-level nodes, never the last, never logs.
 //!
 //! Target: LabelConfig::decode (crates/ondisk/src/label.rs), twice per input: as is
 //! (magic and BLAKE3 checksum path), and *sealed* — the input placed after the

@@ -14,7 +14,7 @@ use std::fmt::Write;
 
 use tarn_engine::arc::HostMemory;
 use tarn_engine::io::stats::{ClassIoSnapshot, HistSnapshot, BUCKETS};
-use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics, ZilMetrics};
+use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics, ZilMetrics, CLASS_LOG};
 
 use crate::fmt::{size, table};
 
@@ -165,20 +165,37 @@ fn queue_wait(r: &Row, names: &[&str]) -> Option<f64> {
 
 /// One `pool iostat` report: `prev` is the previous snapshot of the same
 /// pool (None: since import) and `secs` the time between them.
+///
+/// With `-v`, as zpool iostat -v: the pool's row, its data devices under
+/// it, then a `logs` heading and the log devices, then a `cache` heading
+/// and the cache devices (headings carry no numbers). The pool's row sums
+/// its data and log devices (zpool's root vdev is the parent of both),
+/// not its cache devices; its alloc and free are the pool's, which leave
+/// the log devices out.
 pub fn iostat(cur: &PoolMetrics, prev: Option<&PoolMetrics>, secs: f64, v: IostatViews) -> String {
-    let rows: Vec<Row> = cur
-        .vdevs
-        .iter()
-        .map(|vd| vdev_row(vd, prev.and_then(|p| p.vdevs.iter().find(|x| x.id == vd.id)), secs))
-        .collect();
+    let row = |vd: &VdevMetrics, before: &dyn Fn(&PoolMetrics) -> &[VdevMetrics]| vdev_row(vd, prev.and_then(|p| before(p).iter().find(|x| x.id == vd.id)), secs);
+    let rows: Vec<Row> = cur.vdevs.iter().map(|vd| row(vd, &|p| &p.vdevs)).collect();
+    let cache: Vec<Row> = cur.cache.iter().map(|vd| row(vd, &|p| &p.cache)).collect();
     let pool = pool_row(cur, &rows);
-    let mut shown = vec![&pool];
+    let is_log = |i: &usize| cur.vdevs[*i].class == CLASS_LOG;
+    let (logs, data): (Vec<usize>, Vec<usize>) = (0..rows.len()).partition(is_log);
+    let mut shown: Vec<Shown> = vec![Shown::Row(&pool, 0)];
     if v.verbose {
-        shown.extend(rows.iter());
+        shown.extend(data.iter().map(|i| Shown::Row(&rows[*i], 2)));
+        if !logs.is_empty() {
+            shown.push(Shown::Heading("logs"));
+            shown.extend(logs.iter().map(|i| Shown::Row(&rows[*i], 2)));
+        }
+        if !cache.is_empty() {
+            shown.push(Shown::Heading("cache"));
+            shown.extend(cache.iter().map(|r| Shown::Row(r, 2)));
+        }
     }
     let mut out = String::new();
     if v.request_sizes || v.latency_hist {
-        for r in &shown {
+        // Cache devices keep no per-class histograms.
+        let with_classes = |s: &&Shown| matches!(s, Shown::Row(r, _) if !cache.iter().any(|c| std::ptr::eq(c, *r)));
+        for r in shown.iter().filter(with_classes).filter_map(Shown::row) {
             let _ = writeln!(out, "{}", r.name);
             out.push_str(&if v.request_sizes { size_hist(r) } else { latency_hist(r) });
             out.push('\n');
@@ -194,9 +211,16 @@ pub fn iostat(cur: &PoolMetrics, prev: Option<&PoolMetrics>, secs: f64, v: Iosta
     }
     let body: Vec<Vec<String>> = shown
         .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let name = if i == 0 { r.name.clone() } else { format!("  {}", r.name) };
+        .map(|s| {
+            let (r, indent) = match s {
+                Shown::Row(r, indent) => (*r, *indent),
+                Shown::Heading(h) => {
+                    let mut cells = vec![h.to_string()];
+                    cells.resize(header.len(), "-".to_string());
+                    return cells;
+                }
+            };
+            let name = format!("{}{}", " ".repeat(indent), r.name);
             let mut cells = vec![name, size(r.alloc), size(r.free), r.rops.to_string(), r.wops.to_string(), size(r.rbytes), size(r.wbytes)];
             if v.latency {
                 cells.push(lat(hist_of(r, &READ_CLASSES, |c| &c.total_ns).mean()));
@@ -220,6 +244,22 @@ pub fn iostat(cur: &PoolMetrics, prev: Option<&PoolMetrics>, secs: f64, v: Iosta
         .collect();
     out.push_str(&table(&header, &body, false));
     out
+}
+
+/// A line of `pool iostat -v`: a device (or the pool) with its indent, or
+/// a section heading (`logs`, `cache`).
+enum Shown<'a> {
+    Row(&'a Row, usize),
+    Heading(&'static str),
+}
+
+impl<'a> Shown<'a> {
+    fn row(&self) -> Option<&'a Row> {
+        match self {
+            Shown::Row(r, _) => Some(r),
+            Shown::Heading(_) => None,
+        }
+    }
 }
 
 /// `-r`: request sizes, individual (what callers asked) and aggregated

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics};
+use tarn_engine::pool::metrics::{ArcMetrics, PoolMetrics, VdevMetrics, CLASS_LOG};
 use tarn_engine::{Error, Result};
 
 use crate::client;
@@ -154,21 +154,28 @@ pub fn iostat(a: IostatArgs, tunables: &[String]) -> Result<()> {
 fn vdev_json(v: &VdevMetrics, p: Option<&VdevMetrics>) -> serde_json::Value {
     let d = |f: fn(&VdevMetrics) -> u64| f(v).saturating_sub(p.map(f).unwrap_or(0));
     json!({
-        "path": v.path, "alloc": v.allocated, "free": v.size.saturating_sub(v.allocated),
+        "path": v.path, "class": v.class, "alloc": v.allocated, "free": v.size.saturating_sub(v.allocated),
         "read_ops": d(|x| x.read_ops), "write_ops": d(|x| x.write_ops),
         "read_bytes": d(|x| x.read_bytes), "write_bytes": d(|x| x.write_bytes),
         "queues": v.queues,
     })
 }
 
-/// A pool's counts over the interval (`prev` None: since import), in bytes and operations.
+/// A pool's counts over the interval (`prev` None: since import), in bytes
+/// and operations: `vdevs` lists the data devices, then the log devices,
+/// then the cache devices, each with its `class` (normal, log, cache); the
+/// pool's counts sum the data and log devices (as the text's pool row).
 fn iostat_json(m: &PoolMetrics, prev: Option<&PoolMetrics>) -> serde_json::Value {
-    let vdevs: Vec<_> = m.vdevs.iter().map(|v| vdev_json(v, prev.and_then(|p| p.vdevs.iter().find(|x| x.id == v.id)))).collect();
-    let sum = |k: &str| vdevs.iter().map(|v| v[k].as_u64().unwrap_or(0)).sum::<u64>();
+    let one = |v: &VdevMetrics, before: fn(&PoolMetrics) -> &[VdevMetrics]| vdev_json(v, prev.and_then(|p| before(p).iter().find(|x| x.id == v.id)));
+    let (logs, data): (Vec<&VdevMetrics>, Vec<&VdevMetrics>) = m.vdevs.iter().partition(|v| v.class == CLASS_LOG);
+    let pool: Vec<_> = data.into_iter().chain(logs).map(|v| one(v, |p| &p.vdevs)).collect();
+    let sum = |k: &str| pool.iter().map(|v| v[k].as_u64().unwrap_or(0)).sum::<u64>();
+    let (read_ops, write_ops, read_bytes, write_bytes) = (sum("read_ops"), sum("write_ops"), sum("read_bytes"), sum("write_bytes"));
+    let vdevs: Vec<_> = pool.into_iter().chain(m.cache.iter().map(|v| one(v, |p| &p.cache))).collect();
     json!({
         "pool": m.pool, "alloc": m.allocated, "free": m.free,
-        "read_ops": sum("read_ops"), "write_ops": sum("write_ops"),
-        "read_bytes": sum("read_bytes"), "write_bytes": sum("write_bytes"),
+        "read_ops": read_ops, "write_ops": write_ops,
+        "read_bytes": read_bytes, "write_bytes": write_bytes,
         "vdevs": vdevs,
     })
 }

@@ -165,3 +165,89 @@ fn log_devices_refuse_bad_input() {
     e.ok(&["pool", "remove", "tank", &e.path("l1.img")]);
     assert!(!e.ok(&["pool", "status", "tank"]).contains("logs"));
 }
+
+/// A log vdev before a data vdev and another log vdev can be removed
+/// (issue 13): a hole keeps the ids after it, and no output shows it —
+/// not `status` (text or JSON), `list`, `iostat -v` — nor does import look
+/// for devices there. Removing the hole's name or the removed device
+/// again is an error saying it is no device of the pool; a log device
+/// added after goes on.
+#[test]
+fn removing_a_log_vdev_before_others_leaves_no_trace() {
+    let mut e = Env::plain("slogcut");
+    e.cwd = Some(e.dir.clone());
+    e.ok(&["pool", "create", "-m", "none", "--size", "128M", "tank", "a.img", "log", "l1.img"]);
+    for f in ["b.img", "l2.img", "l3.img"] {
+        std::fs::File::create(e.path(f)).unwrap().set_len(128 << 20).unwrap();
+    }
+    e.ok(&["pool", "add", "-f", "tank", "b.img"]);
+    e.ok(&["pool", "add", "tank", "log", "l2.img"]);
+    e.ok(&["pool", "remove", "tank", "l1.img"]);
+    let shows_no_hole = |e: &Env, what: &str| {
+        for args in [&["pool", "status", "tank"][..], &["pool", "status", "--json", "tank"], &["pool", "iostat", "-v", "tank"], &["pool", "iostat", "-v", "--json", "tank"], &["pool", "list", "tank"]] {
+            let out = e.ok(args);
+            assert!(!out.contains("l1.img") && !out.contains("hole"), "{what}: {args:?}: {out}");
+            if args[1] != "list" {
+                assert!(out.contains("b.img") && out.contains("l2.img"), "{what}: {args:?}: {out}");
+            }
+        }
+    };
+    shows_no_hole(&e, "after the removal");
+    for gone in ["l1.img", "hole-1", "hole"] {
+        let err = e.fails(&["pool", "remove", "tank", gone]);
+        assert!(err.contains(gone) && err.contains("not a device of the pool"), "{gone}: {err}");
+    }
+    let v = e.ok(&["inspect", "tank", "--verify"]);
+    assert!(!v.contains("ERROR"), "{v}");
+    e.ok(&["pool", "export", "tank"]);
+    // l1.img has no label now: import passes it by.
+    let dir = e.dir.display().to_string();
+    e.ok(&["pool", "import", "-d", &dir, "tank"]);
+    shows_no_hole(&e, "after export and import");
+    e.ok(&["pool", "add", "tank", "log", "l3.img"]);
+    let st = e.ok(&["pool", "status", "tank"]);
+    assert!(st.contains("l3.img") && st.contains("l2.img") && !st.contains("l1.img"), "{st}");
+    let v = e.ok(&["inspect", "tank", "--verify"]);
+    assert!(!v.contains("ERROR"), "{v}");
+}
+
+/// `pool iostat -v` as zpool's (issue 13): the data devices under the
+/// pool — a data vdev added after the log vdev among them — then a `logs`
+/// heading and the log device, then a `cache` heading and the cache
+/// device; the log device's row counts the writes fsync made; `--json`
+/// gives each device its `class` in the same order, and the pool's counts
+/// sum its data and log devices, not its cache device.
+#[test]
+fn iostat_lists_log_and_cache_devices_under_their_headings() {
+    let Some(e) = Env::private("slogiostat", false) else { return };
+    let mnt = e.path("mnt");
+    e.ok(&["pool", "create", "-m", &mnt, "tank", &e.path("a.img"), "log", &e.path("l.img"), "cache", &e.path("c.img"), "--size", "256M"]);
+    std::fs::File::create(e.path("b.img")).unwrap().set_len(256 << 20).unwrap();
+    e.ok(&["pool", "add", "-f", "tank", &e.path("b.img")]);
+    e.ok(&["tunable", "set", "zfs_txg_timeout=3600"]);
+    for i in 0..10u64 {
+        let mut f = std::fs::File::create(e.at(&format!("{mnt}/f{i}"))).unwrap();
+        f.write_all(&content(4_000, i)).unwrap();
+        f.sync_all().unwrap();
+    }
+    let table = e.ok(&["pool", "iostat", "-v", "tank"]);
+    let lines: Vec<&str> = table.lines().collect();
+    let at = |what: &str| lines.iter().position(|l| l.split_whitespace().next().is_some_and(|n| n == what || n.ends_with(&format!("/{what}")))).unwrap_or_else(|| panic!("no {what} row: {table}"));
+    let (pool, a, b, logs, l, cache, c) = (at("tank"), at("a.img"), at("b.img"), at("logs"), at("l.img"), at("cache"), at("c.img"));
+    assert!(pool < a && a < b && b < logs && logs < l && l < cache && cache < c, "rows out of their sections: {table}");
+    for heading in [logs, cache] {
+        assert!(lines[heading].split_whitespace().skip(1).all(|x| x == "-"), "a heading carries no numbers: {table}");
+    }
+    let wops = |row: usize| lines[row].split_whitespace().nth(4).and_then(|x| x.parse::<u64>().ok()).unwrap_or_else(|| panic!("w-ops of {}: {table}", lines[row]));
+    assert!(wops(l) >= 10, "the log device took the fsyncs' writes: {table}");
+    assert!(wops(c) >= 1, "the cache device's header was written: {table}");
+    let j: serde_json::Value = serde_json::from_str(e.ok(&["pool", "iostat", "--json", "tank"]).trim()).expect("iostat --json");
+    let p = &j["pools"][0];
+    let vdevs = p["vdevs"].as_array().expect("vdevs");
+    let classes: Vec<(&str, &str)> = vdevs.iter().map(|v| (v["path"].as_str().unwrap(), v["class"].as_str().unwrap())).collect();
+    let names: Vec<(String, &str)> = classes.iter().map(|(p, c)| (p.rsplit('/').next().unwrap().to_string(), *c)).collect();
+    assert_eq!(names, vec![("a.img".into(), "normal"), ("b.img".into(), "normal"), ("l.img".into(), "log"), ("c.img".into(), "cache")], "{j}");
+    let w = |v: &serde_json::Value| v["write_ops"].as_u64().unwrap();
+    assert!(w(&vdevs[2]) >= 10, "{j}");
+    assert_eq!(w(p), w(&vdevs[0]) + w(&vdevs[1]) + w(&vdevs[2]), "the pool sums data and log devices: {j}");
+}

@@ -192,32 +192,99 @@ fn power_cut_around_a_spare_standing_in() {
     let seed = env_u64("TARN_CRASH_SPARE_SEED").unwrap_or(3);
     let _guard = SeedGuard(seed, "TARN_CRASH_SPARE_SEED");
     let start = Instant::now();
-    let (mut points, mut cuts, mut in_use, mut avail) = (0usize, 0u64, 0u64, 0u64);
-    for dev in [SPARE, M0] {
-        let calib = spare_run(seed, dev, None, seed);
-        assert!(!calib.cut && calib.in_use, "the uncut run: the spare stands in");
-        let w = calib.writes;
-        assert!(w > 8, "device {dev} took {w} writes from the fault on");
-        let n = env_u64("TARN_CRASH_SPARE_CUTS").unwrap_or(SPARE_CUTS).max(12);
-        // The first dozen writes, then the rest spread (one past the end too).
-        let mut ks: BTreeSet<u64> = (1..=12.min(w)).collect();
-        let rest = n.saturating_sub(ks.len() as u64).max(1);
-        ks.extend((0..rest).map(|i| 13 + i * w.saturating_sub(12) / rest).filter(|k| *k <= w + 1));
-        points += ks.len();
-        for &k in &ks {
+    let s = sweep(
+        &[SPARE, M0],
+        |dev| {
+            let calib = spare_run(seed, dev, None, seed);
+            assert!(!calib.cut && calib.in_use, "the uncut run: the spare stands in");
+            assert!(calib.writes > 8, "device {dev} took {} writes from the fault on", calib.writes);
+            calib.writes
+        },
+        |w| {
+            let n = env_u64("TARN_CRASH_SPARE_CUTS").unwrap_or(SPARE_CUTS).max(12);
+            // The first dozen writes, then the rest spread (one past the end too).
+            let mut ks: BTreeSet<u64> = (1..=12.min(w)).collect();
+            let rest = n.saturating_sub(ks.len() as u64).max(1);
+            ks.extend((0..rest).map(|i| 13 + i * w.saturating_sub(12) / rest).filter(|k| *k <= w + 1));
+            ks.into_iter().collect()
+        },
+        |dev, k, crash_seed| {
+            let out = spare_run(seed, dev, Some(k), crash_seed);
+            (out.cut, out.in_use)
+        },
+        seed,
+    );
+    let (points, cuts, in_use, avail) = (s.points, s.cuts, s.changed, s.unchanged);
+    eprintln!("crash_consistency: spare standing in: {points} cut points, {cuts} runs cut, {in_use} imported with the spare INUSE, {avail} AVAIL; {:.1?}", start.elapsed());
+    assert!(in_use > 0 && avail > 0, "cuts both before and after the labels took the new tree");
+}
+
+/// What a sweep of power cuts over a change of the tree saw: cut points,
+/// runs the power was cut in, runs that imported with the change and
+/// runs that imported without it.
+struct Sweep {
+    points: usize,
+    cuts: u64,
+    changed: u64,
+    unchanged: u64,
+}
+
+/// Cuts the power at each point `ks(writes)` of each device in `devs`
+/// (`calibrate(dev)`: the writes of an uncut run), two crash seeds per
+/// point derived from `seed`: `run(dev, k, crash_seed)` returns whether the
+/// power was cut and whether the change reached the imported pool.
+fn sweep(devs: &[usize], calibrate: impl Fn(usize) -> u64, ks: impl Fn(u64) -> Vec<u64>, run: impl Fn(usize, u64, u64) -> (bool, bool), seed: u64) -> Sweep {
+    let mut s = Sweep { points: 0, cuts: 0, changed: 0, unchanged: 0 };
+    for &dev in devs {
+        let points = ks(calibrate(dev));
+        s.points += points.len();
+        for &k in &points {
             for c in 0..2u64 {
-                let out = spare_run(seed, dev, Some(k), seed.wrapping_mul(1_000_003) ^ (k << 2 | (dev as u64) << 1 | c));
-                cuts += out.cut as u64;
-                if out.in_use {
-                    in_use += 1;
+                let (cut, changed) = run(dev, k, seed.wrapping_mul(1_000_003) ^ (k << 2 | (dev as u64) << 1 | c));
+                s.cuts += cut as u64;
+                if changed {
+                    s.changed += 1;
                 } else {
-                    avail += 1;
+                    s.unchanged += 1;
                 }
             }
         }
     }
-    eprintln!("crash_consistency: spare standing in: {points} cut points, {cuts} runs cut, {in_use} imported with the spare INUSE, {avail} AVAIL; {:.1?}", start.elapsed());
-    assert!(in_use > 0 && avail > 0, "cuts both before and after the labels took the new tree");
+    s
+}
+
+/// Power cuts while a log vdev before others is removed and a hole takes
+/// its place (`crash/log_removal.rs`): at every write of the data device
+/// from the removal on (every sync of the removal: those that empty it,
+/// the labels with the hole, the checkpoint) and of the removed device
+/// (its labels erased), each with two crash seeds; `TARN_CRASH_LOGRM_SEED`
+/// picks the run's seed. The pool imports with the log vdev or a hole in
+/// its place, every acknowledged fsync there.
+#[test]
+fn power_cut_while_a_log_vdev_leaves_a_hole() {
+    use crash::log_removal::{run as removal_run, DATA, LOG_A};
+    let seed = env_u64("TARN_CRASH_LOGRM_SEED").unwrap_or(5);
+    let _guard = SeedGuard(seed, "TARN_CRASH_LOGRM_SEED");
+    let start = Instant::now();
+    let s = sweep(
+        &[DATA, LOG_A],
+        |dev| {
+            let calib = removal_run(seed, dev, None, seed);
+            assert!(!calib.cut && calib.hole, "the uncut run: a hole");
+            assert!(calib.writes > 0, "device {dev} took no write from the removal on");
+            calib.writes
+        },
+        // Every write, one past the end too (bounded: a removal is a few syncs).
+        |w| (1..=(w + 1).min(200)).collect(),
+        |dev, k, crash_seed| {
+            let out = removal_run(seed, dev, Some(k), crash_seed);
+            (out.cut, out.hole)
+        },
+        seed,
+    );
+    let (points, cuts, holes, kept) = (s.points, s.cuts, s.changed, s.unchanged);
+    eprintln!("crash_consistency: log vdev removal: {points} cut points, {cuts} runs cut, {holes} imported with the hole, {kept} with the log vdev; {:.1?}", start.elapsed());
+    assert!(holes > 0 && kept > 0, "cuts both before and after the labels took the hole");
 }
 
 #[test]

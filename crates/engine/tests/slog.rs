@@ -17,7 +17,7 @@ use tarn_engine::sys::fault::{FaultConfig, FaultDevice, FaultZone};
 use tarn_engine::sys::BlockDevice;
 use tarn_engine::tunables::Tunables;
 use tarn_engine::{OpenOptions, Pool};
-use tarn_ondisk::uberblock::FEATURE_LOG_VDEVS;
+use tarn_ondisk::uberblock::{FEATURE_HOLE_VDEVS, FEATURE_LOG_VDEVS};
 
 const ROOT: Caller = Caller { uid: 0, gid: 0, pid: 1, umask: 0o022, fsetid: true };
 
@@ -230,8 +230,7 @@ fn missing_log_with_nothing_missing_discards_nothing() {
 
 /// `pool remove` of a log vdev: chains move to the main pool, the vdev
 /// leaves the labels (its own erased), fsync goes on; a power cut after
-/// finds every fsynced file without it. Refusals: a data device, a log
-/// vdev that is not the last top-level vdev.
+/// finds every fsynced file without it. Refusal: a data device.
 #[test]
 fn removing_a_log_vdev() {
     let (devs, pool) = pool_with_log();
@@ -256,22 +255,124 @@ fn removing_a_log_vdev() {
     verified(&pool, "after removing the log vdev");
 }
 
-/// Two log vdevs: the first is not the last top-level vdev and cannot be
-/// removed (no hole vdevs): refused naming it; the second can, then the
-/// first.
+/// data mem0, log A on mem1, data mem2 (added after A), log B on mem3.
+fn pool_with_two_logs() -> (Vec<Arc<FaultDevice>>, Pool) {
+    let (mut devs, pool) = pool_with_log();
+    let more = mem_devs(2, 256 << 20, 99);
+    pool.add_vdevs_on(vec![top(Layout::Plain, &more[..1], 2)], true).expect("add a data vdev");
+    pool.add_log_vdevs_on(vec![top(Layout::Plain, &more[1..], 3)], false).expect("log B");
+    devs.extend(more);
+    assert_eq!(pool.log_vdevs(), vec![1, 3]);
+    (devs, pool)
+}
+
+/// Whether top-level vdev `id` of the labels is a hole.
+fn hole_at(pool: &Pool, id: usize) -> bool {
+    pool.config().tree.children.get(id).is_some_and(|t| t.is_hole())
+}
+
+/// `pool remove` of a log vdev that is not the last top-level vdev (issue
+/// 13): it leaves a hole, so the data vdev and the log vdev after it keep
+/// their ids; fsynced records on its chain are moved off first; status
+/// shows no trace of it; export and import keep the hole; a power cut
+/// after finds every fsynced file; a log vdev added later appends.
 #[test]
-fn only_the_last_top_level_vdev_can_be_removed() {
+fn removing_a_log_vdev_before_others_leaves_a_hole() {
+    let (devs, pool) = pool_with_two_logs();
+    let fs = mount_logged(&pool);
+    let before: Vec<u64> = (0..6).map(|i| fsynced(&fs, &format!("f{i}"), format!("before {i}").as_bytes())).collect();
+    let ino_big = fsynced(&fs, "big", &pattern(300_000, 5));
+    let on_a = pool.datasets().zil("tank").unwrap().header().first.vdev;
+    assert_eq!(on_a, 1, "the chain begins on A");
+    pool.remove_devices(&["mem1".to_string()]).expect("remove log A");
+    assert!(hole_at(&pool, 1), "{:?}", pool.config().tree.children);
+    assert_eq!(pool.log_vdevs(), vec![3]);
+    assert_eq!(pool.config().logs, vec![3]);
+    assert!(pool.config().features_incompat & FEATURE_HOLE_VDEVS != 0);
+    assert_ne!(pool.datasets().zil("tank").unwrap().header().first.vdev, 1, "the chain is off A (it began on vdev {on_a})");
+    let st = pool.status();
+    assert_eq!(st.vdevs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(st.logs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![3]);
+    assert!(!format!("{:?}", st).contains("mem1") && !format!("{:?}", st).contains("hole"), "{:?}", st);
+    assert_eq!(tarn_engine::pool::metrics::snapshot(&pool).vdevs.len(), 3, "mem0, mem2, mem3");
+    assert!(tarn_engine::pool::label::read_labels(devs[1].as_ref()).config.is_none(), "A's labels are erased");
+    let after = fsynced(&fs, "after", b"after the removal");
+    // Refusals: the hole's name, the removed device, a data device.
+    for gone in ["hole-1", "hole", "mem1", "1"] {
+        let e = pool.remove_devices(&[gone.to_string()]).expect_err("no such device");
+        assert!(e.msg.contains("not a device of the pool") || e.msg.contains("no such"), "{gone}: {}", e);
+    }
+    let e = pool.remove_devices(&["mem2".to_string()]).expect_err("a data device");
+    assert!(e.msg.contains("data device"), "{}", e);
+    let image = durable(&[devs[0].clone(), devs[2].clone(), devs[3].clone()]);
+    drop(fs);
+    drop(pool);
+    let pool = import_with(&image, false).expect("import with the hole");
+    assert!(hole_at(&pool, 1));
+    assert_eq!(pool.log_vdevs(), vec![3]);
+    let fs = mount_logged(&pool);
+    for (i, ino) in before.iter().enumerate() {
+        assert_eq!(read_all(&fs, *ino), format!("before {i}").as_bytes());
+    }
+    assert_eq!(read_all(&fs, ino_big), pattern(300_000, 5));
+    assert_eq!(read_all(&fs, after), b"after the removal");
+    verified(&pool, "after the import with a hole");
+    // A new log vdev appends (id 4); the hole stays.
+    let new = mem_devs(1, 256 << 20, 123);
+    pool.add_log_vdevs_on(vec![top(Layout::Plain, &new, 5)], false).expect("a new log vdev");
+    assert_eq!(pool.log_vdevs(), vec![3, 4]);
+    assert!(hole_at(&pool, 1));
+    let c = fsynced(&fs, "c", b"on the new log");
+    // Data written now spreads over both data vdevs, around the hole.
+    let files = filled(&pool, 8, 100_000, 3);
+    pool.sync().expect("sync");
+    drop(fs);
+    pool.export().expect("export");
+    drop(pool);
+    let mut all = image.clone();
+    all.extend(new);
+    let pool = import_with(&all, false).expect("import after export");
+    reads_back(&pool, &files, "around the hole");
+    assert_eq!(read_all(&mount_logged(&pool), c), b"on the new log");
+    verified(&pool, "after export and import with a hole");
+}
+
+/// Removing log vdevs until the holes end the tree: the last one goes with
+/// the holes before it (as OpenZFS compacts its last child), and the
+/// feature bits follow; the ids are given again after that.
+#[test]
+fn removing_the_last_log_vdev_trims_the_holes_before_it() {
     let (devs, pool) = pool_with_log();
-    let more = mem_devs(1, 256 << 20, 99);
-    pool.add_log_vdevs_on(vec![top(Layout::Plain, &more, 2)], false).expect("second log");
-    assert_eq!(pool.log_vdevs(), vec![1, 2]);
-    let e = pool.remove_devices(&["mem1".to_string()]).expect_err("not the last");
-    assert!(e.msg.contains("mem1") && e.msg.contains("last"), "{}", e);
-    pool.remove_devices(&["mem2".to_string()]).expect("the last log vdev");
-    pool.remove_devices(&["mem1".to_string()]).expect("now the last");
-    assert!(pool.log_vdevs().is_empty());
-    drop(devs);
-    verified(&pool, "both removed");
+    let more = mem_devs(2, 256 << 20, 99);
+    pool.add_log_vdevs_on(vec![top(Layout::Plain, &more[..1], 2), top(Layout::Plain, &more[1..], 3)], false).expect("two more logs");
+    assert_eq!(pool.log_vdevs(), vec![1, 2, 3]);
+    pool.remove_devices(&["mem1".to_string()]).expect("A");
+    pool.remove_devices(&["mem2".to_string()]).expect("B");
+    assert!(hole_at(&pool, 1) && hole_at(&pool, 2));
+    verified(&pool, "two holes");
+    pool.remove_devices(&["mem3".to_string()]).expect("C, the last");
+    let cfg = pool.config();
+    assert_eq!(cfg.tree.children.len(), 1, "{:?}", cfg.tree.children);
+    assert_eq!(cfg.features_incompat & (FEATURE_HOLE_VDEVS | FEATURE_LOG_VDEVS), 0);
+    verified(&pool, "holes trimmed");
+    // Id 1 is given again, to a data vdev this time.
+    let data = mem_devs(1, 256 << 20, 7);
+    pool.add_vdevs_on(vec![top(Layout::Plain, &data, 4)], true).expect("a data vdev");
+    assert_eq!(pool.status().vdevs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![0, 1]);
+    let files = filled(&pool, 8, 100_000, 4);
+    pool.sync().expect("sync");
+    reimported(pool, &[devs[0].clone(), data[0].clone()], &files, "id given again");
+}
+
+/// `pool` cut off after a sync, imported from `devs`' durable images: the
+/// `files` read back, verify is clean.
+fn reimported(pool: Pool, devs: &[Arc<FaultDevice>], files: &[(u64, Vec<u8>)], ctx: &str) -> Pool {
+    let image = durable(devs);
+    drop(pool);
+    let pool = import_with(&image, false).unwrap_or_else(|e| panic!("{ctx}: import: {e}"));
+    reads_back(&pool, files, ctx);
+    verified(&pool, ctx);
+    pool
 }
 
 /// zpool refuses RAID-Z log vdevs; so does tarn. A log mirror is fine.
@@ -321,7 +422,8 @@ fn a_claim_that_fails_frees_nothing_it_did_not_claim() {
 /// A data vdev added after a log vdev: the status keeps the classes
 /// apart, the metrics (iostat, Prometheus) pair every vdev with its own
 /// status by id (they were paired by position, which the `logs` section
-/// shifted), and the log vdev, no longer the last, cannot be removed.
+/// shifted), and the log vdev, no longer the last, leaves a hole when
+/// removed: the data vdev after it keeps its id and its blocks.
 #[test]
 fn a_data_vdev_after_a_log_vdev() {
     let (devs, pool) = pool_with_log();
@@ -336,8 +438,36 @@ fn a_data_vdev_after_a_log_vdev() {
         assert_eq!((v.path.as_str(), v.size), (s.path.as_str(), s.size), "{:?}", v.path);
     }
     assert_eq!(m.vdevs.len(), 3, "every leaf, the log device's too");
-    let e = pool.remove_devices(&["mem1".to_string()]).expect_err("not the last");
-    assert!(e.msg.contains("mem2"), "{}", e);
-    drop(devs);
-    verified(&pool, "a data vdev after a log vdev");
+    let files = filled(&pool, 8, 100_000, 9);
+    pool.remove_devices(&["mem1".to_string()]).expect("a hole in its place");
+    assert!(hole_at(&pool, 1));
+    assert_eq!(pool.status().vdevs.iter().map(|v| v.id).collect::<Vec<_>>(), vec![0, 2]);
+    reads_back(&pool, &files, "after the log vdev left a hole");
+    reimported(pool, &[devs[0].clone(), more[0].clone()], &files, "a data vdev after a hole");
+}
+
+/// A log vdev holding records not yet replayed (a power cut after the
+/// fsyncs, the file system not mounted since) cannot be removed, hole or
+/// not: the message says to mount it first; once mounted (replayed), the
+/// removal leaves its hole and the records' changes stay.
+#[test]
+fn a_log_vdev_with_records_to_replay_is_refused() {
+    let (devs, pool) = pool_with_two_logs();
+    let fs = mount_logged(&pool);
+    let ino = fsynced(&fs, "kept", b"only in the log");
+    assert_eq!(pool.datasets().zil("tank").unwrap().header().first.vdev, 1, "the chain begins on A");
+    let image = durable(&[devs[0].clone(), devs[1].clone(), devs[2].clone(), devs[3].clone()]);
+    drop(fs);
+    drop(pool);
+    let pool = import_with(&image, false).expect("import");
+    let e = pool.remove_devices(&["mem1".to_string()]).expect_err("records to replay there");
+    assert!(e.msg.contains("not yet replayed") && e.msg.contains("mount"), "{}", e);
+    assert_eq!(pool.log_vdevs(), vec![1, 3], "nothing changed");
+    let fs = mount_logged(&pool);
+    assert_eq!(read_all(&fs, ino), b"only in the log");
+    pool.remove_devices(&["mem1".to_string()]).expect("replayed: it can go");
+    assert!(hole_at(&pool, 1));
+    assert_eq!(read_all(&fs, ino), b"only in the log");
+    drop(fs);
+    verified(&pool, "removed after replay");
 }

@@ -41,6 +41,11 @@
 //! vdev number names one — listed by id after the spares (the spare count
 //! is then written even when it is 0): the allocator serves only
 //! intent-log blocks from them.
+//!
+//! A removed top-level vdev that was not the last leaves a *hole* (kind 9,
+//! OpenZFS's hole vdev) in its place, so the ids after it — the vdev
+//! numbers of their DVAs — stay valid: no children, no space, guid 0; never
+//! the last top-level vdev (`check_holes`).
 
 use crate::codec::{DecodeError, Reader, Writer};
 
@@ -118,6 +123,10 @@ pub enum VdevKind {
     /// A device and the hot spare standing in for it (two children): a
     /// mirror of the two until the administrator detaches one of them.
     Spare = 8,
+    /// The place of a removed top-level vdev (OpenZFS's VDEV_TYPE_HOLE):
+    /// keeps the ids of the top-level vdevs after it, which DVAs name. No
+    /// children, no space, guid 0 (feature *hole vdevs*).
+    Hole = 9,
 }
 
 impl VdevKind {
@@ -133,6 +142,7 @@ impl VdevKind {
             6 => Log,
             7 => Replacing,
             8 => Spare,
+            9 => Hole,
             _ => return None,
         })
     }
@@ -148,6 +158,7 @@ impl VdevKind {
             Log => "log",
             Replacing => "replacing",
             Spare => "spare",
+            Hole => "hole",
         }
     }
     pub fn is_leaf(self) -> bool {
@@ -173,6 +184,16 @@ pub struct VdevNode {
 }
 
 impl VdevNode {
+    /// The hole left at top-level id `id` by a removed vdev (`ashift`:
+    /// the pool's, as every node needs one in range).
+    pub fn hole(id: u32, ashift: u8) -> VdevNode {
+        VdevNode { kind: VdevKind::Hole, id, guid: 0, ashift, nparity: 0, asize: 0, metaslab_shift: 0, path: String::new(), children: vec![] }
+    }
+
+    pub fn is_hole(&self) -> bool {
+        self.kind == VdevKind::Hole
+    }
+
     pub fn leaves(&self) -> Vec<&VdevNode> {
         let mut out = Vec::new();
         let mut stack = vec![self];
@@ -300,17 +321,8 @@ impl LabelConfig {
     /// Encodes into the 16 KiB config region, checksum included.
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut p = Writer::new();
-        p.u64(self.pool_guid);
-        p.string(&self.pool_name);
-        p.u8(self.state as u8);
-        p.u64(self.config_txg);
-        p.u64(self.format_version);
-        p.u64(self.features_incompat);
-        p.u64(self.features_compat);
-        p.string(&self.hostname);
-        p.u64(self.device_guid);
-        p.u64(self.top_guid);
-        self.tree.encode(&mut p);
+        check_holes(&self.tree).map_err(|e| e.to_string())?;
+        self.encode_head_and_tree(&mut p);
         if !self.spares.is_empty() || !self.logs.is_empty() {
             if self.spares.len() > MAX_SPARES {
                 return Err(format!("{} hot spares exceed {}", self.spares.len(), MAX_SPARES));
@@ -334,15 +346,22 @@ impl LabelConfig {
         if payload.len() > CONFIG_SIZE - 16 - 32 {
             return Err(format!("vdev config of {} bytes does not fit in a label", payload.len()));
         }
-        let mut w = Writer::with_capacity(CONFIG_SIZE);
-        w.bytes(MAGIC);
-        w.u32(CONFIG_VERSION);
-        w.u32(payload.len() as u32);
-        w.bytes(&payload);
-        w.zeros(CONFIG_SIZE - 32 - w.len());
-        let sum = blake3::hash(&w.buf);
-        w.bytes(sum.as_bytes());
-        Ok(w.into_vec())
+        Ok(seal(&payload))
+    }
+
+    /// The payload's fields up to and including the vdev tree.
+    fn encode_head_and_tree(&self, p: &mut Writer) {
+        p.u64(self.pool_guid);
+        p.string(&self.pool_name);
+        p.u8(self.state as u8);
+        p.u64(self.config_txg);
+        p.u64(self.format_version);
+        p.u64(self.features_incompat);
+        p.u64(self.features_compat);
+        p.string(&self.hostname);
+        p.u64(self.device_guid);
+        p.u64(self.top_guid);
+        self.tree.encode(p);
     }
 
     pub fn decode(b: &[u8]) -> Result<Self, DecodeError> {
@@ -386,11 +405,26 @@ impl LabelConfig {
         if cfg.tree.kind != VdevKind::Root {
             return Err(DecodeError::new(what, "vdev tree does not start at a root"));
         }
+        check_holes(&cfg.tree).map_err(|e| r.err(e))?;
         let mut cfg = cfg;
         cfg.spares = decode_spares(&mut r)?;
         cfg.logs = decode_logs(&mut r, &cfg.tree)?;
         Ok(cfg)
     }
+}
+
+/// The 16 KiB config region holding `payload` (at most `CONFIG_SIZE - 48`
+/// bytes): magic, version, length, payload, zeros, checksum.
+fn seal(payload: &[u8]) -> Vec<u8> {
+    let mut w = Writer::with_capacity(CONFIG_SIZE);
+    w.bytes(MAGIC);
+    w.u32(CONFIG_VERSION);
+    w.u32(payload.len() as u32);
+    w.bytes(payload);
+    w.zeros(CONFIG_SIZE - 32 - w.len());
+    let sum = blake3::hash(&w.buf);
+    w.bytes(sum.as_bytes());
+    w.into_vec()
 }
 
 /// The log vdev list after the spares: none when the payload ends there.
@@ -428,8 +462,35 @@ fn check_logs(logs: &[u32], tree: &VdevNode) -> Result<(), String> {
             return Err(format!("log vdev {} is a {} vdev (a device or a mirror)", id, top.kind.name()));
         }
     }
-    if logs.len() >= tree.children.len() {
+    if logs.len() >= tree.children.iter().filter(|t| !t.is_hole()).count() {
         return Err("every top-level vdev is a log vdev".into());
+    }
+    Ok(())
+}
+
+/// Holes (feature *hole vdevs*) are top-level vdevs only, empty (no
+/// children, no space, guid 0), each at its own id, and never the last
+/// top-level vdev (removing the last one trims the holes before it).
+fn check_holes(tree: &VdevNode) -> Result<(), String> {
+    for (i, top) in tree.children.iter().enumerate() {
+        if top.is_hole() {
+            if !top.children.is_empty() || top.asize != 0 || top.guid != 0 {
+                return Err(format!("hole vdev {} is not empty", top.id));
+            }
+            if top.id as usize != i {
+                return Err(format!("hole vdev {} at place {} of the tree", top.id, i));
+            }
+        }
+        let mut stack: Vec<&VdevNode> = top.children.iter().collect();
+        while let Some(n) = stack.pop() {
+            if n.is_hole() {
+                return Err(format!("a hole below top-level vdev {}", top.id));
+            }
+            stack.extend(n.children.iter());
+        }
+    }
+    if tree.children.last().is_some_and(|t| t.is_hole()) {
+        return Err("the last top-level vdev is a hole".into());
     }
     Ok(())
 }
@@ -589,6 +650,74 @@ mod tests {
         let mut w = Writer::new();
         w.u16(0);
         assert!(decode_logs(&mut Reader::new(&w.into_vec(), "t"), &sample().tree).is_err());
+    }
+
+    /// A pool whose log vdev 1 was removed: a hole in its place, log vdev
+    /// 2 after it.
+    fn with_hole() -> LabelConfig {
+        let mut c = sample();
+        let log = VdevNode { id: 2, guid: 13, path: "/srv/log.img".into(), ..c.tree.children[0].clone() };
+        c.tree.children[1] = VdevNode::hole(1, 12);
+        c.tree.children.push(log);
+        c.logs = vec![2];
+        c
+    }
+
+    #[test]
+    fn round_trip_with_hole() {
+        let c = with_hole();
+        assert_eq!(LabelConfig::decode(&c.encode().unwrap()).unwrap(), c);
+        assert_eq!(c.tree.leaves().len(), 2, "a hole has no leaves");
+        // A data vdev after the hole, no log vdev.
+        let mut c = with_hole();
+        c.logs.clear();
+        assert_eq!(LabelConfig::decode(&c.encode().unwrap()).unwrap(), c);
+    }
+
+    #[test]
+    fn bad_holes_are_refused() {
+        let mut c = with_hole();
+        c.tree.children.pop();
+        c.logs.clear();
+        assert!(c.encode().is_err(), "a hole as the last top-level vdev");
+        let mut c = with_hole();
+        c.tree.children[1].guid = 5;
+        assert!(c.encode().is_err(), "a hole with a guid");
+        let mut c = with_hole();
+        let leaf = c.tree.children[0].clone();
+        c.tree.children[1].children.push(leaf);
+        assert!(c.encode().is_err(), "a hole with a child");
+        let mut c = with_hole();
+        c.tree.children[1].id = 7;
+        assert!(c.encode().is_err(), "a hole out of its place");
+        let mut c = with_hole();
+        c.logs = vec![1, 2];
+        assert!(c.encode().is_err(), "a hole listed as a log vdev");
+        let mut c = with_hole();
+        c.logs = vec![0, 2];
+        assert!(c.encode().is_err(), "every top-level vdev that is not a hole a log vdev");
+        let mut c = with_spares();
+        c.tree.children[0].children[0] = VdevNode::hole(0, 12);
+        assert!(c.encode().is_err(), "a hole below a top-level vdev");
+        // On read, behind a valid checksum: a trailing hole.
+        let mut c = with_hole();
+        c.tree.children.pop();
+        c.logs.clear();
+        assert!(LabelConfig::decode(&sealed_unchecked(&c)).is_err());
+        assert!(LabelConfig::decode(&sealed_unchecked(&with_hole())).is_ok());
+    }
+
+    /// `c` encoded as `encode` does but without its checks (no spares or
+    /// logs), with a valid checksum: what a damaged or hostile writer leaves.
+    fn sealed_unchecked(c: &LabelConfig) -> Vec<u8> {
+        let mut p = Writer::new();
+        c.encode_head_and_tree(&mut p);
+        if !c.logs.is_empty() {
+            p.u16(0);
+            p.u16(c.logs.len() as u16);
+            c.logs.iter().for_each(|id| p.u32(*id));
+        }
+        seal(&p.into_vec())
     }
 
     #[test]

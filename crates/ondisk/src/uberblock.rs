@@ -62,6 +62,12 @@ pub const FEATURE_VDEV_TREE: u64 = 1 << 0;
 /// would allocate ordinary blocks on a log device, and would import without
 /// a missing log device whose records the file systems need.
 pub const FEATURE_LOG_VDEVS: u64 = 1 << 1;
+/// Feature bit *hole vdevs* (label config `features_incompat`): the tree
+/// holds a hole (kind 9) where a removed log vdev was, keeping the ids of
+/// the top-level vdevs after it. Incompatible: a reader that does not know
+/// the kind cannot parse the tree, and one that dropped the hole would
+/// renumber the vdevs after it (every DVA there would name the wrong one).
+pub const FEATURE_HOLE_VDEVS: u64 = 1 << 2;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Uberblock {

@@ -154,6 +154,50 @@ pub struct CacheDev {
     /// caller of `feed`) must not both take the same hand position, or the
     /// index would hold entries for bytes the other batch overwrote.
     writer: Mutex<()>,
+    /// Its device operations that completed, and their bytes (`pool
+    /// iostat -v`'s cache rows).
+    io: [AtomicU64; 4],
+}
+
+/// `CacheDev::io`'s counters.
+const READ_OPS: usize = 0;
+const READ_BYTES: usize = 1;
+const WRITE_OPS: usize = 2;
+const WRITE_BYTES: usize = 3;
+
+impl CacheDev {
+    /// Reads from the device, counted.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.dev.read_at(buf, offset)?;
+        self.io[READ_OPS].fetch_add(1, Ordering::Relaxed);
+        self.io[READ_BYTES].fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes to the device, counted.
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.dev.write_at(buf, offset)?;
+        self.io[WRITE_OPS].fetch_add(1, Ordering::Relaxed);
+        self.io[WRITE_BYTES].fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A cache device's I/O as `pool iostat -v` shows it.
+#[derive(Clone, Debug, Default)]
+pub struct CacheDevIo {
+    pub guid: u64,
+    pub path: String,
+    pub size: u64,
+    /// Bytes of the ring written: up to the hand on the first lap, all of
+    /// it once the hand has wrapped (zpool's alloc of a cache device).
+    pub used: u64,
+    /// Whether the device answers (`BlockDevice::health`).
+    pub online: bool,
+    pub read_ops: u64,
+    pub read_bytes: u64,
+    pub write_ops: u64,
+    pub write_bytes: u64,
 }
 
 impl std::fmt::Debug for CacheDev {
@@ -336,6 +380,30 @@ impl L2Arc {
             .collect()
     }
 
+    /// Every device's I/O counters since it was added (or the pool
+    /// imported), with its ring's use.
+    pub fn device_io(&self) -> Vec<CacheDevIo> {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        self.devs
+            .read()
+            .iter()
+            .map(|d| {
+                let r = *d.ring.lock();
+                CacheDevIo {
+                    guid: d.guid,
+                    path: d.path.clone(),
+                    size: d.size,
+                    used: if r.lap > 0 { d.size } else { r.hand.min(d.size) },
+                    online: d.dev.health() == crate::sys::device::Health::Online,
+                    read_ops: load(&d.io[READ_OPS]),
+                    read_bytes: load(&d.io[READ_BYTES]),
+                    write_ops: load(&d.io[WRITE_OPS]),
+                    write_bytes: load(&d.io[WRITE_BYTES]),
+                }
+            })
+            .collect()
+    }
+
     /// Adds a device. `fresh`: write a new, empty header (the device was
     /// just added); otherwise rebuild the index from its log blocks.
     pub fn add_device(&self, guid: u64, path: &str, dev: Arc<dyn BlockDevice>, fresh: bool) -> Result<()> {
@@ -346,7 +414,7 @@ impl L2Arc {
         if self.devs.read().iter().any(|d| d.guid == guid || d.path == path) {
             return Err(Error::new(crate::ErrorKind::Exists, format!("{} is already a cache device of this pool", path)));
         }
-        let d = Arc::new(CacheDev { guid, path: path.to_string(), dev, size, ring: Mutex::new(Ring { hand: HEADER_BYTES, lap: 0, last_log: (0, 0, [0; 32]) }), writer: Mutex::new(()) });
+        let d = Arc::new(CacheDev { guid, path: path.to_string(), dev, size, ring: Mutex::new(Ring { hand: HEADER_BYTES, lap: 0, last_log: (0, 0, [0; 32]) }), writer: Mutex::new(()), io: Default::default() });
         if fresh {
             self.write_header(&d).map_err(|e| Error::io(format!("writing the cache header of {}", path), e))?;
         } else {
@@ -378,13 +446,13 @@ impl L2Arc {
 
     fn write_header(&self, d: &CacheDev) -> std::io::Result<()> {
         let r = *d.ring.lock();
-        d.dev.write_at(&encode_header(self.pool_guid, d, &r), 0)
+        d.write_at(&encode_header(self.pool_guid, d, &r), 0)
     }
 
     /// Reads the ring state and log chain of `d` back into the index.
     fn rebuild(&self, d: &Arc<CacheDev>) {
         let mut b = AlignedBuf::zeroed(HEADER_BYTES as usize);
-        if d.dev.read_at(&mut b, 0).is_err() {
+        if d.read_at(&mut b, 0).is_err() {
             return;
         }
         let Some((pool, guid, size, ring)) = decode_header(&b) else { return };
@@ -404,7 +472,7 @@ impl L2Arc {
                 break;
             }
             let mut buf = AlignedBuf::zeroed(len as usize);
-            if d.dev.read_at(&mut buf, off).is_err() || blake3::hash(&buf).as_bytes() != &ck {
+            if d.read_at(&mut buf, off).is_err() || blake3::hash(&buf).as_bytes() != &ck {
                 break;
             }
             let Some((lap, prev, entries)) = decode_log(&buf) else { break };
@@ -449,7 +517,7 @@ impl L2Arc {
         };
         let len = round_up(bp.psize as u64);
         let mut raw = AlignedBuf::zeroed(len as usize);
-        if dev.dev.read_at(&mut raw, e.offset).is_err() {
+        if dev.read_at(&mut raw, e.offset).is_err() {
             self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
             self.drop_entry(&key);
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
@@ -564,7 +632,7 @@ impl L2Arc {
         }
         let log = encode_log(ring.lap, ring.last_log, &entries, log_len as usize);
         buf[o..o + log.len()].copy_from_slice(&log);
-        dev.dev.write_at(&buf, start)?;
+        dev.write_at(&buf, start)?;
         ring.last_log = (start + data_len, log_len, *blake3::hash(&log).as_bytes());
         ring.hand = start + total;
         *dev.ring.lock() = ring;

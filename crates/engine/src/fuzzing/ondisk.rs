@@ -110,6 +110,14 @@ fn check_label(c: &LabelConfig, region: &[u8]) {
     assert!(c.spares.iter().all(|s| s.kind.is_leaf() && s.children.is_empty()), "a hot spare that is no leaf");
     assert!(c.logs.len() < c.tree.children.len().max(1), "every top-level vdev a log vdev");
     assert!(c.logs.iter().all(|id| (*id as usize) < c.tree.children.len()), "a log vdev that is not in the tree");
+    assert!(c.logs.iter().all(|id| !c.tree.children[*id as usize].is_hole()), "a hole listed as a log vdev");
+    assert!(!c.tree.children.last().is_some_and(|t| t.is_hole()), "a hole as the last top-level vdev");
+    let mut stack: Vec<&VdevNode> = c.tree.children.iter().flat_map(|t| t.children.iter()).collect();
+    while let Some(n) = stack.pop() {
+        assert!(!n.is_hole(), "a hole below a top-level vdev");
+        stack.extend(n.children.iter());
+    }
+    assert!(c.tree.children.iter().filter(|t| t.is_hole()).all(|t| t.children.is_empty() && t.guid == 0 && t.asize == 0), "a hole that is not empty");
 }
 
 /// The decoder's limits on the vdev tree hold: at most 4 levels below the

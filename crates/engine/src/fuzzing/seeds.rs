@@ -122,7 +122,15 @@ fn sample_labels() -> Vec<LabelConfig> {
     };
     // An available hot spare's own label.
     let spare_label = LabelConfig { state: PoolState::Spare, device_guid: 27, top_guid: 0, ..nested.clone() };
-    vec![simple, nested, spare_label]
+    // A log vdev removed before a data vdev and another log vdev: a hole
+    // keeps their ids (feature *hole vdevs*).
+    let holed = LabelConfig {
+        features_incompat: tarn_ondisk::uberblock::FEATURE_LOG_VDEVS | tarn_ondisk::uberblock::FEATURE_HOLE_VDEVS,
+        tree: vdev(VdevKind::Root, 0, 0x1234, "", vec![file(0, 11, "/srv/a.img"), VdevNode::hole(1, 12), file(2, 12, "/srv/b.img"), file(3, 13, "/srv/log.img")]),
+        logs: vec![3],
+        ..simple.clone()
+    };
+    vec![simple, nested, spare_label, holed]
 }
 
 /// Label seeds: the checksummed bytes after the magic, up to the payload's end.

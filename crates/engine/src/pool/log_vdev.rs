@@ -36,9 +36,36 @@
 //! targets, every log with blocks there retires its chain (new commits
 //! start one elsewhere), syncs run until the allocator holds nothing there
 //! (the blocks' frees are deferred two txgs), then it leaves the
-//! allocator, the vdev set and the labels (its own are erased). A DVA's
-//! vdev number must stay valid, so only the last top-level vdev can go
-//! (no hole vdevs yet); a log with records not yet replayed there refuses.
+//! allocator, the vdev set and the labels (its own are erased). A log with
+//! records not yet replayed there refuses.
+//!
+//! A DVA's vdev number must stay valid, so a log vdev that is not the last
+//! top-level vdev leaves a *hole* in its place (OpenZFS's hole vdev;
+//! feature *hole vdevs*): a config node of kind hole, an empty place in the
+//! `VdevSet` (no `Vdev` at all, so status, scrub, verify, resilver, iostat,
+//! metrics and import's device search never meet one), nothing in the
+//! allocator. The last top-level vdev is cut off instead, with the holes
+//! that would then end the tree (as OpenZFS compacts its last child):
+//!
+//! ```text
+//!   data0 logA data2 logB    remove logA ─▶ data0 hole data2 logB
+//!   data0 hole data2 logB    remove logB ─▶ data0 hole data2
+//!   data0 logA hole logC     remove logC ─▶ data0 logA
+//! ```
+//!
+//! `pool add` appends; it never fills a hole, so an id is given again only
+//! after the holes and vdev at the end were cut off. The allocator's state
+//! is persisted pool-wide (`spacemap`): a space checkpoint from before the
+//! removal would describe the old vdev under the id. So the removal asks
+//! for a checkpoint in the next sync (`Shared::checkpoint_from`) and syncs
+//! holding the tree lock: by the time another `pool add` can give the id
+//! again, no uberblock from then on names the old vdev; import refuses a
+//! checkpoint whose vdev extents differ from the config's.
+//!
+//! A power cut during the removal: before the labels are rewritten, the
+//! vdev is still the pool's (empty, or holding retired chains that import
+//! claims and frees as usual); after, it is gone, its labels erased or
+//! not (a device no config names).
 //!
 //! ## Invariants
 //! 1. A top-level vdev is a log vdev in the allocator iff `LogVdevs` lists
@@ -46,12 +73,16 @@
 //!    (`check_log_vdevs`, run by `Pool::check_invariants`).
 //! 2. Log vdevs hold transient allocations only (the allocator's
 //!    invariant 7, checked with the allocator's before every uberblock).
+//! 3. A top-level id is a hole in the labels iff it is one in the
+//!    `VdevSet`; the allocator has no vdev there; the feature bit *hole
+//!    vdevs* is set iff there is one; the last top-level vdev is no hole
+//!    (`check_holes`; the labels' own rules in `label::check_holes`).
 
 use std::collections::BTreeSet;
 
 use parking_lot::{Mutex, RwLock};
-use tarn_ondisk::label::{LabelConfig, VdevKind};
-use tarn_ondisk::uberblock::FEATURE_LOG_VDEVS;
+use tarn_ondisk::label::{LabelConfig, VdevKind, VdevNode};
+use tarn_ondisk::uberblock::{FEATURE_HOLE_VDEVS, FEATURE_LOG_VDEVS, FEATURE_VDEV_TREE};
 
 use super::core::{names_device, PoolCore};
 use super::events::{class, Post};
@@ -161,6 +192,28 @@ pub(crate) fn check_log_vdevs(core: &PoolCore, cfg: &LabelConfig) -> std::result
     Ok(())
 }
 
+/// Invariant 3 of the module docs.
+pub(crate) fn check_holes(core: &PoolCore, cfg: &LabelConfig) -> std::result::Result<(), String> {
+    let holes: Vec<u32> = cfg.tree.children.iter().filter(|t| t.is_hole()).map(|t| t.id).collect();
+    if core.vdevs.len() != cfg.tree.children.len() {
+        return Err(format!("{} top-level vdev places in memory, {} in the labels", core.vdevs.len(), cfg.tree.children.len()));
+    }
+    if let Some(id) = holes.iter().find(|id| !core.vdevs.is_hole(**id)) {
+        return Err(format!("top-level vdev {} is a hole in the labels, not in memory", id));
+    }
+    if let Some(id) = (0..core.vdevs.len() as u32).find(|id| core.vdevs.is_hole(*id) && !holes.contains(id)) {
+        return Err(format!("top-level vdev {} is a hole in memory, not in the labels", id));
+    }
+    let a = core.alloc.lock();
+    if let Some(id) = holes.iter().find(|id| a.vdev(**id).is_some()) {
+        return Err(format!("hole vdev {} is in the allocator", id));
+    }
+    if holes.is_empty() == (cfg.features_incompat & FEATURE_HOLE_VDEVS != 0) {
+        return Err(format!("holes {:?} with feature bits {:#x}", holes, cfg.features_incompat));
+    }
+    Ok(())
+}
+
 impl Pool {
     /// `pool add POOL log [mirror] DEV...`: vets every device as `pool
     /// create` does, then adds them all as log vdevs or none.
@@ -188,14 +241,6 @@ impl Pool {
         core.check_writable()?;
         let id = self.log_named(which)?;
         let cannot = |why: String| Error::invalid(format!("cannot remove '{}' from pool '{}': {}", which, core.name, why));
-        if id as usize + 1 != core.vdevs.len() {
-            let after = core.vdevs.get(id as usize + 1).map_or_else(String::new, |v| v.path.clone());
-            return Err(cannot(format!(
-                "log vdev {} is not the pool's last top-level vdev ({} comes after it), and tarn has no hole vdevs to keep the numbers of those after it; remove the log vdevs added after it first",
-                core.vdevs.top(id).path,
-                after
-            )));
-        }
         for zil in sh.dsl.logs() {
             if zil.needs_replay() && zil.holds_blocks_on(id) {
                 return Err(cannot(format!("the {} holds records on it not yet replayed: mount that file system first", zil.what())));
@@ -248,27 +293,28 @@ impl Pool {
     }
 
     /// Takes empty log vdev `id` out of the allocator, the vdev set and the
-    /// labels; its leaves' labels are erased.
+    /// labels — a hole in its place unless it was the last — and its
+    /// leaves' labels are erased; then syncs, writing a space checkpoint,
+    /// before another tree change may give its id again.
     fn drop_log_vdev(&self, id: u32) -> Result<()> {
         let sh = self.shared();
         let core = &sh.core;
         let _g = sh.tree_lock.lock();
         let cfg = sh.config.lock().clone();
         let top = core.vdevs.top(id);
-        let mut shrunk = cfg.clone();
-        shrunk.tree.children.retain(|t| t.id != id);
-        shrunk.logs.retain(|l| *l != id);
-        if shrunk.logs.is_empty() {
-            shrunk.features_incompat &= !FEATURE_LOG_VDEVS;
-        }
-        if !shrunk.tree.children.iter().any(|t| t.kind != VdevKind::File && t.kind != VdevKind::Disk) {
-            shrunk.features_incompat &= !tarn_ondisk::uberblock::FEATURE_VDEV_TREE;
-        }
-        shrunk.config_txg = cfg.config_txg.max(core.txg.synced_txg()) + 1;
+        let shrunk = without_log(&cfg, id, core.txg.synced_txg());
         // The allocator first: from now on nothing can be placed there.
         core.alloc.lock().remove_vdev(id).map_err(|e| Error::corrupt(format!("pool '{}': log vdev {}: {}", core.name, id, e)))?;
         core.logs.remove(id);
-        core.vdevs.truncate(id as usize);
+        if shrunk.tree.children.len() > id as usize {
+            core.vdevs.make_hole(id);
+        } else {
+            core.vdevs.truncate(shrunk.tree.children.len());
+        }
+        assert_eq!(core.vdevs.len(), shrunk.tree.children.len(), "the vdev set and the config have the same places");
+        // No uberblock from the next sync on names the vdev in its space
+        // checkpoint or log: its id may be given again after that.
+        sh.checkpoint_from(core.txg.open_txg());
         if let Err(e) = sh.write_configs(&shrunk) {
             return Err(e.context(format!("pool '{}': log vdev {} left the pool but the labels could not all be rewritten", core.name, top.path)));
         }
@@ -277,9 +323,40 @@ impl Pool {
         }
         core.refresh_space();
         core.events.post(Post::new(class::CONFIG_SYNC));
-        drop(_g);
+        // Under the tree lock: a `pool add` that would take the id again
+        // waits for the checkpoint.
         self.sync()
     }
+}
+
+/// `cfg` without log vdev `id`: a hole in its place, or, when it is the
+/// last top-level vdev, cut off with the holes before it (as OpenZFS
+/// compacts its last child); the feature bits follow what is left.
+fn without_log(cfg: &LabelConfig, id: u32, synced_txg: u64) -> LabelConfig {
+    let mut c = cfg.clone();
+    let i = id as usize;
+    assert!(i < c.tree.children.len() && !c.tree.children[i].is_hole(), "log vdev {} is in the config", id);
+    if i + 1 == c.tree.children.len() {
+        c.tree.children.truncate(i);
+        while c.tree.children.last().is_some_and(|t| t.is_hole()) {
+            c.tree.children.pop();
+        }
+    } else {
+        c.tree.children[i] = VdevNode::hole(id, cfg.tree.ashift);
+    }
+    c.logs.retain(|l| *l != id);
+    let mut set = |bit: u64, on: bool| {
+        if on {
+            c.features_incompat |= bit;
+        } else {
+            c.features_incompat &= !bit;
+        }
+    };
+    set(FEATURE_LOG_VDEVS, !c.logs.is_empty());
+    set(FEATURE_HOLE_VDEVS, c.tree.children.iter().any(|t| t.is_hole()));
+    set(FEATURE_VDEV_TREE, c.tree.children.iter().any(|t| !matches!(t.kind, VdevKind::File | VdevKind::Disk | VdevKind::Hole)));
+    c.config_txg = cfg.config_txg.max(synced_txg) + 1;
+    c
 }
 
 /// Log vdevs of a new pool (`pool create … log …`), added once it exists.

@@ -26,13 +26,21 @@ pub struct QueueDepth {
     pub max_active: u32,
 }
 
+/// A device's counters: a leaf of the pool's tree (`PoolMetrics::vdevs`)
+/// or a cache device (`PoolMetrics::cache`).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct VdevMetrics {
-    /// The leaf's position among all the pool's leaves.
+    /// The leaf's position among all the pool's leaves (a cache device's
+    /// among the cache devices).
     pub id: u32,
-    /// Its top-level vdev.
+    /// Its top-level vdev (0 for a cache device).
     #[serde(default)]
     pub top: u32,
+    /// Its allocation class, as zpool iostat's sections: "normal" (the
+    /// pool's data vdevs), "log" (separate intent-log devices) or "cache"
+    /// (L2ARC devices).
+    #[serde(default = "normal_class")]
+    pub class: String,
     pub path: String,
     /// The leaf's state as `status` shows it (`vdev::State`).
     #[serde(default)]
@@ -136,7 +144,14 @@ pub struct PoolMetrics {
     pub size: u64,
     pub allocated: u64,
     pub free: u64,
+    /// The leaves of the pool's tree in tree order, each with its class
+    /// (a log vdev's may come before a data vdev's: views group them).
     pub vdevs: Vec<VdevMetrics>,
+    /// The cache devices, one entry each (class "cache"): their own
+    /// operations (hits read, feeds and headers written); no queues, no
+    /// error counts (a failed cache read is a miss, `l2`).
+    #[serde(default)]
+    pub cache: Vec<VdevMetrics>,
     /// The pool's cache devices (L2ARC), as arcstats names their counters.
     pub l2: L2Metrics,
     pub throttle: ThrottleMetrics,
@@ -190,6 +205,15 @@ pub struct ZilMetrics {
     #[serde(default)]
     pub commit_ns: u64,
 }
+
+fn normal_class() -> String {
+    CLASS_NORMAL.to_string()
+}
+
+/// `VdevMetrics::class` values.
+pub const CLASS_NORMAL: &str = "normal";
+pub const CLASS_LOG: &str = "log";
+pub const CLASS_CACHE: &str = "cache";
 
 fn load(a: &AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
@@ -246,6 +270,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
             vdevs.push(VdevMetrics {
                 id: vdevs.len() as u32,
                 top: v.id(),
+                class: if core.logs.contains(v.id()) { CLASS_LOG } else { CLASS_NORMAL }.to_string(),
                 path: leaf.path.clone(),
                 state: leaf.state().name().to_string(),
                 size: vs.size / share,
@@ -288,6 +313,7 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
         allocated: status.allocated,
         free: status.free,
         vdevs,
+        cache: cache_metrics(&core.l2),
         l2: l2_metrics(&core.l2),
         throttle,
         prefetch,
@@ -295,6 +321,33 @@ pub fn snapshot(pool: &Pool) -> PoolMetrics {
         events: core.events.stats(),
         zil: zil_metrics(pool),
     }
+}
+
+/// One entry per cache device, in the order they were added.
+fn cache_metrics(l2: &crate::arc::L2Arc) -> Vec<VdevMetrics> {
+    l2.device_io()
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| VdevMetrics {
+            id: i as u32,
+            top: 0,
+            class: CLASS_CACHE.to_string(),
+            path: d.path,
+            state: if d.online { crate::vdev::State::Online } else { crate::vdev::State::Faulted }.name().to_string(),
+            size: d.size,
+            allocated: d.used,
+            read_ops: d.read_ops,
+            write_ops: d.write_ops,
+            read_bytes: d.read_bytes,
+            write_bytes: d.write_bytes,
+            read_errors: 0,
+            write_errors: 0,
+            checksum_errors: 0,
+            flushes: 0,
+            classes: Vec::new(),
+            queues: Vec::new(),
+        })
+        .collect()
 }
 
 /// The pool's intent-log counters, summed over its file systems' logs.

@@ -12,7 +12,7 @@ use tarn_ondisk::bp::{BlockPtr, ChecksumType, ObjectType};
 use tarn_ondisk::dnode::ObjsetType;
 use tarn_ondisk::kv::{self, KvMap};
 use tarn_ondisk::label::{self, LabelConfig, PoolState, VdevKind, VdevNode};
-use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_INTENT_LOG, FEATURE_LOG_VDEVS, FEATURE_SPARES, FEATURE_VDEV_TREE, FORMAT_VERSION};
+use tarn_ondisk::uberblock::{Uberblock, FEATURE_BLOCK_CLONING, FEATURE_HOLE_VDEVS, FEATURE_INTENT_LOG, FEATURE_LOG_VDEVS, FEATURE_SPARES, FEATURE_VDEV_TREE, FORMAT_VERSION};
 
 use super::alloc::metaslab::Allocator;
 use super::core::PoolCore;
@@ -264,6 +264,10 @@ struct SyncState {
     cp_chain: Vec<BlockPtr>,
     log_chain: Vec<BlockPtr>,
     logs_since_cp: u64,
+    /// A space checkpoint is due in this txg or the first after it that
+    /// syncs (0: none asked for): a top-level vdev left the allocator
+    /// (`checkpoint_from`).
+    cp_due_txg: u64,
 }
 
 impl SyncState {
@@ -689,6 +693,7 @@ impl Pool {
             for id in a.vdev_ids().into_iter().filter(|id| sh.core.vdevs.get(*id as usize).is_none()) {
                 a.forget_vdev(id).map_err(|e| Error::corrupt(format!("pool '{}': the space checkpoint lists vdev {}, which the pool does not have: {}", sh.core.name, id, e)))?;
             }
+            check_space_extents(&cfg, &a)?;
         }
         {
             let mut s = sh.sync.lock();
@@ -936,7 +941,7 @@ impl Pool {
         let st = self.status();
         let ub = self.uberblock();
         let cap = (st.allocated * 100).checked_div(st.size).unwrap_or(0);
-        let ashift = self.config().tree.children.first().map_or(12, |c| c.ashift);
+        let ashift = self.config().tree.children.iter().find(|c| !c.is_hole()).map_or(12, |c| c.ashift);
         let mut v: Vec<(String, String, String)> = vec![
             ("name".into(), st.name.clone(), "-".into()),
             ("size".into(), st.size.to_string(), "-".into()),
@@ -1239,6 +1244,7 @@ impl Pool {
         self.sh.core.brt.check_invariants()?;
         let cfg = self.sh.config.lock().clone();
         super::log_vdev::check_log_vdevs(&self.sh.core, &cfg).map_err(Error::corrupt)?;
+        super::log_vdev::check_holes(&self.sh.core, &cfg).map_err(Error::corrupt)?;
         self.sh.dsl.check_invariants()
     }
 }
@@ -1424,7 +1430,7 @@ fn apply_failmode(core: &PoolCore, props: &KvMap) {
 }
 
 /// Feature bits this version understands.
-const KNOWN_FEATURES_INCOMPAT: u64 = FEATURE_VDEV_TREE | FEATURE_LOG_VDEVS;
+const KNOWN_FEATURES_INCOMPAT: u64 = FEATURE_VDEV_TREE | FEATURE_LOG_VDEVS | FEATURE_HOLE_VDEVS;
 const KNOWN_FEATURES_COMPAT: u64 = FEATURE_BLOCK_CLONING | FEATURE_SPARES | FEATURE_INTENT_LOG;
 
 /// Refuses pools written by a newer format: incompatible features always,
@@ -1440,6 +1446,28 @@ fn check_features(c: &LabelConfig, readonly: bool) -> Result<()> {
     let unknown = c.features_compat & !KNOWN_FEATURES_COMPAT;
     if unknown != 0 && !readonly {
         return Err(Error::invalid(format!("pool '{}' uses features this tarn does not support (bits {:#x}); it can only be opened read-only", c.pool_name, unknown)));
+    }
+    Ok(())
+}
+
+/// Every top-level vdev's space in the loaded allocator is the config's.
+/// A checkpoint that describes a vdev id otherwise describes another vdev
+/// that had the id (a log vdev removed and its id given again): the ids
+/// are only given again once a checkpoint without the old vdev is written
+/// (`Shared::checkpoint_from`), so this uberblock is older than that —
+/// refused rather than loaded onto the wrong device.
+fn check_space_extents(cfg: &LabelConfig, a: &Allocator) -> Result<()> {
+    for top in cfg.tree.children.iter().filter(|t| !t.is_hole()) {
+        let want = (vdevs::alloc_start(top), top.asize);
+        match a.vdev(top.id).map(|v| v.extent()) {
+            Some(got) if got != want => {
+                return Err(Error::corrupt(format!(
+                    "pool '{}': the space checkpoint describes vdev {} as {} bytes from {:#x}, the config as {} bytes from {:#x} (a checkpoint from before its id was given again)",
+                    cfg.pool_name, top.id, got.1, got.0, want.1, want.0
+                )))
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -1667,6 +1695,11 @@ impl ShellShared {
         let mut sector = 512usize;
         let mut devs = devs.into_iter();
         for top in &config.tree.children {
+            if top.is_hole() {
+                // No devices, no space: an empty place (`VdevSet`).
+                vdevs.push(None);
+                continue;
+            }
             let redundant = !top.kind.is_leaf();
             // A log vdev's failed writes fail their log round at once (it
             // falls back to a txg sync): they never wait for the device.
@@ -1689,7 +1722,7 @@ impl ShellShared {
                 alloc.set_log(top.id, true).map_err(|e| Error::invalid(format!("log vdev {} ('{}'): {}", top.id, v.path, e)))?;
             }
             sector = sector.max(1 << top.ashift);
-            vdevs.push(v);
+            vdevs.push(Some(v));
         }
         let core = Arc::new(PoolCore {
             name: config.pool_name.clone(),
@@ -1747,7 +1780,7 @@ impl ShellShared {
         }
         Ok(ShellShared {
             core,
-            sync: Mutex::new(SyncState { ub, cp_chain: vec![], log_chain: vec![], logs_since_cp: 0 }),
+            sync: Mutex::new(SyncState { ub, cp_chain: vec![], log_chain: vec![], logs_since_cp: 0, cp_due_txg: 0 }),
             config: Mutex::new(config),
             pool_props: Mutex::new(KvMap::new()),
             locks,
@@ -1882,6 +1915,15 @@ impl Shared {
     pub(super) fn release_lock(&self, dev: &Arc<dyn BlockDevice>) {
         let target = Arc::as_ptr(dev) as *const u8;
         self.locks.lock().retain(|l| Arc::as_ptr(l) as *const u8 != target);
+    }
+
+    /// Asks for a space checkpoint in txg `txg` (or the first after it to
+    /// sync): from then on no uberblock's checkpoint or space log names a
+    /// top-level vdev the allocator dropped before `txg` opened, so its id
+    /// may be given again (`pool::log_vdev`, "Removal").
+    pub(super) fn checkpoint_from(&self, txg: u64) {
+        let mut s = self.sync.lock();
+        s.cp_due_txg = s.cp_due_txg.max(txg);
     }
 
     /// Writes `cfg` to every leaf that is up (see `write_configs`) and, as
@@ -2071,6 +2113,9 @@ impl Shared {
                 s.cp_chain = c;
                 s.log_chain.clear();
                 s.logs_since_cp = 0;
+                if txg >= s.cp_due_txg {
+                    s.cp_due_txg = 0;
+                }
             }
             if let Some(l) = log {
                 s.log_chain.push(l);
@@ -2129,7 +2174,8 @@ impl Shared {
         let big = self.core.alloc.lock().records_upper_bound(txg, 2) > spacemap::CHUNK_BYTES / 2;
         let (due, old, prev) = {
             let s = self.sync.lock();
-            let due = big || s.ub.space_cp.is_hole() || s.logs_since_cp >= interval;
+            let asked = s.cp_due_txg != 0 && txg >= s.cp_due_txg;
+            let due = big || asked || s.ub.space_cp.is_hole() || s.logs_since_cp >= interval;
             let mut old = s.cp_chain.clone();
             old.extend(s.log_chain.iter().copied());
             (due, old, s.log_chain.last().copied().unwrap_or_default())

@@ -289,7 +289,7 @@ fn spare_named<'a>(cfg: &'a LabelConfig, which: &str) -> Option<&'a VdevNode> {
 /// Whether a device of `asize` allocatable bytes can stand in for a leaf
 /// of top-level vdev `top`.
 fn fits(top: &VdevNode, asize: u64) -> bool {
-    asize >= vdevs::required_span(top)
+    !top.is_hole() && asize >= vdevs::required_span(top)
 }
 
 /// What a removal takes out (`pool remove`): `remove` is the verb for every
@@ -529,7 +529,7 @@ impl Shared {
             super::vdev_add::refuse_own_device(core, name, dev)?;
             let node = vdevs::new_leaf_node((cfg.spares.len() + i) as u32, new_guid(name), cfg.tree.ashift, name, dev.as_ref())?;
             if !cfg.tree.children.iter().any(|t| fits(t, node.asize)) {
-                let need = cfg.tree.children.iter().map(vdevs::required_span).min().unwrap_or(0);
+                let need = cfg.tree.children.iter().filter(|t| !t.is_hole()).map(vdevs::required_span).min().unwrap_or(0);
                 return Err(Error::invalid(format!(
                     "'{}' is too small to stand in for any device of pool '{}': {} bytes, the smallest device it could replace needs {}",
                     name,

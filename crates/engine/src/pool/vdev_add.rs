@@ -14,6 +14,14 @@
 //! 3. the allocator takes each as an entirely free vdev, and writes may
 //!    land there from the next allocation on.
 //!
+//! New vdevs take the ids after the last top-level vdev: a hole a removed
+//! log vdev left (`pool::log_vdev`, "Removal") is never filled. OpenZFS
+//! gives a hole's id to the next vdev added; tarn keeps its allocator's
+//! state in one pool-wide checkpoint, and an id given again while an
+//! uberblock's checkpoint still describes the removed vdev under it would
+//! load the old vdev's extent onto the new one. Holes cost a label node
+//! each (at most 256 top-level vdevs).
+//!
 //! Nothing is copied: blocks already written stay where they are, and the
 //! allocator's free-space weighting sends new blocks mostly to the new,
 //! emptier vdevs (as in OpenZFS). The space maps need nothing special: a
@@ -94,7 +102,7 @@ impl Pool {
         }
         let _g = sh.tree_lock.lock();
         let cfg: LabelConfig = sh.config.lock().clone();
-        let existing: Vec<(vdevs::Layout, usize)> = cfg.tree.children.iter().filter(|t| cfg.logs.contains(&t.id) == log).map(vdevs::layout_of).collect();
+        let existing: Vec<(vdevs::Layout, usize)> = cfg.tree.children.iter().filter(|t| !t.is_hole() && cfg.logs.contains(&t.id) == log).map(vdevs::layout_of).collect();
         vdevs::check_layout(&tops, &existing, force)?;
         check_new_devices(core, &tops)?;
         for t in &tops {

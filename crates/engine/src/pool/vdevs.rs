@@ -43,49 +43,101 @@ use crate::vdev::raidz::RaidzGeometry;
 use crate::vdev::{Kind, MissingDevice, Vdev};
 
 /// The pool's top-level vdevs, changeable while the pool runs (`pool
-/// attach`, `detach`, `replace`, `add`; never fewer: a DVA's vdev number
-/// stays valid): readers take a snapshot (an
-/// `Arc` of the list, or of one vdev) and keep using it while a change
-/// swaps in a new list; a vdev taken out of the tree lives until its last
-/// reader lets go. Changes are made one at a time (`vdev_admin`).
+/// attach`, `detach`, `replace`, `add`, `remove` of a log vdev): readers
+/// take a snapshot (an `Arc` of the list, or of one vdev) and keep using
+/// it while a change swaps in a new list; a vdev taken out of the tree
+/// lives until its last reader lets go. Changes are made one at a time
+/// (`vdev_admin`, `Shared::tree_lock`).
+///
+/// A top-level vdev's place is its id (a DVA's vdev number). A removed log
+/// vdev that was not the last leaves a *hole* (`pool::log_vdev`,
+/// "Removal"): an empty place, so the ids after it stay valid. A hole is
+/// no `Vdev` at all — nothing can read, write, scrub or count it by
+/// mistake: `all` lists the vdevs only, `get` of a hole's id is None, and
+/// `len` counts the places (the next id).
 #[derive(Default)]
 pub struct VdevSet {
-    tops: RwLock<Arc<Vec<Arc<Vdev>>>>,
+    tops: RwLock<Tops>,
+}
+
+/// One snapshot of the set: the places (None: a hole) and the vdevs.
+#[derive(Clone, Default)]
+struct Tops {
+    places: Arc<Vec<Option<Arc<Vdev>>>>,
+    vdevs: Arc<Vec<Arc<Vdev>>>,
+}
+
+impl Tops {
+    fn of(places: Vec<Option<Arc<Vdev>>>) -> Tops {
+        for (i, p) in places.iter().enumerate() {
+            if let Some(v) = p {
+                assert_eq!(v.id() as usize, i, "top-level vdev {} at place {}", v.id(), i);
+            }
+        }
+        // A hole is never last: removing the last vdev trims the holes
+        // before it (the labels' rule, `label::check_holes`).
+        assert!(!matches!(places.last(), Some(None)), "a hole as the last top-level vdev");
+        let vdevs = places.iter().flatten().cloned().collect();
+        Tops { places: Arc::new(places), vdevs: Arc::new(vdevs) }
+    }
 }
 
 impl VdevSet {
-    pub fn new(tops: Vec<Arc<Vdev>>) -> VdevSet {
-        VdevSet { tops: RwLock::new(Arc::new(tops)) }
+    /// The set with top-level vdev `i` at place `i` (None: a hole).
+    pub fn new(places: Vec<Option<Arc<Vdev>>>) -> VdevSet {
+        VdevSet { tops: RwLock::new(Tops::of(places)) }
     }
 
-    /// The top-level vdevs now.
+    /// The top-level vdevs now, holes left out (each knows its `id()`).
     pub fn all(&self) -> Arc<Vec<Arc<Vdev>>> {
-        self.tops.read().clone()
+        self.tops.read().vdevs.clone()
     }
 
-    /// Top-level vdev `id` (a DVA's vdev number), if there is one.
+    /// Top-level vdev `id` (a DVA's vdev number), if there is one: None
+    /// past the last, and for a hole.
     pub fn get(&self, id: usize) -> Option<Arc<Vdev>> {
-        self.tops.read().get(id).cloned()
+        self.tops.read().places.get(id).cloned().flatten()
+    }
+
+    /// Whether place `id` is a hole.
+    pub fn is_hole(&self, id: u32) -> bool {
+        matches!(self.tops.read().places.get(id as usize), Some(None))
     }
 
     /// Takes out the top-level vdevs from `len` on (an add that failed
-    /// before the allocator took them).
+    /// before the allocator took them, the removal of the last log vdev),
+    /// and the holes that would then be last.
     pub(crate) fn truncate(&self, len: usize) {
         let mut g = self.tops.write();
-        let mut tops: Vec<Arc<Vdev>> = g.as_ref().clone();
-        tops.truncate(len);
-        *g = Arc::new(tops);
+        let mut places: Vec<Option<Arc<Vdev>>> = g.places.as_ref().clone();
+        places.truncate(len);
+        while matches!(places.last(), Some(None)) {
+            places.pop();
+        }
+        *g = Tops::of(places);
+    }
+
+    /// Leaves a hole at place `id`, which must hold a vdev that is not the
+    /// last (`pool::log_vdev`'s removal).
+    pub(crate) fn make_hole(&self, id: u32) {
+        let mut g = self.tops.write();
+        let mut places: Vec<Option<Arc<Vdev>>> = g.places.as_ref().clone();
+        assert!((id as usize) + 1 < places.len(), "hole at {} of {} places: only a vdev before the last leaves one", id, places.len());
+        assert!(places[id as usize].is_some(), "place {} is a hole already", id);
+        places[id as usize] = None;
+        *g = Tops::of(places);
     }
 
     /// Top-level vdev `id`, which must exist: a number the allocator gave
-    /// or a block pointer's that `copy_extent` checked (vdevs are never
-    /// taken out of the list).
+    /// or a block pointer's that `copy_extent` checked (the allocator
+    /// knows no hole).
     pub fn top(&self, id: u32) -> Arc<Vdev> {
-        self.get(id as usize).unwrap_or_else(|| panic!("top-level vdev {} of {}", id, self.len()))
+        self.get(id as usize).unwrap_or_else(|| panic!("top-level vdev {} of {} (a hole or past the last)", id, self.len()))
     }
 
+    /// Places, holes included: the id the next top-level vdev gets.
     pub fn len(&self) -> usize {
-        self.tops.read().len()
+        self.tops.read().places.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -93,18 +145,20 @@ impl VdevSet {
     }
 
     /// Puts `v` in place of top-level vdev `v.id`, or after the last when
-    /// `v.id` is the next number.
+    /// `v.id` is the next number. Never into a hole: `pool add` appends
+    /// (see `pool::vdev_add`).
     pub(crate) fn install(&self, v: Arc<Vdev>) {
         let mut g = self.tops.write();
-        let mut tops: Vec<Arc<Vdev>> = g.as_ref().clone();
+        let mut places: Vec<Option<Arc<Vdev>>> = g.places.as_ref().clone();
         let id = v.id() as usize;
-        assert!(id <= tops.len(), "top-level vdev {} after {} vdevs", id, tops.len());
-        if id == tops.len() {
-            tops.push(v);
+        assert!(id <= places.len(), "top-level vdev {} after {} places", id, places.len());
+        if id == places.len() {
+            places.push(Some(v));
         } else {
-            tops[id] = v;
+            assert!(places[id].is_some(), "top-level vdev {} installed into a hole", id);
+            places[id] = Some(v);
         }
-        *g = Arc::new(tops);
+        *g = Tops::of(places);
     }
 }
 
@@ -325,7 +379,8 @@ pub fn leaves_with_top(tree: &VdevNode) -> Vec<(&VdevNode, &VdevNode)> {
 /// `pool::log_vdev`). Returns the missing leaves.
 pub fn check_present(config: &LabelConfig, present: &HashSet<u64>, missing_log: bool) -> Result<Vec<String>> {
     let mut missing = Vec::new();
-    for top in &config.tree.children {
+    // A hole has no devices to find.
+    for top in config.tree.children.iter().filter(|t| !t.is_hole()) {
         let gone: Vec<&VdevNode> = top.leaves().into_iter().filter(|l| !present.contains(&l.guid)).collect();
         let redundancy = match top.kind {
             VdevKind::Mirror => top.children.len().saturating_sub(1),

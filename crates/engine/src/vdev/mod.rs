@@ -30,7 +30,9 @@
 //! The pool keeps its top-level vdevs in a `VdevSet` (`PoolCore::vdevs`):
 //! readers take a snapshot, and `pool attach/detach/replace/add` swap in a
 //! rebuilt node around the same leaves (`pool/vdev_change.rs`,
-//! `pool/vdev_add.rs`). A DVA names a top-level vdev and an offset in its
+//! `pool/vdev_add.rs`); a removed log vdev that was not the last leaves a
+//! hole there, an empty place that is no `Vdev` (`pool/log_vdev.rs`,
+//! "Removal"). A DVA names a top-level vdev and an offset in its
 //! address space:
 //! - a leaf's address space is the device (labels included, allocation
 //!   starts past the front labels);

@@ -10,6 +10,7 @@
 
 pub mod datasets;
 pub mod layouts;
+pub mod log_removal;
 pub mod model;
 pub mod spares;
 pub mod workload;

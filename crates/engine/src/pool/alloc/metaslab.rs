@@ -604,6 +604,11 @@ pub struct VdevSpace {
 }
 
 impl VdevSpace {
+    /// Where the vdev's allocatable space starts, and its bytes.
+    pub fn extent(&self) -> (u64, u64) {
+        (self.start, self.size)
+    }
+
     /// A vdev whose space is entirely free (`all_free`) or entirely allocated.
     fn new(
         id: u32,
