@@ -23,8 +23,8 @@
 //!
 //! A leaf is online until something shows its device cannot keep what is
 //! written to it; then it is faulted for good (the first reason stays) and
-//! its fault hook runs once (the pool suspends: without redundancy nothing
-//! it writes can be trusted to land). What faults it, as OpenZFS's
+//! its fault hook runs once (the pool suspends when the leaf's top-level
+//! vdev can no longer take writes). What faults it, as OpenZFS's
 //! vdev_file/vdev_disk fault a vdev on errors its probe confirms:
 //! - a failed write or cache flush (EIO, EROFS, ENOSPC of the file system
 //!   under an image file …): `FAULTED` with the error, or what the device's
@@ -37,7 +37,24 @@
 //!
 //! A failed write faults the leaf (and runs the hook) before its group
 //! hears of the failure: whoever waits for it finds the pool already
-//! suspended.
+//! suspended. Then its fate is decided, the leaf already down:
+//! - tolerated — its group completes without error — when the block is
+//!   held without this leaf (`Leaf::set_served_hook`: the leaf's top-level
+//!   vdev is still up: a mirror with another child up, RAID-Z with no more
+//!   children down than parity); the leaf's DTL records the txg and
+//!   resilver repairs it later;
+//! - else parked (`Leaf::set_park_failed_writes`, a group that may wait):
+//!   kept, its group not completed, so the txg being synced is neither
+//!   written nor lost until `pool clear` queues it again (`resume_parked`)
+//!   or the pool closes (`fail_parked`);
+//! - else failed (an intent-log write, which has a fallback).
+//!
+//! Deciding after the fault is what keeps a block from being dropped by
+//! every child: faults stay until `pool clear`, so of the children that
+//! fail one block's writes, the last to decide sees all the others down,
+//! and a mirror's last child (RAID-Z's child past parity) parks. A vdev
+//! already down when a block comes has its writes kept without issuing
+//! them (`Leaf::hold`, from `Vdev::write`).
 //!
 //! # Injected faults
 //!
@@ -208,6 +225,8 @@ pub type DirtyGauge = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
 pub type FaultHook = Box<dyn Fn(&str, &Health) + Send + Sync>;
 /// Told when a failed write is parked (`Leaf::set_park_hook`).
 pub type ParkHook = Box<dyn Fn() + Send + Sync>;
+/// Whether a block is held without this leaf (`Leaf::set_served_hook`).
+pub type ServedHook = Box<dyn Fn() -> bool + Send + Sync>;
 
 struct Shared {
     name: String,
@@ -222,12 +241,12 @@ struct Shared {
     io: LeafIo,
     /// Set once, by the first fault (see the module docs).
     fault: Mutex<Option<Health>>,
-    /// A child of a redundant vdev: a failed write faults the leaf but
-    /// completes its group without error (the block is on its siblings;
-    /// the leaf's DTL and the sync's device check take it from there).
-    redundant: AtomicBool,
-    /// Failed writes are parked instead of failing their groups (the sync
-    /// waits for the device to come back: the pool's failmode).
+    /// Asked after a failed write faulted the leaf: true while the block
+    /// is held without it (see the module docs), and the write is
+    /// tolerated. None (a leaf no pool hooked): never.
+    served: Mutex<Option<ServedHook>>,
+    /// Failed writes that are not tolerated are parked instead of failing
+    /// their groups (the sync waits for the device to come back).
     park_failed: AtomicBool,
     parked: Mutex<Vec<Parked>>,
     on_fault: Mutex<Option<FaultHook>>,
@@ -259,6 +278,18 @@ impl Shared {
         if let Some(hook) = self.on_fault.lock().as_ref() {
             hook(&self.name, &h);
         }
+    }
+
+    /// Tells the park hook that a write was parked.
+    fn told_parked(&self) {
+        if let Some(hook) = self.on_park.lock().as_ref() {
+            hook();
+        }
+    }
+
+    /// Whether a block is held without this leaf (`served`).
+    fn served(&self) -> bool {
+        self.served.lock().as_ref().is_some_and(|f| f())
     }
 
     /// The device's own verdict, faulting the leaf if it is not online.
@@ -324,7 +355,7 @@ impl Leaf {
             fault: Mutex::new(None),
             on_fault: Mutex::new(None),
             on_park: Mutex::new(None),
-            redundant: AtomicBool::new(false),
+            served: Mutex::new(None),
             park_failed: AtomicBool::new(false),
             parked: Mutex::new(Vec::new()),
             inject: LeafInjections::default(),
@@ -460,16 +491,39 @@ impl Leaf {
         self.sh.fault(h);
     }
 
-    /// Marks the leaf a child of a redundant vdev (see `Shared::redundant`).
-    pub fn set_redundant(&self, on: bool) {
-        self.sh.redundant.store(on, Ordering::Relaxed);
+    /// Sets what says whether a block is held without this leaf (its
+    /// top-level vdev is still up), asked after a failed write faulted the
+    /// leaf: the write is then tolerated (see the module docs).
+    pub fn set_served_hook(&self, hook: ServedHook) {
+        *self.sh.served.lock() = Some(hook);
     }
 
-    /// Parks the writes that fail (a leaf without redundancy, under the
-    /// pool's failmode): their groups wait, so the txg being synced is
+    /// Parks the writes that fail and are not tolerated (a leaf of the
+    /// pool's data vdevs): their groups wait, so the txg being synced is
     /// neither written nor lost, until `resume_parked` or `fail_parked`.
     pub fn set_park_failed_writes(&self, on: bool) {
         self.sh.park_failed.store(on, Ordering::Relaxed);
+    }
+
+    /// Keeps the write of `buf[range]` at `offset` as a parked one without
+    /// issuing it (its vdev is down: `Vdev::write`): queued by
+    /// `resume_parked`, failed by `fail_parked`. False, and nothing kept,
+    /// when the leaf does not park or `group` may not wait.
+    pub fn hold(&self, offset: u64, buf: Arc<AlignedBuf>, range: Range<usize>, group: &Arc<WriteGroup>, retire: u64) -> bool {
+        assert!(range.end <= buf.len() && range.start <= range.end, "{}: held write of bytes {:?} of a {}-byte buffer", self.sh.name, range, buf.len());
+        if !group.parks {
+            return false;
+        }
+        {
+            let mut parked = self.sh.parked.lock();
+            if !self.sh.park_failed.load(Ordering::SeqCst) {
+                return false;
+            }
+            group.add();
+            parked.push(Parked { offset, buf, range, group: group.clone(), retire });
+        }
+        self.sh.told_parked();
+        true
     }
 
     /// How many writes are parked.
@@ -680,32 +734,33 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     }
     let (len, offset) = (issue.len, issue.offset);
     let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
-    let tolerated = sh.redundant.load(Ordering::Relaxed);
+    // Faulted first: a sibling deciding about the same block sees this
+    // leaf down (see the module docs), and a waiter told of the failure
+    // (an intent-log write) finds the pool already suspended — were it to
+    // ask for a txg sync first, that sync could start before the fault
+    // and fail for good on its writes, where `pool clear` could have
+    // resumed it.
+    if let Err(e) = &res {
+        sh.fault_after("write", e);
+    }
+    let tolerated = res.is_err() && sh.served();
     let mut done = Vec::with_capacity(issue.parts.len());
+    let mut parked_any = false;
     for (off, _, t) in issue.parts {
         if let Req::Write { buf, range, group, retire } = t.req {
             if res.is_err() && !tolerated && group.parks {
                 let mut parked = sh.parked.lock();
                 if sh.park_failed.load(Ordering::SeqCst) {
                     parked.push(Parked { offset: off, buf, range, group, retire });
-                    drop(parked);
-                    if let Some(hook) = sh.on_park.lock().as_ref() {
-                        hook();
-                    }
+                    parked_any = true;
                     continue;
                 }
             }
             done.push((group, retire));
         }
     }
-    // Parked first, then faulted: the fault hook sees the parked writes
-    // (`Leaf::parked_writes`). Faulted before the other groups complete:
-    // a waiter told of the failure (an intent-log write) finds the pool
-    // already suspended — were it to ask for a txg sync first, that sync
-    // could start before the fault and fail for good on its writes,
-    // where `pool clear` could have resumed it.
-    if let Err(e) = &res {
-        sh.fault_after("write", e);
+    if parked_any {
+        sh.told_parked();
     }
     let r2 = match &res {
         Ok(()) => Ok(()),

@@ -1667,7 +1667,6 @@ impl ShellShared {
         let mut sector = 512usize;
         let mut devs = devs.into_iter();
         for top in &config.tree.children {
-            let redundant = !top.kind.is_leaf();
             // A log vdev's failed writes fail their log round at once (it
             // falls back to a txg sync): they never wait for the device.
             let log = config.logs.contains(&top.id);
@@ -1675,10 +1674,10 @@ impl ShellShared {
                 let (path, dev) = devs.next().ok_or_else(|| Error::invalid(format!("pool '{}': no device for leaf '{}'", config.pool_name, leaf.path)))?;
                 let size = label::usable_device_size(dev.size_bytes());
                 let l = new_leaf(path, dev, &txg, tunables);
-                l.set_redundant(redundant);
-                // Without redundancy a failed write waits for the device
-                // (`pool clear` resumes the sync) instead of failing the txg.
-                l.set_park_failed_writes(!redundant && !log);
+                // A failed write that the vdev cannot do without waits for
+                // the device (`pool clear` resumes the sync) instead of
+                // failing the txg.
+                l.set_park_failed_writes(!log);
                 Ok(vdevs::leaf_vdev(leaf, Arc::new(l), size))
             };
             let v = vdevs::build(top, &mut open)?;

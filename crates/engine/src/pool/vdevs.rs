@@ -435,8 +435,13 @@ impl PoolCore {
     }
 
     /// Makes leaf `io` under top-level vdev `top` report its faults to
-    /// the pool (`leaf_faulted`).
+    /// the pool (`leaf_faulted`) and its parked writes to the sync, and
+    /// tolerate a failed write while `top` is still up (the block is on
+    /// the siblings: `io::pipeline`'s "Faults").
     pub(crate) fn hook_faults(self: &Arc<Self>, top: u32, io: &crate::io::Leaf) {
+        // The txg being synced, as a fault adds it to the DTL.
+        let w = Arc::downgrade(self);
+        io.set_served_hook(Box::new(move || w.upgrade().is_some_and(|c| c.vdevs.get(top as usize).is_some_and(|t| !t.lacks_txg(c.txg.synced_txg() + 1)))));
         let w = Arc::downgrade(self);
         io.set_fault_hook(Box::new(move |name, h| {
             if let Some(c) = w.upgrade() {
@@ -444,11 +449,27 @@ impl PoolCore {
             }
         }));
         let w = Arc::downgrade(self);
+        let name = io.name().to_string();
         io.set_park_hook(Box::new(move || {
             if let Some(c) = w.upgrade() {
-                c.txg.note_sync_parked();
+                c.leaf_parked(top, &name);
             }
         }));
+    }
+
+    /// A write to leaf `leaf` under top-level vdev `top` was parked: the
+    /// sync waits for `pool clear`, so the pool is suspended — by the
+    /// leaf's fault hook as a rule, here when that did not (a write a
+    /// clear queued again to a device still out, whose fault hook ran
+    /// before; a vdev whose children that are up may lack the txg).
+    fn leaf_parked(&self, top: u32, leaf: &str) {
+        let h = self.vdevs.get(top as usize).and_then(|t| t.leaves().into_iter().find(|l| l.path == leaf).and_then(|l| l.leaf().map(|io| io.health())));
+        let why = match h {
+            Some(h) if h != Health::Online => fault_message(leaf, &h),
+            _ => format!("device '{}' is down", leaf),
+        };
+        self.txg.suspend(format!("{}; the txg being synced waits for it", why));
+        self.txg.note_sync_parked();
     }
 
     /// What happens when a leaf faults: the txg being synced is added to
@@ -467,10 +488,8 @@ impl PoolCore {
             // Without redundancy a faulted device takes the pool with it:
             // suspended at once, so no writer or fsync is told that a
             // change the pool can no longer keep was taken.
+            // Its failed writes park (the park hook tells the sync).
             self.txg.suspend(fault_message(leaf, h));
-            if t.leaf().is_some_and(|io| io.parked_writes() > 0) {
-                self.txg.note_sync_parked();
-            }
             return;
         }
         let txg = self.txg.synced_txg() + 1;
@@ -482,6 +501,9 @@ impl PoolCore {
         if t.writable() {
             eprintln!("tarn: pool '{}': {}; {} is {} and the pool goes on", self.name, fault_message(leaf, h), t.path, t.state().name());
         } else {
+            // As for a plain device: the writes of the txg that reached too
+            // few children park on the last ones (`io::pipeline`), and
+            // `pool clear` resumes the pool once enough are back.
             self.txg.suspend(format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
         }
     }
