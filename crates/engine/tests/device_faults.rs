@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use common::{as_dyn, mem_devs, open, pattern, put, small_tunables, verified};
 use tarn_engine::pool::vdevs::{Layout, NewTop};
-use tarn_engine::sys::{FaultConfig, FaultDevice};
+use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice};
 use tarn_engine::{CreateOptions, ErrorKind, OpenOptions, Pool};
 
 /// A directory of this test's own, removed when dropped.
@@ -391,4 +391,78 @@ fn a_mirror_with_a_child_left_goes_on_and_continue_fails_writers() {
     assert_eq!(e.kind, ErrorKind::Suspended, "{e:?}");
     assert!(waiting(&pool, 0));
     assert!(pool.discard().is_some());
+}
+
+/// A device whose label areas (where the uberblocks go) refuse writes
+/// while `refuse` is set; everything else passes to `inner`.
+#[derive(Debug)]
+struct LabelsRefusing {
+    inner: Arc<FaultDevice>,
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+impl LabelsRefusing {
+    fn check(&self, offset: u64, len: usize) -> std::io::Result<()> {
+        use tarn_ondisk::label::{LABELS_BACK, LABELS_FRONT};
+        let size = self.inner.size_bytes();
+        let in_labels = offset < LABELS_FRONT || offset + len as u64 > size - LABELS_BACK;
+        match in_labels && self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+            false => Ok(()),
+        }
+    }
+}
+
+impl BlockDevice for LabelsRefusing {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.check(offset, buf.len())?;
+        self.inner.write_at(buf, offset)
+    }
+    fn writev_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        self.check(offset, bufs.iter().map(|b| b.len()).sum())?;
+        self.inner.writev_at(bufs, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// The uberblock write failing on a mirror's last child (its data written
+/// and flushed): the sync waits for `pool clear` and writes the uberblock
+/// again, as OpenZFS's spa_sync after zio_resume_wait — it failed the
+/// sync for good before, though everything it names was on disk.
+#[test]
+fn an_uberblock_a_mirror_could_not_take_is_written_after_clear() {
+    let mem = mem_devs(2, 128 << 20, 95);
+    let devs: Vec<Arc<LabelsRefusing>> = mem.iter().map(|d| Arc::new(LabelsRefusing { inner: d.clone(), refuse: false.into() })).collect();
+    let named: Vec<(String, Arc<dyn BlockDevice>)> = devs.iter().map(|d| (d.name(), d.clone() as Arc<dyn BlockDevice>)).collect();
+    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let pool = Pool::create_tops("tank", vec![NewTop { layout: Layout::Mirror, devices: named.clone() }], vec![], &opts).expect("create");
+    pool.sync().expect("sync");
+    let txg = pool.uberblock().txg;
+    devs.iter().for_each(|d| d.refuse.store(true, std::sync::atomic::Ordering::SeqCst));
+    let data = pattern(300_000, 5);
+    let a = put(&pool, &data);
+    assert!(pool.sync().is_err(), "no child takes the uberblock");
+    let sus = pool.suspension().expect("suspended");
+    assert!(sus.resumable, "{sus:?}");
+    assert_eq!(pool.uberblock().txg, txg);
+    devs.iter().for_each(|d| d.refuse.store(false, std::sync::atomic::Ordering::SeqCst));
+    pool.clear(None).expect("clear resumes the pool");
+    pool.sync().expect("the txg's uberblock is written");
+    assert!(pool.uberblock().txg > txg);
+    verified(&pool, "after the clear");
+    pool.export().expect("export");
+    drop(pool);
+    let pool = Pool::open_on(named, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() }).expect("import");
+    assert!(pool.root().read(a, 0, data.len()).expect("read") == data);
 }

@@ -50,11 +50,17 @@
 //! - else failed (an intent-log write, which has a fallback).
 //!
 //! Deciding after the fault is what keeps a block from being dropped by
-//! every child: faults stay until `pool clear`, so of the children that
-//! fail one block's writes, the last to decide sees all the others down,
-//! and a mirror's last child (RAID-Z's child past parity) parks. A vdev
-//! already down when a block comes has its writes kept without issuing
-//! them (`Leaf::hold`, from `Vdev::write`).
+//! every child: faults stay until `pool clear` (and a leaf it takes back
+//! keeps the txg in its DTL), so of the children that fail one block's
+//! writes, the last to decide sees all the others down or behind, and a
+//! mirror's last child (RAID-Z's child past parity) parks. `Vdev::write`
+//! skips children that are down by the same rule, keeping the block on
+//! them without issuing it (`Leaf::hold`) when the vdev may lack the txg.
+//!
+//! A write that fails on the device the leaf had before a `reopen` (`pool
+//! clear` took it back while the write was under way) is queued again,
+//! neither faulting the leaf nor parked where the clear's `resume_parked`
+//! has already been.
 //!
 //! # Injected faults
 //!
@@ -241,6 +247,9 @@ struct Shared {
     io: LeafIo,
     /// Set once, by the first fault (see the module docs).
     fault: Mutex<Option<Health>>,
+    /// Bumped by each `reopen`, under `fault`'s lock: a write that failed
+    /// on the device the leaf had before is the old device's failure.
+    reopened: AtomicU64,
     /// Asked after a failed write faulted the leaf: true while the block
     /// is held without it (see the module docs), and the write is
     /// tolerated. None (a leaf no pool hooked): never.
@@ -267,17 +276,43 @@ impl Shared {
     /// Marks the leaf faulted with `h` unless it already is; the first
     /// fault runs the hook.
     fn fault(&self, h: Health) {
+        self.fault_since(h, None);
+    }
+
+    /// As `fault`, unless the leaf was reopened since `since` (its
+    /// `reopened` count then): false, and nothing done, when it was.
+    fn fault_since(&self, h: Health, since: Option<u64>) -> bool {
         debug_assert!(h != Health::Online);
         {
             let mut f = self.fault.lock();
+            if since.is_some_and(|n| n != self.reopened.load(Ordering::SeqCst)) {
+                return false;
+            }
             if f.is_some() {
-                return;
+                return true;
             }
             *f = Some(h.clone());
         }
         if let Some(hook) = self.on_fault.lock().as_ref() {
             hook(&self.name, &h);
         }
+        true
+    }
+
+    /// Queues a request (see `Leaf::enqueue`).
+    fn enqueue(&self, class: IoClass, kind: IoKind, offset: u64, len: u64, req: Req) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let mut q = self.q.lock();
+        q.enqueue(QueuedIo::new(class, kind, offset, len, Timed { t0: now, req }), now);
+        drop(q);
+        self.cv.notify_one();
+    }
+
+    /// Queues a write its group already counts (parked, or failed on the
+    /// device before a reopen) again.
+    fn requeue(&self, offset: u64, buf: Arc<AlignedBuf>, range: Range<usize>, group: Arc<WriteGroup>, retire: u64) {
+        let len = range.len() as u64;
+        self.enqueue(IoClass::AsyncWrite, IoKind::Write, offset, len, Req::Write { buf, range, group, retire });
     }
 
     /// Tells the park hook that a write was parked.
@@ -311,13 +346,14 @@ impl Shared {
     }
 
     /// After a failed write or flush: faulted, with the device's verdict
-    /// if it has one, else the error.
-    fn fault_after(&self, what: &str, e: &io::Error) {
+    /// if it has one, else the error — unless the leaf was reopened since
+    /// `since` (see `fault_since`).
+    fn fault_after(&self, what: &str, e: &io::Error, since: Option<u64>) -> bool {
         let h = match self.device_health() {
             Health::Online => Health::Faulted(format!("{} error: {}", what, e)),
             h => h,
         };
-        self.fault(h);
+        self.fault_since(h, since)
     }
 
     /// Runs device call `f` of kind `op` under the injection handlers:
@@ -353,6 +389,7 @@ impl Leaf {
             stats: LeafStats::default(),
             io: LeafIo::default(),
             fault: Mutex::new(None),
+            reopened: AtomicU64::new(0),
             on_fault: Mutex::new(None),
             on_park: Mutex::new(None),
             served: Mutex::new(None),
@@ -389,8 +426,10 @@ impl Leaf {
         if h != Health::Online {
             return Err(h);
         }
+        let mut f = self.sh.fault.lock();
         *self.sh.dev.write() = dev;
-        *self.sh.fault.lock() = None;
+        *f = None;
+        self.sh.reopened.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -413,11 +452,7 @@ impl Leaf {
     }
 
     fn enqueue(&self, class: IoClass, kind: IoKind, offset: u64, len: u64, req: Req) {
-        let now = self.sh.epoch.elapsed().as_nanos() as u64;
-        let mut q = self.sh.q.lock();
-        q.enqueue(QueuedIo::new(class, kind, offset, len, Timed { t0: now, req }), now);
-        drop(q);
-        self.sh.cv.notify_one();
+        self.sh.enqueue(class, kind, offset, len, req);
     }
 
     /// Queues a write of all of `buf` at `offset`.
@@ -452,7 +487,9 @@ impl Leaf {
     /// A failure faults the leaf.
     pub fn flush(&self) -> io::Result<()> {
         self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.sh.call(Op::Flush, || self.sh.dev().flush()).0.inspect_err(|e| self.sh.fault_after("cache flush", e))
+        self.sh.call(Op::Flush, || self.sh.dev().flush()).0.inspect_err(|e| {
+            self.sh.fault_after("cache flush", e, None);
+        })
     }
 
     /// Writes directly, outside the scheduler (labels and uberblocks, which the
@@ -463,7 +500,7 @@ impl Leaf {
         self.sh.stats.write_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.sh.call(Op::Write, || self.sh.dev().write_at(buf, offset)).0.inspect_err(|e| {
             self.sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            self.sh.fault_after("write", e);
+            self.sh.fault_after("write", e, None);
         })
     }
 
@@ -472,6 +509,14 @@ impl Leaf {
     pub fn note_checksum_error(&self) {
         self.sh.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
         self.sh.check();
+    }
+
+    /// Runs `f` with the leaf's fault while it is faulted, `reopen` waiting
+    /// meanwhile: a suspension made there cannot come after a `pool clear`
+    /// that took the leaf back and resumed the pool. Whether it ran.
+    pub fn while_faulted(&self, f: impl FnOnce(&Health)) -> bool {
+        let g = self.sh.fault.lock();
+        g.as_ref().map(f).is_some()
     }
 
     /// Online, or the fault that took the leaf out (see the module docs).
@@ -506,9 +551,10 @@ impl Leaf {
     }
 
     /// Keeps the write of `buf[range]` at `offset` as a parked one without
-    /// issuing it (its vdev is down: `Vdev::write`): queued by
-    /// `resume_parked`, failed by `fail_parked`. False, and nothing kept,
-    /// when the leaf does not park or `group` may not wait.
+    /// issuing it (its vdev is down: `Vdev::write`; the leaf is faulted,
+    /// not offline): queued by `resume_parked`, failed by `fail_parked` —
+    /// queued at once if the leaf is back already. False, and nothing
+    /// kept, when the leaf does not park or `group` may not wait.
     pub fn hold(&self, offset: u64, buf: Arc<AlignedBuf>, range: Range<usize>, group: &Arc<WriteGroup>, retire: u64) -> bool {
         assert!(range.end <= buf.len() && range.start <= range.end, "{}: held write of bytes {:?} of a {}-byte buffer", self.sh.name, range, buf.len());
         if !group.parks {
@@ -520,6 +566,12 @@ impl Leaf {
                 return false;
             }
             group.add();
+            if self.sh.fault.lock().is_none() {
+                // Back since the caller found it down (`pool clear`, whose
+                // `resume_parked` may be done): written now.
+                self.sh.requeue(offset, buf, range, group.clone(), retire);
+                return true;
+            }
             parked.push(Parked { offset, buf, range, group: group.clone(), retire });
         }
         self.sh.told_parked();
@@ -537,8 +589,7 @@ impl Leaf {
         let n = parked.len();
         for p in parked {
             // Their groups still count them: queued without `add`.
-            let len = p.range.len() as u64;
-            self.enqueue(IoClass::AsyncWrite, IoKind::Write, p.offset, len, Req::Write { buf: p.buf, range: p.range, group: p.group, retire: p.retire });
+            self.sh.requeue(p.offset, p.buf, p.range, p.group, p.retire);
         }
         n
     }
@@ -702,6 +753,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     // bytes would land at the wrong offsets. (The queue never merges across
     // a gap with the write gap limit at 0, which the tunables enforce; should
     // that ever break, the write fails instead of misplacing data.)
+    let since = sh.reopened.load(Ordering::SeqCst);
     let started = Instant::now();
     let mut pos = issue.offset;
     let mut adjacent = true;
@@ -740,19 +792,30 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     // ask for a txg sync first, that sync could start before the fault
     // and fail for good on its writes, where `pool clear` could have
     // resumed it.
-    if let Err(e) = &res {
-        sh.fault_after("write", e);
-    }
-    let tolerated = res.is_err() && sh.served();
+    // A failure of the device the leaf had before a reopen (`pool clear`
+    // took it back meanwhile) neither faults the leaf nor decides anything:
+    // the write is queued again, to the device it has now.
+    let stale = res.as_ref().is_err_and(|e| !sh.fault_after("write", e, Some(since)));
+    let tolerated = res.is_err() && !stale && sh.served();
     let mut done = Vec::with_capacity(issue.parts.len());
     let mut parked_any = false;
     for (off, _, t) in issue.parts {
         if let Req::Write { buf, range, group, retire } = t.req {
+            if stale {
+                sh.requeue(off, buf, range, group, retire);
+                continue;
+            }
             if res.is_err() && !tolerated && group.parks {
                 let mut parked = sh.parked.lock();
                 if sh.park_failed.load(Ordering::SeqCst) {
-                    parked.push(Parked { offset: off, buf, range, group, retire });
-                    parked_any = true;
+                    // Reopened since it failed: `resume_parked` may be
+                    // done, so it is queued again rather than parked.
+                    if sh.reopened.load(Ordering::SeqCst) != since {
+                        sh.requeue(off, buf, range, group, retire);
+                    } else {
+                        parked.push(Parked { offset: off, buf, range, group, retire });
+                        parked_any = true;
+                    }
                     continue;
                 }
             }

@@ -2061,8 +2061,7 @@ impl Shared {
         if cfg!(debug_assertions) {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         }
-        self.check_devices()?;
-        self.write_uberblock(&ub, &members)?;
+        self.or_park(|| self.check_devices().and_then(|()| self.write_uberblock(&ub, &members)))?;
         {
             let mut s = self.sync.lock();
             s.ub = ub;
@@ -2174,11 +2173,25 @@ impl Shared {
     /// `check_devices` at the start of a sync, before anything of the txg
     /// is written: while a device fault that `pool clear` can end suspends
     /// the pool, the sync waits for the clear (as when its writes are
-    /// parked), then checks again — the txg is written after all. Fails
-    /// when the suspension cannot be resumed or the pool closes.
+    /// parked), then checks again — the txg is written after all.
     fn devices_or_park(&self) -> Result<()> {
+        self.or_park(|| self.check_devices())
+    }
+
+    /// Runs a step of the sync that can be run again — the device check at
+    /// its start, and the check and uberblock at its end, when everything
+    /// the uberblock names is written and flushed — until it succeeds:
+    /// while it fails on a device fault that `pool clear` can end, the sync
+    /// waits for the clear and runs it again (as OpenZFS's spa_sync writes
+    /// the uberblocks again after zio_resume_wait). Fails when the
+    /// suspension cannot be resumed or the pool closes. (The writes and
+    /// the flush before the uberblock are no such step: a write that fails
+    /// is parked by its leaf, and a failed flush may have lost what it was
+    /// to keep; the flush after the uberblock covers only the uberblock,
+    /// written again.)
+    fn or_park(&self, step: impl Fn() -> Result<()>) -> Result<()> {
         loop {
-            match self.check_devices() {
+            match step() {
                 Err(e) if self.core.txg.resumable() => {
                     if !self.core.txg.wait_resumed() {
                         return Err(e);
@@ -2192,7 +2205,8 @@ impl Shared {
     /// Writes the uberblock to every ring of every leaf that is up and was
     /// in the tree when the txg's sync began (`members`), then flushes
     /// them. A leaf of a redundant vdev that fails faults and is left; the
-    /// txg fails when a top-level vdev is left with no leaf.
+    /// txg fails when a top-level vdev is left with no leaf (the sync
+    /// writes it again after `pool clear`: `or_park`).
     fn write_uberblock(&self, ub: &Uberblock, members: &std::collections::HashSet<u64>) -> Result<()> {
         for (top, v) in self.core.leaves() {
             let (Some(leaf), true) = (v.leaf(), v.state().usable()) else { continue };

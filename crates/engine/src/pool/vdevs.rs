@@ -461,15 +461,24 @@ impl PoolCore {
     /// sync waits for `pool clear`, so the pool is suspended — by the
     /// leaf's fault hook as a rule, here when that did not (a write a
     /// clear queued again to a device still out, whose fault hook ran
-    /// before; a vdev whose children that are up may lack the txg).
+    /// before; a vdev whose children that are up may lack the txg). Not
+    /// when the leaf is back already: a parked write is on its list before
+    /// `pool clear` reopens it, so the clear's `resume_parked` queues it.
     fn leaf_parked(&self, top: u32, leaf: &str) {
-        let h = self.vdevs.get(top as usize).and_then(|t| t.leaves().into_iter().find(|l| l.path == leaf).and_then(|l| l.leaf().map(|io| io.health())));
-        let why = match h {
-            Some(h) if h != Health::Online => fault_message(leaf, &h),
-            _ => format!("device '{}' is down", leaf),
-        };
-        self.txg.suspend(format!("{}; the txg being synced waits for it", why));
-        self.txg.note_sync_parked();
+        let Some(t) = self.vdevs.get(top as usize) else { return };
+        if self.suspend_while_faulted(&t, leaf, |h| format!("{}; the txg being synced waits for it", fault_message(leaf, h))) {
+            self.txg.note_sync_parked();
+        }
+    }
+
+    /// Suspends the pool for the fault of leaf `leaf` of `top` (`why` says
+    /// so), unless `pool clear` took the leaf back meanwhile
+    /// (`Leaf::while_faulted`): a fault or park hook that comes late must
+    /// not suspend a pool the clear resumed, its device whole again.
+    /// Whether it did.
+    fn suspend_while_faulted(&self, top: &Vdev, leaf: &str, why: impl FnOnce(&Health) -> String) -> bool {
+        let Some(io) = top.leaves().into_iter().find(|l| l.path == leaf).and_then(|l| l.leaf()) else { return false };
+        io.while_faulted(|h| self.txg.suspend(why(h)))
     }
 
     /// What happens when a leaf faults: the txg being synced is added to
@@ -489,7 +498,7 @@ impl PoolCore {
             // suspended at once, so no writer or fsync is told that a
             // change the pool can no longer keep was taken.
             // Its failed writes park (the park hook tells the sync).
-            self.txg.suspend(fault_message(leaf, h));
+            self.suspend_while_faulted(&t, leaf, |h| fault_message(leaf, h));
             return;
         }
         let txg = self.txg.synced_txg() + 1;
@@ -504,7 +513,7 @@ impl PoolCore {
             // As for a plain device: the writes of the txg that reached too
             // few children park on the last ones (`io::pipeline`), and
             // `pool clear` resumes the pool once enough are back.
-            self.txg.suspend(format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
+            self.suspend_while_faulted(&t, leaf, |h| format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
         }
     }
 }

@@ -479,27 +479,42 @@ impl Vdev {
     /// leaf, to every child of a mirror that is up, or as columns with
     /// parity to a RAID-Z vdev's children (`raidz::io::write`). A child that
     /// is not (faulted, missing, offline) misses the txg: its DTL records it
-    /// for resilver — unless the vdev is down as a whole (no child of a
-    /// mirror up), when the block is kept on the leaves below
-    /// (`Leaf::hold`) to be written when `pool clear` resumes the pool, or,
-    /// for a group that cannot wait, fails the group. `retire` dirty bytes
-    /// retire with the first write queued or kept.
+    /// for resilver — unless the top-level vdev may lack the txg without it
+    /// (`lacks_txg`, asked after the child was found down), when the block
+    /// is kept on the child's leaves (`hold`) to be written when `pool
+    /// clear` resumes the pool, or, for a group that cannot wait, fails the
+    /// group. `retire` dirty bytes retire with the first write queued or
+    /// kept.
     pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
+        self.write_under(self, class, offset, buf, group, retire, txg);
+    }
+
+    /// `write` of this vdev under top-level vdev `top`.
+    #[allow(clippy::too_many_arguments)]
+    fn write_under(&self, top: &Vdev, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
         match &self.kind {
             Kind::Leaf(l) => l.write(class, offset, buf, group, retire),
             Kind::Mirror | Kind::Replacing | Kind::Spare => {
-                let mut took = false;
+                // As a failed write is tolerated (`io::pipeline`'s "Faults"):
+                // of the children skipped or dropping the block, the last
+                // sees the others down or behind, and keeps it.
+                let mut retire = retire;
                 for c in &self.children {
                     if c.up() {
-                        c.write(class, offset, buf.clone(), group, if took { 0 } else { retire }, txg);
-                        took = true;
+                        c.write_under(top, class, offset, buf.clone(), group, std::mem::take(&mut retire), txg);
+                    } else if top.lacks_txg(txg) {
+                        c.hold_or_fail(offset, &buf, 0..buf.len(), group, std::mem::take(&mut retire));
                     } else {
                         c.missed(txg);
                     }
                 }
-                if !took {
-                    let all = 0..buf.len();
-                    self.hold_or_fail(offset, &buf, all, group, retire);
+                if retire > 0 {
+                    // No child took it: a vdev under a mirror or RAID-Z
+                    // vdev whose children are all down while the top-level
+                    // vdev holds the txg elsewhere (or children that came
+                    // back during the loop: `pool online`). The dirty bytes
+                    // must still retire.
+                    group.retire_unwritten(retire);
                 }
             }
             Kind::Raidz(g) => raidz::io::write(self, *g, class, offset, buf, group, retire, txg),
@@ -507,18 +522,19 @@ impl Vdev {
     }
 
     /// Keeps the write of `buf[range]` at `offset` on every leaf under this
-    /// vdev that parks (`Leaf::hold`), the dirty bytes retiring with the
-    /// first; when none does (the group cannot wait, the pool is closing),
-    /// the bytes retire and the group fails: the block reached no device.
+    /// vdev that parks (`Leaf::hold`; not one taken offline, which misses
+    /// the txg), the dirty bytes retiring with the first; when none does
+    /// (the group cannot wait, the pool is closing), the bytes retire and
+    /// the group fails: the block may have reached too few devices.
     pub(crate) fn hold_or_fail(&self, offset: u64, buf: &Arc<AlignedBuf>, range: std::ops::Range<usize>, group: &Arc<WriteGroup>, retire: u64) {
         let mut kept = false;
         for l in self.leaves() {
-            let Some(io) = l.leaf() else { continue };
+            let Some(io) = l.leaf().filter(|_| !l.offline.load(Ordering::Relaxed)) else { continue };
             kept |= io.hold(offset, buf.clone(), range.clone(), group, if kept { 0 } else { retire });
         }
         if !kept {
             group.retire_unwritten(retire);
-            group.fail(format!("{} is {}: no child took the write of {} bytes at {:#x}", self.path, self.state().name(), range.len(), offset));
+            group.fail(format!("{} is {}: no device took the write of {} bytes at {:#x}", self.path, self.state().name(), range.len(), offset));
         }
     }
 

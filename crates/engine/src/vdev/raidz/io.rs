@@ -148,9 +148,9 @@ pub(crate) fn write(v: &Vdev, g: RaidzGeometry, class: IoClass, offset: u64, buf
                 }
                 // Asked after the child was found down: as `lacks_txg`
                 // only turns true, the columns skipped (or dropped by a
-                // failed write, `io::pipeline`) are at most parity; the
-                // rest are kept for `pool clear`.
-                None if v.lacks_txg(txg) => {
+                // failed write, `io::pipeline`'s "Faults") are at most
+                // parity; the rest are kept for `pool clear`.
+                None if v.lacks_txg(txg) && !l.offline.load(Ordering::Relaxed) => {
                     l.hold_or_fail(LABELS_FRONT + c.offset, &bytes, range.clone(), group, retire);
                     retire = 0;
                 }
