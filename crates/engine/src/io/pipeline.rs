@@ -40,9 +40,10 @@
 //! suspended. Then its fate is decided, the leaf already down:
 //! - tolerated — its group completes without error — when the block is
 //!   held without this leaf (`Leaf::set_served_hook`: the leaf's top-level
-//!   vdev is still up: a mirror with another child up, RAID-Z with no more
-//!   children down than parity); the leaf's DTL records the txg and
-//!   resilver repairs it later;
+//!   vdev still holds the txg being synced: a mirror with another child up
+//!   that did not miss it, RAID-Z with no more children down or behind
+//!   than parity); the leaf's DTL records the txg and resilver repairs it
+//!   later;
 //! - else parked (`Leaf::set_park_failed_writes`, a group that may wait):
 //!   kept, its group not completed, so the txg being synced is neither
 //!   written nor lost until `pool clear` queues it again (`resume_parked`)
@@ -537,8 +538,8 @@ impl Leaf {
     }
 
     /// Sets what says whether a block is held without this leaf (its
-    /// top-level vdev is still up), asked after a failed write faulted the
-    /// leaf: the write is then tolerated (see the module docs).
+    /// top-level vdev still holds the txg), asked after a failed write
+    /// faulted the leaf: the write is then tolerated (see the module docs).
     pub fn set_served_hook(&self, hook: ServedHook) {
         *self.sh.served.lock() = Some(hook);
     }
@@ -685,6 +686,10 @@ impl BlockDevice for Leaf {
 
 impl Drop for Leaf {
     fn drop(&mut self) {
+        // A leaf that leaves the tree (a change undone, a device detached)
+        // while writes are parked on it: nothing would queue them again,
+        // and the sync waiting for them would never end.
+        self.fail_parked("the device left the pool");
         self.shutdown();
     }
 }
@@ -748,12 +753,12 @@ fn guarded(f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| Err(io::Error::other("the device call panicked")))
 }
 
-fn perform_write(sh: &Shared, issue: Issue<Timed>) {
+/// Writes an issue's parts with one device call, counted; the result.
+fn write_issue(sh: &Shared, issue: &Issue<Timed>) -> io::Result<()> {
     // A merged write is written back to back: its parts must be adjacent, or
     // bytes would land at the wrong offsets. (The queue never merges across
     // a gap with the write gap limit at 0, which the tunables enforce; should
     // that ever break, the write fails instead of misplacing data.)
-    let since = sh.reopened.load(Ordering::SeqCst);
     let started = Instant::now();
     let mut pos = issue.offset;
     let mut adjacent = true;
@@ -774,7 +779,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             .collect();
         sh.call(Op::Write, || guarded(|| sh.dev().writev_at(&bufs, issue.offset))).0
     };
-    record(sh, &issue, started);
+    record(sh, issue, started);
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
     match &res {
         Ok(()) => {
@@ -784,6 +789,12 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
+    res
+}
+
+fn perform_write(sh: &Shared, issue: Issue<Timed>) {
+    let since = sh.reopened.load(Ordering::SeqCst);
+    let res = write_issue(sh, &issue);
     let (len, offset) = (issue.len, issue.offset);
     let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
     // Faulted first: a sibling deciding about the same block sees this
@@ -791,10 +802,9 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
     // (an intent-log write) finds the pool already suspended — were it to
     // ask for a txg sync first, that sync could start before the fault
     // and fail for good on its writes, where `pool clear` could have
-    // resumed it.
-    // A failure of the device the leaf had before a reopen (`pool clear`
-    // took it back meanwhile) neither faults the leaf nor decides anything:
-    // the write is queued again, to the device it has now.
+    // resumed it. A failure of the device the leaf had before a reopen
+    // (`pool clear` took it back meanwhile) is stale: it neither faults the
+    // leaf nor decides anything, and the write is queued again.
     let stale = res.as_ref().is_err_and(|e| !sh.fault_after("write", e, Some(since)));
     let tolerated = res.is_err() && !stale && sh.served();
     let mut done = Vec::with_capacity(issue.parts.len());

@@ -2061,7 +2061,7 @@ impl Shared {
         if cfg!(debug_assertions) {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         }
-        self.or_park(|| self.check_devices().and_then(|()| self.write_uberblock(&ub, &members)))?;
+        self.or_park(Some(txg), || self.check_devices().and_then(|()| self.write_uberblock(&ub, &members)))?;
         {
             let mut s = self.sync.lock();
             s.ub = ub;
@@ -2175,7 +2175,7 @@ impl Shared {
     /// the pool, the sync waits for the clear (as when its writes are
     /// parked), then checks again — the txg is written after all.
     fn devices_or_park(&self) -> Result<()> {
-        self.or_park(|| self.check_devices())
+        self.or_park(None, || self.check_devices())
     }
 
     /// Runs a step of the sync that can be run again — the device check at
@@ -2188,11 +2188,16 @@ impl Shared {
     /// the flush before the uberblock are no such step: a write that fails
     /// is parked by its leaf, and a failed flush may have lost what it was
     /// to keep; the flush after the uberblock covers only the uberblock,
-    /// written again.)
-    fn or_park(&self, step: impl Fn() -> Result<()>) -> Result<()> {
+    /// written again.) With `txg`, the suspension's reason becomes the
+    /// step's error (`TxgEngine::note_sync_waits`) unless that is the
+    /// suspension itself.
+    fn or_park(&self, txg: Option<u64>, step: impl Fn() -> Result<()>) -> Result<()> {
         loop {
             match step() {
                 Err(e) if self.core.txg.resumable() => {
+                    if let (Some(t), false) = (txg, e.kind == ErrorKind::Suspended) {
+                        self.core.txg.note_sync_waits(t, &e.to_string());
+                    }
                     if !self.core.txg.wait_resumed() {
                         return Err(e);
                     }

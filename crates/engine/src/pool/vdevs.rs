@@ -436,8 +436,8 @@ impl PoolCore {
 
     /// Makes leaf `io` under top-level vdev `top` report its faults to
     /// the pool (`leaf_faulted`) and its parked writes to the sync, and
-    /// tolerate a failed write while `top` is still up (the block is on
-    /// the siblings: `io::pipeline`'s "Faults").
+    /// tolerate a failed write while `top` still holds the txg without it
+    /// (the block is on the siblings: `io::pipeline`'s "Faults").
     pub(crate) fn hook_faults(self: &Arc<Self>, top: u32, io: &crate::io::Leaf) {
         // The txg being synced, as a fault adds it to the DTL.
         let w = Arc::downgrade(self);
