@@ -189,6 +189,24 @@ fn writer(path: std::path::PathBuf) -> std::sync::mpsc::Receiver<std::io::Result
     rx
 }
 
+/// Injects write errors into `devs` of `pool`: the fsync that meets them
+/// fails, and a writer of file `held` after it waits — `status` counts it
+/// and says `pool clear` resumes. With the injection cleared, `pool clear`
+/// lets the writer in, and it succeeds.
+fn writer_waits_for_clear(e: &Env, pool: &str, devs: &[&str], at: &dyn Fn(&str) -> std::path::PathBuf) {
+    for d in devs {
+        e.ok(&["inject", "-d", d, "-e", "io", "-T", "write", pool]);
+    }
+    assert!(write_synced(&at("refused"), 4096, 1).is_err(), "the fsync that met the fault fails");
+    let held = writer(at("held"));
+    let st = status_shows(e, pool, "1 writers wait");
+    assert!(st.contains("state: SUSPENDED") && st.contains("1 writers wait") && st.contains(&format!("tarn pool clear {}", pool)), "{}", st);
+    assert!(held.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the writer waits");
+    e.ok(&["inject", "-c", "all"]);
+    e.ok(&["pool", "clear", pool]);
+    held.recv_timeout(std::time::Duration::from_secs(30)).expect("the writer ends after the clear").expect("and succeeds");
+}
+
 /// `failmode=wait`, the default: an injected write fault suspends the
 /// pool, the fsync that hit it fails, and a writer after it waits —
 /// `status` counts it and says `pool clear` resumes. With the fault
@@ -209,15 +227,7 @@ fn failmode_wait_holds_a_writer_until_clear() {
     let at = |f: &str| e.at(mnt.join(f).to_str().unwrap());
     write_synced(&at("kept"), 1 << 20, 7).unwrap();
 
-    e.ok(&["inject", "-d", &img, "-e", "io", "-T", "write", "fw"]);
-    assert!(write_synced(&at("refused"), 4096, 1).is_err(), "the fsync that met the fault fails");
-    let held = writer(at("held"));
-    let st = status_shows(&e, "fw", "1 writers wait");
-    assert!(st.contains("state: SUSPENDED") && st.contains("1 writers wait") && st.contains("tarn pool clear fw"), "{}", st);
-    assert!(held.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the writer waits");
-    e.ok(&["inject", "-c", "all"]);
-    e.ok(&["pool", "clear", "fw"]);
-    held.recv_timeout(std::time::Duration::from_secs(30)).expect("the writer ends after the clear").expect("and succeeds");
+    writer_waits_for_clear(&e, "fw", &[&img], &at);
     assert!(e.ok(&["pool", "status", "fw"]).contains("state: ONLINE"));
     e.ok(&["pool", "export", "fw"]);
     e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "fw"]);
@@ -256,16 +266,7 @@ fn failmode_wait_holds_a_writer_until_clear_on_a_mirror() {
     let at = |f: &str| e.at(mnt.join(f).to_str().unwrap());
     write_synced(&at("kept"), 1 << 20, 7).unwrap();
 
-    e.ok(&["inject", "-d", &a, "-e", "io", "-T", "write", "fm"]);
-    e.ok(&["inject", "-d", &b, "-e", "io", "-T", "write", "fm"]);
-    assert!(write_synced(&at("refused"), 4096, 1).is_err(), "the fsync that met the fault fails");
-    let held = writer(at("held"));
-    let st = status_shows(&e, "fm", "1 writers wait");
-    assert!(st.contains("state: SUSPENDED") && st.contains("1 writers wait") && st.contains("tarn pool clear fm"), "{}", st);
-    assert!(held.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the writer waits");
-    e.ok(&["inject", "-c", "all"]);
-    e.ok(&["pool", "clear", "fm"]);
-    held.recv_timeout(std::time::Duration::from_secs(30)).expect("the writer ends after the clear").expect("and succeeds");
+    writer_waits_for_clear(&e, "fm", &[&a, &b], &at);
     e.ok(&["pool", "wait", "-t", "resilver", "fm"]);
     let st = status_shows(&e, "fm", "state: ONLINE");
     assert!(st.contains("state: ONLINE"), "{}", st);
