@@ -189,6 +189,24 @@ fn writer(path: std::path::PathBuf) -> std::sync::mpsc::Receiver<std::io::Result
     rx
 }
 
+/// Injects write errors into `devs` of `pool`: the fsync that meets them
+/// fails, and a writer of file `held` after it waits — `status` counts it
+/// and says `pool clear` resumes. With the injection cleared, `pool clear`
+/// lets the writer in, and it succeeds.
+fn writer_waits_for_clear(e: &Env, pool: &str, devs: &[&str], at: &dyn Fn(&str) -> std::path::PathBuf) {
+    for d in devs {
+        e.ok(&["inject", "-d", d, "-e", "io", "-T", "write", pool]);
+    }
+    assert!(write_synced(&at("refused"), 4096, 1).is_err(), "the fsync that met the fault fails");
+    let held = writer(at("held"));
+    let st = status_shows(e, pool, "1 writers wait");
+    assert!(st.contains("state: SUSPENDED") && st.contains("1 writers wait") && st.contains(&format!("tarn pool clear {}", pool)), "{}", st);
+    assert!(held.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the writer waits");
+    e.ok(&["inject", "-c", "all"]);
+    e.ok(&["pool", "clear", pool]);
+    held.recv_timeout(std::time::Duration::from_secs(30)).expect("the writer ends after the clear").expect("and succeeds");
+}
+
 /// `failmode=wait`, the default: an injected write fault suspends the
 /// pool, the fsync that hit it fails, and a writer after it waits —
 /// `status` counts it and says `pool clear` resumes. With the fault
@@ -203,22 +221,13 @@ fn failmode_wait_holds_a_writer_until_clear() {
     let img = e.path("fw.img");
     e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "fw", &img, "--size", "128M"]);
     assert_eq!(e.ok(&["pool", "get", "-H", "-o", "value", "failmode", "fw"]).trim(), "wait");
-    // No txg sync on the timer: the fault must meet the fsync's log write
-    // (a device fault `pool clear` can end), not an uberblock write of a
-    // sync running beside it (a failed sync, which nothing resumes).
+    // No txg sync on the timer: the fault meets the fsync's log write, and
+    // the writes of the sync that follows, on one path each run.
     e.ok(&["tunable", "set", "zfs_txg_timeout=3600"]);
     let at = |f: &str| e.at(mnt.join(f).to_str().unwrap());
     write_synced(&at("kept"), 1 << 20, 7).unwrap();
 
-    e.ok(&["inject", "-d", &img, "-e", "io", "-T", "write", "fw"]);
-    assert!(write_synced(&at("refused"), 4096, 1).is_err(), "the fsync that met the fault fails");
-    let held = writer(at("held"));
-    let st = status_shows(&e, "fw", "1 writers wait");
-    assert!(st.contains("state: SUSPENDED") && st.contains("1 writers wait") && st.contains("tarn pool clear fw"), "{}", st);
-    assert!(held.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the writer waits");
-    e.ok(&["inject", "-c", "all"]);
-    e.ok(&["pool", "clear", "fw"]);
-    held.recv_timeout(std::time::Duration::from_secs(30)).expect("the writer ends after the clear").expect("and succeeds");
+    writer_waits_for_clear(&e, "fw", &[&img], &at);
     assert!(e.ok(&["pool", "status", "fw"]).contains("state: ONLINE"));
     e.ok(&["pool", "export", "fw"]);
     e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "fw"]);
@@ -238,6 +247,37 @@ fn failmode_wait_holds_a_writer_until_clear() {
     assert!(write_synced(&at("later"), 4096, 2).is_err(), "later writers fail at once");
     e.ok(&["inject", "-c", "all"]);
     assert!(e.ok(&["pool", "export", "-f", "fw"]).contains("without syncing"));
+}
+
+/// Pins: a mirror whose devices both refused writes failed its sync for
+/// good ("mirror-0 is UNAVAIL: insufficient replicas"): `pool clear`
+/// could not resume it and what waited was lost with `export -f`. Now,
+/// as for a plain device, the fsync fails, a writer waits, `status` says
+/// `pool clear` resumes; with the fault cleared the clear lets the writer
+/// in, the devices resilver what they missed, a scrub finds nothing, and
+/// everything is there after an export and import.
+#[test]
+fn failmode_wait_holds_a_writer_until_clear_on_a_mirror() {
+    let Some(e) = Env::private("failmode-mirror", false) else { return };
+    let mnt = e.dir.join("mnt");
+    let (a, b) = (e.path("fma.img"), e.path("fmb.img"));
+    e.ok(&["pool", "create", "-m", mnt.to_str().unwrap(), "fm", "mirror", &a, &b, "--size", "128M"]);
+    e.ok(&["tunable", "set", "zfs_txg_timeout=3600"]);
+    let at = |f: &str| e.at(mnt.join(f).to_str().unwrap());
+    write_synced(&at("kept"), 1 << 20, 7).unwrap();
+
+    writer_waits_for_clear(&e, "fm", &[&a, &b], &at);
+    e.ok(&["pool", "wait", "-t", "resilver", "fm"]);
+    let st = status_shows(&e, "fm", "state: ONLINE");
+    assert!(st.contains("state: ONLINE"), "{}", st);
+    e.ok(&["pool", "scrub", "-w", "fm"]);
+    let st = e.ok(&["pool", "status", "fm"]);
+    assert!(st.contains("scrub repaired 0") && st.contains("with 0 errors"), "a scrub finds every copy whole: {}", st);
+    e.ok(&["pool", "export", "fm"]);
+    e.ok(&["pool", "import", "-d", e.dir.to_str().unwrap(), "fm"]);
+    assert_eq!(std::fs::read(at("held")).unwrap(), noise(4096, 0x5A), "the held write was kept");
+    assert_eq!(std::fs::read(at("kept")).unwrap(), noise(1 << 20, 7));
+    e.ok(&["pool", "export", "fm"]);
 }
 
 /// `failmode` takes `wait` and `continue`; `panic` and anything else are

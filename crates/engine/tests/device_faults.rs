@@ -15,15 +15,19 @@
 //! write, by `status`; an image file deleted; an image file on a tiny
 //! tmpfs whose space runs out (ENOSPC of the host file system), mounted in
 //! a private mount namespace of the test's thread (root only). These
-//! pools are `failmode=continue`; the last test is `failmode=wait`'s: the
-//! writer waits for `pool clear` instead.
+//! pools are `failmode=continue`; the last tests are `failmode=wait`'s: the
+//! writer waits for `pool clear` instead — on a plain device, and on a
+//! mirror or RAID-Z vdev that lost more children than it can spare.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{mem_devs, open, pattern, put, small_tunables};
-use tarn_engine::sys::FaultConfig;
+use std::sync::Arc;
+
+use common::{as_dyn, mem_devs, open, pattern, put, small_tunables, verified};
+use tarn_engine::pool::vdevs::{Layout, NewTop};
+use tarn_engine::sys::{BlockDevice, FaultConfig, FaultDevice};
 use tarn_engine::{CreateOptions, ErrorKind, OpenOptions, Pool};
 
 /// A directory of this test's own, removed when dropped.
@@ -284,4 +288,181 @@ fn waiting(pool: &Pool, n: u64) -> bool {
         std::thread::sleep(std::time::Duration::from_millis(20));
         pool.suspension().is_some_and(|s| s.waiting_writers == n)
     })
+}
+
+/// A pool of one top-level vdev of `layout` on `n` in-memory devices.
+fn redundant_pool(layout: Layout, n: usize, seed: u64) -> (Vec<Arc<FaultDevice>>, Arc<Pool>) {
+    let devs = mem_devs(n, 128 << 20, seed);
+    let tops = vec![NewTop { layout, devices: as_dyn(&devs) }];
+    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    (devs, Arc::new(Pool::create_tops("tank", tops, vec![], &opts).expect("create")))
+}
+
+fn refuse(d: &FaultDevice, on: bool) {
+    d.set_config(FaultConfig { refuse_writes: on.then_some(libc::EIO), ..Default::default() });
+}
+
+/// Pins: a mirror whose children all refused writes, or a RAID-Z1 vdev
+/// with two of three refusing, failed its sync ("mirror-0 is UNAVAIL:
+/// insufficient replicas") for good — nothing resumed it, `pool clear`
+/// could not, and what waited was lost with an `export -f`. As for a plain
+/// device (OpenZFS's zio_suspend / zio_resume): the pool suspends
+/// resumably, a writer waits, an fsync fails; with the devices whole
+/// again `pool clear` resumes it, the txg whose writes were kept is
+/// written, the writer goes on, the children that missed writes resilver,
+/// and everything reads back — verified, and after an export and import.
+fn redundant_vdev_resumes_after_clear(layout: Layout, n: usize, refusing: &[usize], seed: u64) {
+    let (devs, pool) = redundant_pool(layout, n, seed);
+    let before = pattern(300_000, seed);
+    let a = put(&pool, &before);
+    pool.sync().expect("sync before the fault");
+    refusing.iter().for_each(|&i| refuse(&devs[i], true));
+    let kept = pattern(400_000, seed + 1);
+    let b = put(&pool, &kept);
+    let e = pool.sync().expect_err("the sync cannot finish while too many children refuse writes");
+    assert_eq!(e.kind, ErrorKind::Suspended, "{e}");
+    let sus = pool.suspension().expect("suspended");
+    assert!(sus.resumable, "a fault pool clear can end: {sus:?}");
+    assert!(sus.reason.contains("FAULTED: write error"), "names the device and why: {sus:?}");
+    assert_eq!(pool.status().state, "SUSPENDED");
+    let held = pattern(200_000, seed + 2);
+    let writer = {
+        let (pool, held) = (pool.clone(), held.clone());
+        std::thread::spawn(move || put(&pool, &held))
+    };
+    assert!(waiting(&pool, 1), "the writer waits (failmode=wait): {:?}", pool.suspension());
+    assert!(pool.sync().is_err(), "a sync waiter fails, it does not wait");
+    assert!(!writer.is_finished());
+    // Still refusing: the kept writes fail again, and the pool stays
+    // suspended (the writer may have got in meanwhile).
+    assert!(pool.clear(None).is_err(), "children still refusing writes cannot be cleared");
+    assert!(pool.suspension().expect("still suspended").resumable);
+    refusing.iter().for_each(|&i| refuse(&devs[i], false));
+    pool.clear(None).expect("the devices are whole again: clear resumes the pool");
+    let c = writer.join().expect("the writer got in after the clear");
+    pool.sync().expect("the kept txg and the held write sync");
+    common::resilvered(&pool);
+    let st = pool.status();
+    assert_eq!(st.state, "ONLINE", "{st:?}");
+    for (obj, data) in [(a, &before), (b, &kept), (c, &held)] {
+        assert!(pool.root().read(obj, 0, data.len()).expect("read") == *data, "object {obj} reads back");
+    }
+    verified(&pool, "after the clear");
+    assert_eq!(pool.scrub().expect("scrub").bad_copies, 0, "every child holds what it should");
+    let pool = Arc::into_inner(pool).expect("the writer is gone");
+    pool.export().expect("export");
+    drop(pool);
+    let pool = open(&devs).expect("import");
+    for (obj, data) in [(a, &before), (b, &kept), (c, &held)] {
+        assert!(pool.root().read(obj, 0, data.len()).expect("read after import") == *data, "object {obj} after import");
+    }
+    verified(&pool, "after import");
+}
+
+#[test]
+fn a_mirror_with_no_child_left_resumes_after_clear() {
+    redundant_vdev_resumes_after_clear(Layout::Mirror, 2, &[0, 1], 92);
+}
+
+#[test]
+fn a_raidz_past_its_parity_resumes_after_clear() {
+    redundant_vdev_resumes_after_clear(Layout::Raidz(1), 3, &[0, 1], 93);
+}
+
+/// No regression: one child of two refusing writes faults, the mirror
+/// goes on DEGRADED and nothing waits; with `failmode=continue`, losing
+/// both suspends the pool (resumably) and a writer fails at once.
+#[test]
+fn a_mirror_with_a_child_left_goes_on_and_continue_fails_writers() {
+    let (devs, pool) = redundant_pool(Layout::Mirror, 2, 94);
+    refuse(&devs[1], true);
+    let a = put(&pool, &pattern(300_000, 1));
+    pool.sync().expect("the mirror writes on its good child");
+    assert!(pool.suspension().is_none());
+    assert_eq!(pool.status().state, "DEGRADED");
+    assert_eq!(pool.root().read(a, 0, 300_000).unwrap(), pattern(300_000, 1));
+
+    pool.set_property("failmode", "continue").expect("failmode=continue");
+    refuse(&devs[0], true);
+    put(&pool, &pattern(300_000, 2));
+    assert!(pool.sync().is_err(), "no child takes writes");
+    assert!(pool.suspension().expect("suspended").resumable);
+    let e = pool.root().begin().map(|_| ()).expect_err("continue: a writer fails at once");
+    assert_eq!(e.kind, ErrorKind::Suspended, "{e:?}");
+    assert!(waiting(&pool, 0));
+    assert!(pool.discard().is_some());
+}
+
+/// A device whose label areas (where the uberblocks go) refuse writes
+/// while `refuse` is set; everything else passes to `inner`.
+#[derive(Debug)]
+struct LabelsRefusing {
+    inner: Arc<FaultDevice>,
+    refuse: std::sync::atomic::AtomicBool,
+}
+
+impl LabelsRefusing {
+    fn check(&self, offset: u64, len: usize) -> std::io::Result<()> {
+        use tarn_ondisk::label::{LABELS_BACK, LABELS_FRONT};
+        let size = self.inner.size_bytes();
+        let in_labels = offset < LABELS_FRONT || offset + len as u64 > size - LABELS_BACK;
+        match in_labels && self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(std::io::Error::from_raw_os_error(libc::EIO)),
+            false => Ok(()),
+        }
+    }
+}
+
+impl BlockDevice for LabelsRefusing {
+    fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.check(offset, buf.len())?;
+        self.inner.write_at(buf, offset)
+    }
+    fn writev_at(&self, bufs: &[&[u8]], offset: u64) -> std::io::Result<()> {
+        self.check(offset, bufs.iter().map(|b| b.len()).sum())?;
+        self.inner.writev_at(bufs, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+}
+
+/// The uberblock write failing on a mirror's last child (its data written
+/// and flushed): the sync waits for `pool clear` and writes the uberblock
+/// again, as OpenZFS's spa_sync after zio_resume_wait — it failed the
+/// sync for good before, though everything it names was on disk.
+#[test]
+fn an_uberblock_a_mirror_could_not_take_is_written_after_clear() {
+    let mem = mem_devs(2, 128 << 20, 95);
+    let devs: Vec<Arc<LabelsRefusing>> = mem.iter().map(|d| Arc::new(LabelsRefusing { inner: d.clone(), refuse: false.into() })).collect();
+    let named: Vec<(String, Arc<dyn BlockDevice>)> = devs.iter().map(|d| (d.name(), d.clone() as Arc<dyn BlockDevice>)).collect();
+    let opts = CreateOptions { tunables: small_tunables(), ..Default::default() };
+    let pool = Pool::create_tops("tank", vec![NewTop { layout: Layout::Mirror, devices: named.clone() }], vec![], &opts).expect("create");
+    pool.sync().expect("sync");
+    let txg = pool.uberblock().txg;
+    devs.iter().for_each(|d| d.refuse.store(true, std::sync::atomic::Ordering::SeqCst));
+    let data = pattern(300_000, 5);
+    let a = put(&pool, &data);
+    assert!(pool.sync().is_err(), "no child takes the uberblock");
+    let sus = pool.suspension().expect("suspended");
+    assert!(sus.resumable, "{sus:?}");
+    assert_eq!(pool.uberblock().txg, txg);
+    devs.iter().for_each(|d| d.refuse.store(false, std::sync::atomic::Ordering::SeqCst));
+    pool.clear(None).expect("clear resumes the pool");
+    pool.sync().expect("the txg's uberblock is written");
+    assert!(pool.uberblock().txg > txg);
+    verified(&pool, "after the clear");
+    pool.export().expect("export");
+    drop(pool);
+    let pool = Pool::open_on(named, vec![], &OpenOptions { tunables: small_tunables(), ..Default::default() }).expect("import");
+    assert!(pool.root().read(a, 0, data.len()).expect("read") == data);
 }

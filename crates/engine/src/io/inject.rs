@@ -33,9 +33,10 @@
 //! is counted and, the device being healthy, served from another copy; and
 //! `nxio` answers the leaf's health check as a removed device does, so the
 //! leaf is REMOVED at its next I/O or check and the pool suspends exactly
-//! as when an image file is deleted. A leaf's fault is for good, as for a
-//! real device: clearing the handler afterwards restores the device's I/O,
-//! not the faulted leaf (its pool stays suspended until exported with -f).
+//! as when an image file is deleted. A leaf's fault stays, as for a real
+//! device: clearing the handler afterwards restores the device's I/O, not
+//! the faulted leaf, which `pool clear` takes back (resuming its pool when
+//! the fault suspended it).
 //!
 //! # Delays and lanes
 //! Without lanes (`-D 10`), every matching operation takes at least 10 ms

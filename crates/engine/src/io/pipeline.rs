@@ -23,8 +23,8 @@
 //!
 //! A leaf is online until something shows its device cannot keep what is
 //! written to it; then it is faulted for good (the first reason stays) and
-//! its fault hook runs once (the pool suspends: without redundancy nothing
-//! it writes can be trusted to land). What faults it, as OpenZFS's
+//! its fault hook runs once (the pool suspends when the leaf's top-level
+//! vdev can no longer take writes). What faults it, as OpenZFS's
 //! vdev_file/vdev_disk fault a vdev on errors its probe confirms:
 //! - a failed write or cache flush (EIO, EROFS, ENOSPC of the file system
 //!   under an image file …): `FAULTED` with the error, or what the device's
@@ -37,7 +37,31 @@
 //!
 //! A failed write faults the leaf (and runs the hook) before its group
 //! hears of the failure: whoever waits for it finds the pool already
-//! suspended.
+//! suspended. Then its fate is decided, the leaf already down:
+//! - tolerated — its group completes without error — when the block is
+//!   held without this leaf (`Leaf::set_served_hook`: the leaf's top-level
+//!   vdev still holds the txg being synced: a mirror with another child up
+//!   that did not miss it, RAID-Z with no more children down or behind
+//!   than parity); the leaf's DTL records the txg and resilver repairs it
+//!   later;
+//! - else parked (`Leaf::set_park_failed_writes`, a group that may wait):
+//!   kept, its group not completed, so the txg being synced is neither
+//!   written nor lost until `pool clear` queues it again (`resume_parked`)
+//!   or the pool closes (`fail_parked`);
+//! - else failed (an intent-log write, which has a fallback).
+//!
+//! Deciding after the fault is what keeps a block from being dropped by
+//! every child: faults stay until `pool clear` (and a leaf it takes back
+//! keeps the txg in its DTL), so of the children that fail one block's
+//! writes, the last to decide sees all the others down or behind, and a
+//! mirror's last child (RAID-Z's child past parity) parks. `Vdev::write`
+//! skips children that are down by the same rule, keeping the block on
+//! them without issuing it (`Leaf::hold`) when the vdev may lack the txg.
+//!
+//! A write that fails on the device the leaf had before a `reopen` (`pool
+//! clear` took it back while the write was under way) is queued again,
+//! neither faulting the leaf nor parked where the clear's `resume_parked`
+//! has already been.
 //!
 //! # Injected faults
 //!
@@ -208,6 +232,8 @@ pub type DirtyGauge = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
 pub type FaultHook = Box<dyn Fn(&str, &Health) + Send + Sync>;
 /// Told when a failed write is parked (`Leaf::set_park_hook`).
 pub type ParkHook = Box<dyn Fn() + Send + Sync>;
+/// Whether a block is held without this leaf (`Leaf::set_served_hook`).
+pub type ServedHook = Box<dyn Fn() -> bool + Send + Sync>;
 
 struct Shared {
     name: String,
@@ -222,12 +248,15 @@ struct Shared {
     io: LeafIo,
     /// Set once, by the first fault (see the module docs).
     fault: Mutex<Option<Health>>,
-    /// A child of a redundant vdev: a failed write faults the leaf but
-    /// completes its group without error (the block is on its siblings;
-    /// the leaf's DTL and the sync's device check take it from there).
-    redundant: AtomicBool,
-    /// Failed writes are parked instead of failing their groups (the sync
-    /// waits for the device to come back: the pool's failmode).
+    /// Bumped by each `reopen`, under `fault`'s lock: a write that failed
+    /// on the device the leaf had before is the old device's failure.
+    reopened: AtomicU64,
+    /// Asked after a failed write faulted the leaf: true while the block
+    /// is held without it (see the module docs), and the write is
+    /// tolerated. None (a leaf no pool hooked): never.
+    served: Mutex<Option<ServedHook>>,
+    /// Failed writes that are not tolerated are parked instead of failing
+    /// their groups (the sync waits for the device to come back).
     park_failed: AtomicBool,
     parked: Mutex<Vec<Parked>>,
     on_fault: Mutex<Option<FaultHook>>,
@@ -248,17 +277,55 @@ impl Shared {
     /// Marks the leaf faulted with `h` unless it already is; the first
     /// fault runs the hook.
     fn fault(&self, h: Health) {
+        self.fault_since(h, None);
+    }
+
+    /// As `fault`, unless the leaf was reopened since `since` (its
+    /// `reopened` count then): false, and nothing done, when it was.
+    fn fault_since(&self, h: Health, since: Option<u64>) -> bool {
         debug_assert!(h != Health::Online);
         {
             let mut f = self.fault.lock();
+            if since.is_some_and(|n| n != self.reopened.load(Ordering::SeqCst)) {
+                return false;
+            }
             if f.is_some() {
-                return;
+                return true;
             }
             *f = Some(h.clone());
         }
         if let Some(hook) = self.on_fault.lock().as_ref() {
             hook(&self.name, &h);
         }
+        true
+    }
+
+    /// Queues a request (see `Leaf::enqueue`).
+    fn enqueue(&self, class: IoClass, kind: IoKind, offset: u64, len: u64, req: Req) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        let mut q = self.q.lock();
+        q.enqueue(QueuedIo::new(class, kind, offset, len, Timed { t0: now, req }), now);
+        drop(q);
+        self.cv.notify_one();
+    }
+
+    /// Queues a write its group already counts (parked, or failed on the
+    /// device before a reopen) again.
+    fn requeue(&self, offset: u64, buf: Arc<AlignedBuf>, range: Range<usize>, group: Arc<WriteGroup>, retire: u64) {
+        let len = range.len() as u64;
+        self.enqueue(IoClass::AsyncWrite, IoKind::Write, offset, len, Req::Write { buf, range, group, retire });
+    }
+
+    /// Tells the park hook that a write was parked.
+    fn told_parked(&self) {
+        if let Some(hook) = self.on_park.lock().as_ref() {
+            hook();
+        }
+    }
+
+    /// Whether a block is held without this leaf (`served`).
+    fn served(&self) -> bool {
+        self.served.lock().as_ref().is_some_and(|f| f())
     }
 
     /// The device's own verdict, faulting the leaf if it is not online.
@@ -280,13 +347,14 @@ impl Shared {
     }
 
     /// After a failed write or flush: faulted, with the device's verdict
-    /// if it has one, else the error.
-    fn fault_after(&self, what: &str, e: &io::Error) {
+    /// if it has one, else the error — unless the leaf was reopened since
+    /// `since` (see `fault_since`).
+    fn fault_after(&self, what: &str, e: &io::Error, since: Option<u64>) -> bool {
         let h = match self.device_health() {
             Health::Online => Health::Faulted(format!("{} error: {}", what, e)),
             h => h,
         };
-        self.fault(h);
+        self.fault_since(h, since)
     }
 
     /// Runs device call `f` of kind `op` under the injection handlers:
@@ -322,9 +390,10 @@ impl Leaf {
             stats: LeafStats::default(),
             io: LeafIo::default(),
             fault: Mutex::new(None),
+            reopened: AtomicU64::new(0),
             on_fault: Mutex::new(None),
             on_park: Mutex::new(None),
-            redundant: AtomicBool::new(false),
+            served: Mutex::new(None),
             park_failed: AtomicBool::new(false),
             parked: Mutex::new(Vec::new()),
             inject: LeafInjections::default(),
@@ -358,8 +427,10 @@ impl Leaf {
         if h != Health::Online {
             return Err(h);
         }
+        let mut f = self.sh.fault.lock();
         *self.sh.dev.write() = dev;
-        *self.sh.fault.lock() = None;
+        *f = None;
+        self.sh.reopened.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
@@ -382,11 +453,7 @@ impl Leaf {
     }
 
     fn enqueue(&self, class: IoClass, kind: IoKind, offset: u64, len: u64, req: Req) {
-        let now = self.sh.epoch.elapsed().as_nanos() as u64;
-        let mut q = self.sh.q.lock();
-        q.enqueue(QueuedIo::new(class, kind, offset, len, Timed { t0: now, req }), now);
-        drop(q);
-        self.sh.cv.notify_one();
+        self.sh.enqueue(class, kind, offset, len, req);
     }
 
     /// Queues a write of all of `buf` at `offset`.
@@ -421,7 +488,9 @@ impl Leaf {
     /// A failure faults the leaf.
     pub fn flush(&self) -> io::Result<()> {
         self.sh.stats.flushes.fetch_add(1, Ordering::Relaxed);
-        self.sh.call(Op::Flush, || self.sh.dev().flush()).0.inspect_err(|e| self.sh.fault_after("cache flush", e))
+        self.sh.call(Op::Flush, || self.sh.dev().flush()).0.inspect_err(|e| {
+            self.sh.fault_after("cache flush", e, None);
+        })
     }
 
     /// Writes directly, outside the scheduler (labels and uberblocks, which the
@@ -432,7 +501,7 @@ impl Leaf {
         self.sh.stats.write_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.sh.call(Op::Write, || self.sh.dev().write_at(buf, offset)).0.inspect_err(|e| {
             self.sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
-            self.sh.fault_after("write", e);
+            self.sh.fault_after("write", e, None);
         })
     }
 
@@ -441,6 +510,14 @@ impl Leaf {
     pub fn note_checksum_error(&self) {
         self.sh.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
         self.sh.check();
+    }
+
+    /// Runs `f` with the leaf's fault while it is faulted, `reopen` waiting
+    /// meanwhile: a suspension made there cannot come after a `pool clear`
+    /// that took the leaf back and resumed the pool. Whether it ran.
+    pub fn while_faulted(&self, f: impl FnOnce(&Health)) -> bool {
+        let g = self.sh.fault.lock();
+        g.as_ref().map(f).is_some()
     }
 
     /// Online, or the fault that took the leaf out (see the module docs).
@@ -460,16 +537,46 @@ impl Leaf {
         self.sh.fault(h);
     }
 
-    /// Marks the leaf a child of a redundant vdev (see `Shared::redundant`).
-    pub fn set_redundant(&self, on: bool) {
-        self.sh.redundant.store(on, Ordering::Relaxed);
+    /// Sets what says whether a block is held without this leaf (its
+    /// top-level vdev still holds the txg), asked after a failed write
+    /// faulted the leaf: the write is then tolerated (see the module docs).
+    pub fn set_served_hook(&self, hook: ServedHook) {
+        *self.sh.served.lock() = Some(hook);
     }
 
-    /// Parks the writes that fail (a leaf without redundancy, under the
-    /// pool's failmode): their groups wait, so the txg being synced is
+    /// Parks the writes that fail and are not tolerated (a leaf of the
+    /// pool's data vdevs): their groups wait, so the txg being synced is
     /// neither written nor lost, until `resume_parked` or `fail_parked`.
     pub fn set_park_failed_writes(&self, on: bool) {
         self.sh.park_failed.store(on, Ordering::Relaxed);
+    }
+
+    /// Keeps the write of `buf[range]` at `offset` as a parked one without
+    /// issuing it (its vdev is down: `Vdev::write`; the leaf is faulted,
+    /// not offline): queued by `resume_parked`, failed by `fail_parked` —
+    /// queued at once if the leaf is back already. False, and nothing
+    /// kept, when the leaf does not park or `group` may not wait.
+    pub fn hold(&self, offset: u64, buf: Arc<AlignedBuf>, range: Range<usize>, group: &Arc<WriteGroup>, retire: u64) -> bool {
+        assert!(range.end <= buf.len() && range.start <= range.end, "{}: held write of bytes {:?} of a {}-byte buffer", self.sh.name, range, buf.len());
+        if !group.parks {
+            return false;
+        }
+        {
+            let mut parked = self.sh.parked.lock();
+            if !self.sh.park_failed.load(Ordering::SeqCst) {
+                return false;
+            }
+            group.add();
+            if self.sh.fault.lock().is_none() {
+                // Back since the caller found it down (`pool clear`, whose
+                // `resume_parked` may be done): written now.
+                self.sh.requeue(offset, buf, range, group.clone(), retire);
+                return true;
+            }
+            parked.push(Parked { offset, buf, range, group: group.clone(), retire });
+        }
+        self.sh.told_parked();
+        true
     }
 
     /// How many writes are parked.
@@ -483,8 +590,7 @@ impl Leaf {
         let n = parked.len();
         for p in parked {
             // Their groups still count them: queued without `add`.
-            let len = p.range.len() as u64;
-            self.enqueue(IoClass::AsyncWrite, IoKind::Write, p.offset, len, Req::Write { buf: p.buf, range: p.range, group: p.group, retire: p.retire });
+            self.sh.requeue(p.offset, p.buf, p.range, p.group, p.retire);
         }
         n
     }
@@ -590,6 +696,10 @@ impl BlockDevice for Leaf {
 
 impl Drop for Leaf {
     fn drop(&mut self) {
+        // A leaf that leaves the tree (a change undone, a device detached)
+        // while writes are parked on it: nothing would queue them again,
+        // and the sync waiting for them would never end.
+        self.fail_parked("the device left the pool");
         self.shutdown();
     }
 }
@@ -653,7 +763,8 @@ fn guarded(f: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| Err(io::Error::other("the device call panicked")))
 }
 
-fn perform_write(sh: &Shared, issue: Issue<Timed>) {
+/// Writes an issue's parts with one device call, counted; the result.
+fn write_issue(sh: &Shared, issue: &Issue<Timed>) -> io::Result<()> {
     // A merged write is written back to back: its parts must be adjacent, or
     // bytes would land at the wrong offsets. (The queue never merges across
     // a gap with the write gap limit at 0, which the tunables enforce; should
@@ -678,7 +789,7 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             .collect();
         sh.call(Op::Write, || guarded(|| sh.dev().writev_at(&bufs, issue.offset))).0
     };
-    record(sh, &issue, started);
+    record(sh, issue, started);
     sh.stats.write_ops.fetch_add(1, Ordering::Relaxed);
     match &res {
         Ok(()) => {
@@ -688,19 +799,42 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             sh.stats.write_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
+    res
+}
+
+fn perform_write(sh: &Shared, issue: Issue<Timed>) {
+    let since = sh.reopened.load(Ordering::SeqCst);
+    let res = write_issue(sh, &issue);
     let (len, offset) = (issue.len, issue.offset);
     let what = || format!("write of {} bytes at {} on {}", len, offset, sh.name);
-    let tolerated = sh.redundant.load(Ordering::Relaxed);
+    // Faulted first: a sibling deciding about the same block sees this
+    // leaf down (see the module docs), and a waiter told of the failure
+    // (an intent-log write) finds the pool already suspended — were it to
+    // ask for a txg sync first, that sync could start before the fault
+    // and fail for good on its writes, where `pool clear` could have
+    // resumed it. A failure of the device the leaf had before a reopen
+    // (`pool clear` took it back meanwhile) is stale: it neither faults the
+    // leaf nor decides anything, and the write is queued again.
+    let stale = res.as_ref().is_err_and(|e| !sh.fault_after("write", e, Some(since)));
+    let tolerated = res.is_err() && !stale && sh.served();
     let mut done = Vec::with_capacity(issue.parts.len());
+    let mut parked_any = false;
     for (off, _, t) in issue.parts {
         if let Req::Write { buf, range, group, retire } = t.req {
+            if stale {
+                sh.requeue(off, buf, range, group, retire);
+                continue;
+            }
             if res.is_err() && !tolerated && group.parks {
                 let mut parked = sh.parked.lock();
                 if sh.park_failed.load(Ordering::SeqCst) {
-                    parked.push(Parked { offset: off, buf, range, group, retire });
-                    drop(parked);
-                    if let Some(hook) = sh.on_park.lock().as_ref() {
-                        hook();
+                    // Reopened since it failed: `resume_parked` may be
+                    // done, so it is queued again rather than parked.
+                    if sh.reopened.load(Ordering::SeqCst) != since {
+                        sh.requeue(off, buf, range, group, retire);
+                    } else {
+                        parked.push(Parked { offset: off, buf, range, group, retire });
+                        parked_any = true;
                     }
                     continue;
                 }
@@ -708,14 +842,8 @@ fn perform_write(sh: &Shared, issue: Issue<Timed>) {
             done.push((group, retire));
         }
     }
-    // Parked first, then faulted: the fault hook sees the parked writes
-    // (`Leaf::parked_writes`). Faulted before the other groups complete:
-    // a waiter told of the failure (an intent-log write) finds the pool
-    // already suspended — were it to ask for a txg sync first, that sync
-    // could start before the fault and fail for good on its writes,
-    // where `pool clear` could have resumed it.
-    if let Err(e) = &res {
-        sh.fault_after("write", e);
+    if parked_any {
+        sh.told_parked();
     }
     let r2 = match &res {
         Ok(()) => Ok(()),

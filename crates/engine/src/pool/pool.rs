@@ -1700,7 +1700,6 @@ impl ShellShared {
                 vdevs.push(None);
                 continue;
             }
-            let redundant = !top.kind.is_leaf();
             // A log vdev's failed writes fail their log round at once (it
             // falls back to a txg sync): they never wait for the device.
             let log = config.logs.contains(&top.id);
@@ -1708,10 +1707,10 @@ impl ShellShared {
                 let (path, dev) = devs.next().ok_or_else(|| Error::invalid(format!("pool '{}': no device for leaf '{}'", config.pool_name, leaf.path)))?;
                 let size = label::usable_device_size(dev.size_bytes());
                 let l = new_leaf(path, dev, &txg, tunables);
-                l.set_redundant(redundant);
-                // Without redundancy a failed write waits for the device
-                // (`pool clear` resumes the sync) instead of failing the txg.
-                l.set_park_failed_writes(!redundant && !log);
+                // A failed write that the vdev cannot do without waits for
+                // the device (`pool clear` resumes the sync) instead of
+                // failing the txg.
+                l.set_park_failed_writes(!log);
                 Ok(vdevs::leaf_vdev(leaf, Arc::new(l), size))
             };
             let v = vdevs::build(top, &mut open)?;
@@ -2104,8 +2103,7 @@ impl Shared {
         if cfg!(debug_assertions) {
             core.alloc.lock().check_invariants().map_err(|e| Error::corrupt(format!("allocator: {}", e)))?;
         }
-        self.check_devices()?;
-        self.write_uberblock(&ub, &members)?;
+        self.or_park(Some(txg), || self.check_devices().and_then(|()| self.write_uberblock(&ub, &members)))?;
         {
             let mut s = self.sync.lock();
             s.ub = ub;
@@ -2221,12 +2219,31 @@ impl Shared {
     /// `check_devices` at the start of a sync, before anything of the txg
     /// is written: while a device fault that `pool clear` can end suspends
     /// the pool, the sync waits for the clear (as when its writes are
-    /// parked), then checks again — the txg is written after all. Fails
-    /// when the suspension cannot be resumed or the pool closes.
+    /// parked), then checks again — the txg is written after all.
     fn devices_or_park(&self) -> Result<()> {
+        self.or_park(None, || self.check_devices())
+    }
+
+    /// Runs a step of the sync that can be run again — the device check at
+    /// its start, and the check and uberblock at its end, when everything
+    /// the uberblock names is written and flushed — until it succeeds:
+    /// while it fails on a device fault that `pool clear` can end, the sync
+    /// waits for the clear and runs it again (as OpenZFS's spa_sync writes
+    /// the uberblocks again after zio_resume_wait). Fails when the
+    /// suspension cannot be resumed or the pool closes. (The writes and
+    /// the flush before the uberblock are no such step: a write that fails
+    /// is parked by its leaf, and a failed flush may have lost what it was
+    /// to keep; the flush after the uberblock covers only the uberblock,
+    /// written again.) With `txg`, the suspension's reason becomes the
+    /// step's error (`TxgEngine::note_sync_waits`) unless that is the
+    /// suspension itself.
+    fn or_park(&self, txg: Option<u64>, step: impl Fn() -> Result<()>) -> Result<()> {
         loop {
-            match self.check_devices() {
+            match step() {
                 Err(e) if self.core.txg.resumable() => {
+                    if let (Some(t), false) = (txg, e.kind == ErrorKind::Suspended) {
+                        self.core.txg.note_sync_waits(t, &e.to_string());
+                    }
                     if !self.core.txg.wait_resumed() {
                         return Err(e);
                     }
@@ -2239,7 +2256,8 @@ impl Shared {
     /// Writes the uberblock to every ring of every leaf that is up and was
     /// in the tree when the txg's sync began (`members`), then flushes
     /// them. A leaf of a redundant vdev that fails faults and is left; the
-    /// txg fails when a top-level vdev is left with no leaf.
+    /// txg fails when a top-level vdev is left with no leaf (the sync
+    /// writes it again after `pool clear`: `or_park`).
     fn write_uberblock(&self, ub: &Uberblock, members: &std::collections::HashSet<u64>) -> Result<()> {
         for (top, v) in self.core.leaves() {
             let (Some(leaf), true) = (v.leaf(), v.state().usable()) else { continue };

@@ -119,12 +119,11 @@ impl Pool {
         let mut devs = tops.into_iter().flat_map(|t| t.devices);
         let mut built = Vec::new();
         for node in &nodes {
-            let redundant = !node.kind.is_leaf();
             let v = vdevs::build(node, &mut |leaf| {
                 let (path, dev) = devs.next().ok_or_else(|| Error::invalid(format!("no device for leaf '{}'", leaf.path)))?;
                 let size = tarn_ondisk::label::usable_device_size(dev.size_bytes());
                 let io = Arc::new(new_leaf(path, dev, &core.txg, &tunables));
-                io.set_redundant(redundant);
+                io.set_park_failed_writes(!log);
                 core.hook_faults(node.id, &io);
                 Ok(vdevs::leaf_vdev(leaf, io, size))
             })?;

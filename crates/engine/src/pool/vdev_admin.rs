@@ -255,16 +255,24 @@ impl Pool {
 }
 
 impl Pool {
-    /// A pool suspended by a device fault whose devices are all back
-    /// (`clear` reopened them): the suspension ends and the writes the
-    /// sync parked are queued again, so the txg it was writing is written
-    /// after all (see `Leaf::set_park_failed_writes`). Refused, naming why,
-    /// while a device is still out or when a sync already failed.
+    /// A pool suspended by a device fault whose top-level vdevs can all
+    /// take writes again (`clear` reopened their devices: a plain device,
+    /// a mirror's child, RAID-Z children up to parity): the suspension
+    /// ends and the writes the sync parked are queued again, so the txg it
+    /// was writing is written after all (see `Leaf::set_park_failed_writes`;
+    /// children that missed some of it resilver). Refused, naming why,
+    /// while a vdev is still out or when a sync already failed.
     fn resume_if_suspended(&self) -> Result<()> {
         let core = self.core();
         let Some(why) = core.txg.failure() else { return Ok(()) };
-        if let Some((_, l)) = core.leaves().into_iter().find(|(top, l)| top.leaf().is_some() && l.leaf().is_some_and(|io| io.health() != crate::sys::device::Health::Online)) {
-            return Err(Error::invalid(format!("pool '{}' stays suspended: '{}' is still {} ({})", core.name, l.path, l.state().name(), why)));
+        // Log vdevs never hold the pool back (`pool::log_vdev`).
+        if let Some(top) = core.vdevs.all().iter().find(|t| !core.logs.contains(t.id()) && !t.writable()) {
+            let mut what = format!("'{}' is still {}", top.path, top.state().name());
+            if top.leaf().is_none() {
+                let down: Vec<String> = top.leaves().iter().filter(|l| !l.state().usable()).map(|l| format!("'{}' {}", l.path, l.state().name())).collect();
+                what = format!("{} ({})", what, down.join(", "));
+            }
+            return Err(Error::invalid(format!("pool '{}' stays suspended: {} ({})", core.name, what, why)));
         }
         core.txg.resume().map_err(|why| Error::invalid(format!("pool '{}' cannot resume: {}; 'tarn pool export -f {}' discards what it could not write", core.name, why, core.name)))?;
         let n: usize = core.leaves().iter().filter_map(|(_, l)| l.leaf().map(|io| io.resume_parked())).sum();

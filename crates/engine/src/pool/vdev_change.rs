@@ -400,6 +400,7 @@ impl Shared {
             // Every txg so far: reads of older blocks never go to it, the
             // resilver copies them.
             v.dtl.lock().add_range(1, core.txg.open_txg());
+            io.set_park_failed_writes(!core.logs.contains(node.id));
             core.hook_faults(node.id, &io);
             leaves.insert(guid, v);
         }
@@ -408,12 +409,9 @@ impl Shared {
             l.set_id(n.id);
             Ok(l)
         })?;
+        // Whether a leaf's failed write is tolerated follows from the tree
+        // it is in at the time (`PoolCore::hook_faults`).
         let redundant = !node.kind.is_leaf();
-        for l in top.leaves() {
-            if let Some(io) = l.leaf() {
-                io.set_redundant(redundant);
-            }
-        }
         let mut cfg: LabelConfig = self.config.lock().clone();
         cfg.tree.children[node.id as usize] = node.clone();
         edit(&mut cfg);

@@ -490,8 +490,13 @@ impl PoolCore {
     }
 
     /// Makes leaf `io` under top-level vdev `top` report its faults to
-    /// the pool (`leaf_faulted`).
+    /// the pool (`leaf_faulted`) and its parked writes to the sync, and
+    /// tolerate a failed write while `top` still holds the txg without it
+    /// (the block is on the siblings: `io::pipeline`'s "Faults").
     pub(crate) fn hook_faults(self: &Arc<Self>, top: u32, io: &crate::io::Leaf) {
+        // The txg being synced, as a fault adds it to the DTL.
+        let w = Arc::downgrade(self);
+        io.set_served_hook(Box::new(move || w.upgrade().is_some_and(|c| c.vdevs.get(top as usize).is_some_and(|t| !t.lacks_txg(c.txg.synced_txg() + 1)))));
         let w = Arc::downgrade(self);
         io.set_fault_hook(Box::new(move |name, h| {
             if let Some(c) = w.upgrade() {
@@ -499,11 +504,36 @@ impl PoolCore {
             }
         }));
         let w = Arc::downgrade(self);
+        let name = io.name().to_string();
         io.set_park_hook(Box::new(move || {
             if let Some(c) = w.upgrade() {
-                c.txg.note_sync_parked();
+                c.leaf_parked(top, &name);
             }
         }));
+    }
+
+    /// A write to leaf `leaf` under top-level vdev `top` was parked: the
+    /// sync waits for `pool clear`, so the pool is suspended — by the
+    /// leaf's fault hook as a rule, here when that did not (a write a
+    /// clear queued again to a device still out, whose fault hook ran
+    /// before; a vdev whose children that are up may lack the txg). Not
+    /// when the leaf is back already: a parked write is on its list before
+    /// `pool clear` reopens it, so the clear's `resume_parked` queues it.
+    fn leaf_parked(&self, top: u32, leaf: &str) {
+        let Some(t) = self.vdevs.get(top as usize) else { return };
+        if self.suspend_while_faulted(&t, leaf, |h| format!("{}; the txg being synced waits for it", fault_message(leaf, h))) {
+            self.txg.note_sync_parked();
+        }
+    }
+
+    /// Suspends the pool for the fault of leaf `leaf` of `top` (`why` says
+    /// so), unless `pool clear` took the leaf back meanwhile
+    /// (`Leaf::while_faulted`): a fault or park hook that comes late must
+    /// not suspend a pool the clear resumed, its device whole again.
+    /// Whether it did.
+    fn suspend_while_faulted(&self, top: &Vdev, leaf: &str, why: impl FnOnce(&Health) -> String) -> bool {
+        let Some(io) = top.leaves().into_iter().find(|l| l.path == leaf).and_then(|l| l.leaf()) else { return false };
+        io.while_faulted(|h| self.txg.suspend(why(h)))
     }
 
     /// What happens when a leaf faults: the txg being synced is added to
@@ -522,10 +552,8 @@ impl PoolCore {
             // Without redundancy a faulted device takes the pool with it:
             // suspended at once, so no writer or fsync is told that a
             // change the pool can no longer keep was taken.
-            self.txg.suspend(fault_message(leaf, h));
-            if t.leaf().is_some_and(|io| io.parked_writes() > 0) {
-                self.txg.note_sync_parked();
-            }
+            // Its failed writes park (the park hook tells the sync).
+            self.suspend_while_faulted(&t, leaf, |h| fault_message(leaf, h));
             return;
         }
         let txg = self.txg.synced_txg() + 1;
@@ -537,7 +565,10 @@ impl PoolCore {
         if t.writable() {
             eprintln!("tarn: pool '{}': {}; {} is {} and the pool goes on", self.name, fault_message(leaf, h), t.path, t.state().name());
         } else {
-            self.txg.suspend(format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
+            // As for a plain device: the writes of the txg that reached too
+            // few children park on the last ones (`io::pipeline`), and
+            // `pool clear` resumes the pool once enough are back.
+            self.suspend_while_faulted(&t, leaf, |h| format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
         }
     }
 }

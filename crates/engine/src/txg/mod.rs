@@ -598,7 +598,8 @@ impl TxgEngine {
 
     /// Suspends the pool because a device faulted: writers and waiters get
     /// `Suspended` from now on, and the sync thread stops before its next
-    /// uberblock. The first fault's reason stays (until a failed sync's).
+    /// uberblock. The first fault's reason stays (until a failed sync's, or
+    /// `note_sync_waits`).
     pub fn suspend(&self, why: String) {
         let mut st = self.st.lock();
         if st.failed.is_none() {
@@ -607,6 +608,17 @@ impl TxgEngine {
         drop(st);
         self.cv.notify_all();
         self.dirty_cv.notify_all();
+    }
+
+    /// The sync of `txg` waits for `pool clear` after its step `why`
+    /// failed (the uberblock write): the suspension's reason says so, as a
+    /// failed sync's does, in place of the fault's. Nothing when the pool
+    /// was resumed meanwhile.
+    pub fn note_sync_waits(&self, txg: u64, why: &str) {
+        let mut st = self.st.lock();
+        if st.failed.is_some() && !st.failed_by_sync {
+            st.failed = Some(format!("txg {}: {}", txg, why));
+        }
     }
 
     /// Notes that the sync under way waits for a device (its failed

@@ -52,12 +52,19 @@
 //! takes it offline; a device the config names that import did not find is
 //! UNAVAIL ([`MissingDevice`]). An interior vdev is DEGRADED while it can
 //! still serve every block (a mirror with one child up, RAID-Z with at most
-//! `nparity` children down), else UNAVAIL. Children of redundant vdevs
-//! complete their write groups even when a write fails (`Leaf::
-//! set_redundant`): the block is on the siblings, the failed leaf faults, and
-//! the pool suspends only when a top-level vdev can no longer take writes
-//! (the leaf's fault hook, and the sync's device check before every
-//! uberblock).
+//! `nparity` children down), else UNAVAIL. A child's failed write faults it
+//! and completes its write group without error while the top-level vdev
+//! still holds the txg without it ([`Vdev::lacks_txg`], asked after the
+//! fault: `io::pipeline`'s "Faults"): the block is on the siblings, and the
+//! child's DTL takes it from there. The pool suspends when a top-level
+//! vdev can no longer take writes (the leaf's fault hook, and the sync's
+//! device check before every uberblock); the writes of the txg that
+//! reached too few children — failed on a mirror's last child or on
+//! RAID-Z children past parity, or for children already down — are then
+//! parked on their leaves (`Leaf::hold` for those never issued), and
+//! `pool clear`, once enough children take writes again, queues them
+//! again: the txg is written after all and the children that missed some
+//! of it resilver (as OpenZFS's zio_suspend / zio_resume).
 //!
 //! ## Dirty time logs
 //! A leaf that is down while its siblings take writes misses those txgs:

@@ -241,6 +241,20 @@ impl Vdev {
         }
     }
 
+    /// Whether this vdev may lack a block written in txg `txg`, from what
+    /// is known without asking the devices: a leaf that is down or whose
+    /// DTL holds `txg`; a mirror (or replacing or spare vdev) all of whose
+    /// children may; a RAID-Z vdev with more such children than parity.
+    /// Within a txg's sync it only turns true: faults stay until `pool
+    /// clear`, and a leaf brought back keeps the txg in its DTL.
+    pub fn lacks_txg(&self, txg: u64) -> bool {
+        match &self.kind {
+            Kind::Leaf(_) => !self.leaf_up() || self.dtl.lock().contains(txg),
+            Kind::Mirror | Kind::Replacing | Kind::Spare => self.children.iter().all(|c| c.lacks_txg(txg)),
+            Kind::Raidz(g) => self.children.iter().filter(|c| c.lacks_txg(txg)).count() > g.nparity(),
+        }
+    }
+
     /// Every leaf under this vdev (itself if it is one), in tree order.
     pub fn leaves(&self) -> Vec<&Vdev> {
         let mut out = Vec::new();
@@ -463,29 +477,64 @@ impl Vdev {
 
     /// Queues the write of a block's bytes at `offset` in txg `txg`: to the
     /// leaf, to every child of a mirror that is up, or as columns with
-    /// parity to a RAID-Z vdev's children (`raidz::io::write`). A child that is not
-    /// (faulted, missing, offline) misses the txg: its DTL records it for
-    /// resilver. `retire` dirty bytes retire with the first write queued.
+    /// parity to a RAID-Z vdev's children (`raidz::io::write`). A child that
+    /// is not (faulted, missing, offline) misses the txg: its DTL records it
+    /// for resilver — unless the top-level vdev may lack the txg without it
+    /// (`lacks_txg`, asked after the child was found down), when the block
+    /// is kept on the child's leaves (`hold`) to be written when `pool
+    /// clear` resumes the pool, or, for a group that cannot wait, fails the
+    /// group. `retire` dirty bytes retire with the first write queued or
+    /// kept.
     pub fn write(&self, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
+        self.write_under(self, class, offset, buf, group, retire, txg);
+    }
+
+    /// `write` of this vdev under top-level vdev `top`.
+    #[allow(clippy::too_many_arguments)]
+    fn write_under(&self, top: &Vdev, class: IoClass, offset: u64, buf: Arc<AlignedBuf>, group: &Arc<WriteGroup>, retire: u64, txg: u64) {
         match &self.kind {
             Kind::Leaf(l) => l.write(class, offset, buf, group, retire),
             Kind::Mirror | Kind::Replacing | Kind::Spare => {
+                // As a failed write is tolerated (`io::pipeline`'s "Faults"):
+                // of the children skipped or dropping the block, the last
+                // sees the others down or behind, and keeps it.
                 let mut retire = retire;
                 for c in &self.children {
                     if c.up() {
-                        c.write(class, offset, buf.clone(), group, retire, txg);
-                        retire = 0;
+                        c.write_under(top, class, offset, buf.clone(), group, std::mem::take(&mut retire), txg);
+                    } else if top.lacks_txg(txg) {
+                        c.hold_or_fail(offset, &buf, 0..buf.len(), group, std::mem::take(&mut retire));
                     } else {
                         c.missed(txg);
                     }
                 }
                 if retire > 0 {
-                    // No child took it: the sync's device check suspends the
-                    // pool; the dirty bytes must still retire.
+                    // No child took it: a vdev under a mirror or RAID-Z
+                    // vdev whose children are all down while the top-level
+                    // vdev holds the txg elsewhere (or children that came
+                    // back during the loop: `pool online`). The dirty bytes
+                    // must still retire.
                     group.retire_unwritten(retire);
                 }
             }
             Kind::Raidz(g) => raidz::io::write(self, *g, class, offset, buf, group, retire, txg),
+        }
+    }
+
+    /// Keeps the write of `buf[range]` at `offset` on every leaf under this
+    /// vdev that parks (`Leaf::hold`; not one taken offline, which misses
+    /// the txg), the dirty bytes retiring with the first; when none does
+    /// (the group cannot wait, the pool is closing), the bytes retire and
+    /// the group fails: the block may have reached too few devices.
+    pub(crate) fn hold_or_fail(&self, offset: u64, buf: &Arc<AlignedBuf>, range: std::ops::Range<usize>, group: &Arc<WriteGroup>, retire: u64) {
+        let mut kept = false;
+        for l in self.leaves() {
+            let Some(io) = l.leaf().filter(|_| !l.offline.load(Ordering::Relaxed)) else { continue };
+            kept |= io.hold(offset, buf.clone(), range.clone(), group, if kept { 0 } else { retire });
+        }
+        if !kept {
+            group.retire_unwritten(retire);
+            group.fail(format!("{} is {}: no device took the write of {} bytes at {:#x}", self.path, self.state().name(), range.len(), offset));
         }
     }
 

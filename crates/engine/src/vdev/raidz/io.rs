@@ -21,8 +21,11 @@
 //! write hole). A child that is down (offline, faulted, missing) misses the
 //! txg: its DTL records it and its column is rebuilt from parity on reads
 //! until resilver. A child whose write fails faults without failing the
-//! group (`Leaf::set_redundant`); the pool suspends only when more children
-//! than parity are down (`PoolCore::leaf_faulted`, the sync's device check).
+//! group while the vdev is still up (`io::pipeline`'s "Faults"); the pool
+//! suspends when more children than parity are down
+//! (`PoolCore::leaf_faulted`), and the columns past parity — failed on the
+//! last children, or for children already down — are kept (parked,
+//! `Leaf::hold`) and written when `pool clear` resumes the pool.
 //!
 //! ## Reading (`read`)
 //! ```text
@@ -143,13 +146,22 @@ pub(crate) fn write(v: &Vdev, g: RaidzGeometry, class: IoClass, offset: u64, buf
                     io.write_part(class, LABELS_FRONT + c.offset, bytes.clone(), range.clone(), group, retire);
                     retire = 0;
                 }
+                // Asked after the child was found down: as `lacks_txg`
+                // only turns true, the columns skipped (or dropped by a
+                // failed write, `io::pipeline`'s "Faults") are at most
+                // parity; the rest are kept for `pool clear`.
+                None if v.lacks_txg(txg) && !l.offline.load(Ordering::Relaxed) => {
+                    l.hold_or_fail(LABELS_FRONT + c.offset, &bytes, range.clone(), group, retire);
+                    retire = 0;
+                }
                 None => l.dtl.lock().add(txg),
             }
         }
     }
     if retire > 0 {
-        // No child took a column: the sync's device check suspends the
-        // pool; the dirty bytes must still retire.
+        // No column was queued or kept (children down and up again
+        // during the loop: `pool online`); the sync's device check judges
+        // the vdev, and the dirty bytes must still retire.
         group.retire_unwritten(retire);
     }
 }
