@@ -603,11 +603,14 @@ impl L2Arc {
         if batch.is_empty() {
             return 0;
         }
-        self.stats.feeds.fetch_add(1, Ordering::Relaxed);
-        self.write_batch(&dev, batch).unwrap_or_else(|_| {
+        let written = self.write_batch(&dev, batch).unwrap_or_else(|_| {
             self.stats.io_errors.fetch_add(1, Ordering::Relaxed);
             0
-        })
+        });
+        // Counted once its write is done (or failed): a reader that sees
+        // the feed sees its write in `writes` (or `io_errors`) too.
+        self.stats.feeds.fetch_add(1, Ordering::Relaxed);
+        written
     }
 
     fn write_batch(&self, dev: &Arc<CacheDev>, batch: Vec<(BlockPtr, Vec<u8>)>) -> std::io::Result<u64> {
