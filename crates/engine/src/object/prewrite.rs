@@ -159,7 +159,7 @@ impl Objset {
                 return Ok(Vec::new());
             }
             for blkid in offset / bs..end.div_ceil(bs) {
-                let (from, to) = ((blkid * bs).max(offset), ((blkid + 1) * bs).min(end));
+                let (from, to) = part(blkid, bs, offset, end);
                 if to - from < bs && to - from < min_part {
                     continue;
                 }
@@ -179,7 +179,7 @@ impl Objset {
         let written = self.write_todo(todo, props.write)?;
         let mut st = o.st.lock();
         for (t, bp) in written {
-            let (from, to) = ((t.blkid * bs).max(offset), ((t.blkid + 1) * bs).min(end));
+            let (from, to) = part(t.blkid, bs, offset, end);
             attach(&self.core, &mut st, t, bp).map_err(|e| e.context(self.what(obj)))?;
             out.push((from, (to - from) as u32, bp));
         }
@@ -214,6 +214,12 @@ impl Objset {
         }
         Ok(written)
     }
+}
+
+/// The part `[from, to)` of block `blkid` (of `bs` bytes) that the range
+/// `[offset, end)` covers.
+fn part(blkid: u64, bs: u64, offset: u64, end: u64) -> (u64, u64) {
+    ((blkid * bs).max(offset), ((blkid + 1) * bs).min(end))
 }
 
 /// What the log can name for a block now. (Short-lived, one at a time:
