@@ -579,11 +579,6 @@ impl Leaf {
         true
     }
 
-    /// How many writes are parked.
-    pub fn parked_writes(&self) -> usize {
-        self.sh.parked.lock().len()
-    }
-
     /// Queues the parked writes again (the device is back); how many.
     pub fn resume_parked(&self) -> usize {
         let parked = std::mem::take(&mut *self.sh.parked.lock());
