@@ -399,6 +399,11 @@ fn postgres_survives_a_daemon_sigkill_under_pgbench() {
     eprintln!("{name}: {} ids acknowledged ({}), pgbench: {processed} transactions processed", ids.len(), err.trim());
     pg.kill();
     restart_after_kill(&e, &format!("{data}/PG_VERSION"));
+    // The server's process group is gone (`kill` waited for it), but its
+    // lock file names a pid the machine may have handed out again since —
+    // postgres then refuses to start ("lock file already exists"). Removed,
+    // as an administrator would after making sure no server runs.
+    let _ = std::fs::remove_file(format!("{data}/postmaster.pid"));
 
     // Crash recovery replays postgres's WAL; then its checks.
     let pg = Postgres::start(&data, &sock, &e.path("postgres2.log"));
