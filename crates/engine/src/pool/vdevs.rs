@@ -521,7 +521,7 @@ impl PoolCore {
     /// `pool clear` reopens it, so the clear's `resume_parked` queues it.
     fn leaf_parked(&self, top: u32, leaf: &str) {
         let Some(t) = self.vdevs.get(top as usize) else { return };
-        if self.suspend_while_faulted(&t, leaf, |h| format!("{}; the txg being synced waits for it", fault_message(leaf, h))) {
+        if self.suspend_while_faulted(&t, leaf, |h| format!("{}; the txg being synced waits for it", lost_message(&t, leaf, h))) {
             self.txg.note_sync_parked();
         }
     }
@@ -568,7 +568,7 @@ impl PoolCore {
             // As for a plain device: the writes of the txg that reached too
             // few children park on the last ones (`io::pipeline`), and
             // `pool clear` resumes the pool once enough are back.
-            self.suspend_while_faulted(&t, leaf, |h| format!("{}; {} has no redundancy left", fault_message(leaf, h), t.path));
+            self.suspend_while_faulted(&t, leaf, |h| lost_message(&t, leaf, h));
         }
     }
 }
@@ -579,6 +579,17 @@ impl PoolCore {
     pub(crate) fn post_statechange(&self, path: &str, guid: u64, from: &str, to: &str, reason: &str) {
         let p = Post::new(class::STATECHANGE).vdev(path, guid).text("vdev_state", to).text("vdev_laststate", from).text("reason", reason);
         self.events.post(p.line(format!("device '{}' is {} (was {}): {}", path, to, from, reason)));
+    }
+}
+
+/// Why a pool is suspended when leaf `name` of top-level vdev `top`
+/// faulted with `h`: the device, and the mirror or RAID-Z vdev it left
+/// without redundancy (the fault hook and the park hook race to say it
+/// first; both name both).
+fn lost_message(top: &Vdev, name: &str, h: &Health) -> String {
+    match top.leaf() {
+        Some(_) => fault_message(name, h),
+        None => format!("{}; {} has no redundancy left", fault_message(name, h), top.path),
     }
 }
 
