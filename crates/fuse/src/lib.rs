@@ -8,8 +8,11 @@
 //! multi-threaded loop), each reading requests from its own clone of the
 //! `/dev/fuse` descriptor (`FUSE_DEV_IOC_CLONE`) and running the handler to
 //! completion before reading the next. A request that blocks in the file
-//! system (a cold read waiting for the disk, an fsync waiting for a txg)
-//! holds one worker; the others keep serving. The kernel keeps up to
+//! system (a cold read waiting for the disk) holds one worker; the others
+//! keep serving. fsyncs, which wait for the intent log's round, are the
+//! exception: past the first `threads − 1` waiting at once they are
+//! answered from a shared wait pool (`defer`), so with more fsyncers than
+//! workers they all reach the log and share its rounds. The kernel keeps up to
 //! `max_background` read-ahead and write-back requests in flight, so
 //! sequential streams keep several workers busy. There is no queue of our
 //! own: the kernel's request queue is the bound.
@@ -134,6 +137,7 @@
 //! loop device each mount gets, and [`MountHandle::sync_reaches_fs`].
 
 mod blk;
+mod defer;
 mod dirty;
 mod inode;
 mod listing;
@@ -285,7 +289,7 @@ pub fn mount_on(fs: Arc<dyn FileSystem>, at: MountPoint, opts: &MountOptions, sp
     let table = Arc::new(table::FsTable::new(fs, &opts.fsname, kind, splice));
     let known = Arc::new(inode::Known::default());
     let notifier_slot = Arc::new(std::sync::OnceLock::new());
-    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone(), dirs: Default::default(), notifier: notifier_slot.clone() };
+    let glue = ops::Glue { table: table.clone(), known: known.clone(), opts: opts.clone(), dirs: Default::default(), notifier: notifier_slot.clone(), inline_fsyncs: std::sync::atomic::AtomicUsize::new(0) };
     let mut config = Config::default();
     config.mount_options = vec![MountOption::FSName(opts.fsname.clone()), MountOption::Subtype("tarn".into()), MountOption::DefaultPermissions];
     if opts.read_only {
@@ -456,6 +460,14 @@ impl MountHandle {
         }
         if let Ok(Err(e)) = thread.join() {
             eprintln!("tarn: FUSE session on '{}' ended with an error: {}", self.dir.display(), e);
+        }
+        // Requests answered from the wait pool may still be running: the
+        // file systems stay open until they are done.
+        if !self.table.deferred.wait_none(SESSION_END_WAIT) {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("'{}': {} fsync request(s) still running after unmount", self.dir.display(), self.table.deferred.count()),
+            ));
         }
         // The session is over: the kernel holds nothing more for it.
         self.table.main().kernel_cache(self.cache_id, 0);

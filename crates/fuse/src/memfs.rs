@@ -76,6 +76,18 @@ pub struct MemFs {
     hold_cv: Condvar,
     /// Operation that panics when called (a stand-in for a file-system bug).
     panic_on: Mutex<Option<&'static str>>,
+    fsync_hold: Mutex<FsyncHold>,
+    fsync_cv: Condvar,
+}
+
+/// fsyncs held until enough wait at once (`MemFs::hold_fsyncs`).
+#[derive(Default)]
+struct FsyncHold {
+    /// How many must wait at once before all go on (0: none is held).
+    want: usize,
+    waiting: usize,
+    /// Bumped when the held ones go on.
+    released: u64,
 }
 
 fn err(errno: i32, msg: impl Into<String>) -> Errno {
@@ -122,6 +134,8 @@ impl MemFs {
             hold: Mutex::new(Hold::default()),
             hold_cv: Condvar::new(),
             panic_on: Mutex::new(None),
+            fsync_hold: Mutex::new(FsyncHold::default()),
+            fsync_cv: Condvar::new(),
         }
     }
 
@@ -154,6 +168,48 @@ impl MemFs {
     /// (or 10 s pass, after which the held read fails with `EIO`).
     pub fn hold_read_until(&self, held: Ino, until: Ino) {
         *self.hold.lock() = Hold { rule: Some((held, until)), released: false };
+    }
+
+    /// Holds every fsync until `n` wait at once, then lets them all go on
+    /// (a stand-in for a log round that many commits share); an fsync
+    /// held 10 s fails with `EIO`. `n` = 0 holds none.
+    pub fn hold_fsyncs(&self, n: usize) {
+        self.fsync_hold.lock().want = n;
+    }
+
+    /// Lets every held fsync go on now, and holds no more.
+    pub fn release_fsyncs(&self) {
+        let mut h = self.fsync_hold.lock();
+        h.want = 0;
+        h.released += 1;
+        self.fsync_cv.notify_all();
+    }
+
+    /// fsyncs held now.
+    pub fn fsyncs_waiting(&self) -> usize {
+        self.fsync_hold.lock().waiting
+    }
+
+    fn wait_if_fsyncs_held(&self) -> PResult<()> {
+        let mut h = self.fsync_hold.lock();
+        if h.want == 0 {
+            return Ok(());
+        }
+        h.waiting += 1;
+        if h.waiting >= h.want {
+            h.released += 1;
+            self.fsync_cv.notify_all();
+        }
+        let mine = h.released;
+        let mut res = Ok(());
+        while h.released == mine && h.waiting < h.want {
+            if self.fsync_cv.wait_for(&mut h, HOLD_WAIT).timed_out() {
+                res = Err(err(libc::EIO, format!("fsync held 10 s: {} of {} waited at once", h.waiting, h.want)));
+                break;
+            }
+        }
+        h.waiting -= 1;
+        res
     }
 
     /// Number of inodes, including unlinked ones still open.
@@ -584,6 +640,7 @@ impl FileSystem for MemFs {
 
     fn fsync(&self, ino: Ino, _datasync: bool) -> PResult<()> {
         let _f = self.enter("fsync");
+        self.wait_if_fsyncs_held()?;
         self.state.lock().node(ino).map(|_| ())
     }
 

@@ -51,6 +51,8 @@ pub struct Glue {
     pub dirs: DirHandles,
     /// The session's notifier, set once the session exists.
     pub notifier: Arc<std::sync::OnceLock<fuser::Notifier>>,
+    /// Workers waiting in an fsync now (`defer`).
+    pub inline_fsyncs: AtomicUsize,
 }
 
 fn errno(e: Errno) -> FErrno {
@@ -123,6 +125,23 @@ fn guarded<T>(f: impl FnOnce() -> PResult<T>) -> PResult<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
         let why = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
         Err(Errno::new(libc::EIO, format!("the file system panicked: {why}")))
+    })
+}
+
+/// Calls `f` with the entered slot and the inode `nodeid` names (see
+/// `Glue::on`).
+fn on_table<T>(table: &FsTable, nodeid: u64, write: bool, f: impl FnOnce(&Entered, Ino) -> PResult<T>) -> PResult<T> {
+    guarded(|| {
+        let (slot, local) = table.resolve(nodeid)?;
+        if is_ctl(local) {
+            return Err(if write { erofs(&slot) } else { Errno::new(libc::EISDIR, format!("'{}': a .zfs directory", slot.name)) });
+        }
+        let e = table.enter(&slot)?;
+        if write {
+            e.writable()?;
+        }
+        let ino = e.ino(local)?;
+        f(&e, ino)
     })
 }
 
@@ -232,18 +251,24 @@ impl Glue {
     /// the call changes something, refused with `EROFS` in a read-only slot
     /// and in the control directories (where nothing else applies either).
     fn on<T>(&self, nodeid: u64, write: bool, f: impl FnOnce(&Entered, Ino) -> PResult<T>) -> PResult<T> {
-        guarded(|| {
-            let (slot, local) = self.table.resolve(nodeid)?;
-            if is_ctl(local) {
-                return Err(if write { erofs(&slot) } else { Errno::new(libc::EISDIR, format!("'{}': a .zfs directory", slot.name)) });
-            }
-            let e = self.table.enter(&slot)?;
-            if write {
-                e.writable()?;
-            }
-            let ino = e.ino(local)?;
-            f(&e, ino)
-        })
+        on_table(&self.table, nodeid, write, f)
+    }
+
+    /// An fsync of `nodeid` (a file or directory), answered from the wait
+    /// pool (`defer`): the worker goes back to reading requests while the
+    /// commit waits for its log write and flush.
+    fn fsync_deferred(&self, nodeid: u64, datasync: bool, reply: ReplyEmpty) {
+        let table = self.table.clone();
+        let answer = move || match on_table(&table, nodeid, false, |e, i| e.fs().fsync(i, datasync)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(e)),
+        };
+        // While another worker is free, this one may wait: a lone fsyncer
+        // pays no hand-over to the pool.
+        match crate::defer::Inline::enter(&self.inline_fsyncs, self.opts.threads - 1) {
+            Some(_inline) => answer(),
+            None => crate::defer::run(&self.table.deferred, answer),
+        }
     }
 
     /// As `on`, for a call naming two inodes: both must be in one slot.
@@ -660,8 +685,7 @@ impl Filesystem for Glue {
     }
 
     fn fsync(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().fsync(i, datasync)));
-        reply.ok();
+        self.fsync_deferred(ino.0, datasync, reply);
     }
 
     fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
@@ -688,8 +712,7 @@ impl Filesystem for Glue {
         if is_ctl(inode::split(ino.0).1) {
             return reply.ok();
         }
-        try_reply!(reply, self.on(ino.0, false, |e, i| e.fs().fsync(i, datasync)));
-        reply.ok();
+        self.fsync_deferred(ino.0, datasync, reply);
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {

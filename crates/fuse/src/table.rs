@@ -259,6 +259,8 @@ pub struct FsTable {
     slots: RwLock<Vec<Arc<Slot>>>,
     by_name: Mutex<HashMap<String, u32>>,
     pub splice: Option<Arc<dyn Splice>>,
+    /// Requests answered from the wait pool and not yet answered (`defer`).
+    pub deferred: Arc<crate::defer::Outstanding>,
 }
 
 fn detached(name: &str) -> Errno {
@@ -270,7 +272,7 @@ impl FsTable {
     pub fn new(fs: Arc<dyn FileSystem>, name: &str, kind: Kind, splice: Option<Arc<dyn Splice>>) -> FsTable {
         let root = fs.root();
         let slot = Arc::new(Slot::new(0, name, kind, None, PathBuf::new(), Phase::Open { fs, root }));
-        FsTable { slots: RwLock::new(vec![slot]), by_name: Mutex::new(HashMap::from([(name.to_string(), 0)])), splice }
+        FsTable { slots: RwLock::new(vec![slot]), by_name: Mutex::new(HashMap::from([(name.to_string(), 0)])), splice, deferred: Default::default() }
     }
 
     pub fn slot(&self, index: u32) -> PResult<Arc<Slot>> {

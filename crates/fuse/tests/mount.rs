@@ -27,10 +27,15 @@ struct Mounted {
 impl Mounted {
     /// `MemFs` (after `setup`) mounted in a fresh directory, or `None` to skip.
     fn new(name: &str, setup: impl FnOnce(&MemFs)) -> Option<Mounted> {
+        Mounted::with_options(name, setup, MountOptions::default())
+    }
+
+    /// As `new`, mounted with `opts` (its `fsname` set here).
+    fn with_options(name: &str, setup: impl FnOnce(&MemFs), opts: MountOptions) -> Option<Mounted> {
         let dir = common::mount_dir("tarn-fuse", name)?;
         let fs = Arc::new(MemFs::new());
         setup(&fs);
-        let handle = mount(fs.clone(), &dir, &MountOptions { fsname: format!("memfs-{name}"), ..Default::default() }).expect("mount MemFs");
+        let handle = mount(fs.clone(), &dir, &MountOptions { fsname: format!("memfs-{name}"), ..opts }).expect("mount MemFs");
         Some(Mounted { fs, handle, dir })
     }
 
@@ -396,6 +401,67 @@ fn a_panicking_file_system_call_fails_that_request_only() {
     m.fs.panic_on(None);
     assert_eq!(getxattr(), libc::ENODATA, "the workers still serve");
     assert_eq!(fs::read(m.p("f")).unwrap(), b"x");
+}
+
+/// fsyncs wait in the file system for a log round (tarn's intent log
+/// shares one among every commit waiting when it starts): they must not
+/// hold the mount's workers, or with more fsyncers than workers no round
+/// could ever hold more commits than there are workers, and nothing else
+/// would be served meanwhile. Here every fsync waits until twice as many
+/// as there are workers wait at once.
+#[test]
+fn fsyncs_waiting_in_the_file_system_hold_no_worker() {
+    let Some(m) = Mounted::new("fsyncs", |_| {}) else { return };
+    let n = MountOptions::default().threads * 2;
+    let files: Vec<File> = (0..n).map(|i| File::create(m.p(&format!("f{i}"))).unwrap()).collect();
+    m.fs.hold_fsyncs(n);
+    let t = Instant::now();
+    let syncers: Vec<_> = files.into_iter().map(|f| std::thread::spawn(move || f.sync_all())).collect();
+    while m.fs.calls("fsync") < (n / 2) as u64 && t.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // As many fsyncs wait as there are workers: a stat is still served.
+    fs::write(m.p("other"), b"served").unwrap();
+    assert_eq!(fs::read(m.p("other")).unwrap(), b"served");
+    for s in syncers {
+        s.join().unwrap().expect("every fsync completes once all wait at once");
+    }
+    assert!(t.elapsed().as_secs() < 5, "the fsyncs were released by all waiting at once, not by their timeout ({:?})", t.elapsed());
+    assert!(m.fs.max_in_flight() >= n, "{} calls were in the file system at once", m.fs.max_in_flight());
+}
+
+/// fsyncs still waiting in the file system when the connection is
+/// aborted: unmount waits for them before it syncs and closes the file
+/// system. With one worker, which never waits itself, every fsync is in
+/// the wait pool, and the session ends at once.
+#[test]
+fn unmount_waits_for_fsyncs_still_in_the_file_system() {
+    let Some(m) = Mounted::with_options("fsyncunmount", |_| {}, MountOptions { threads: 1, ..Default::default() }) else { return };
+    let n = 3;
+    let files: Vec<File> = (0..n).map(|i| File::create(m.p(&format!("f{i}"))).unwrap()).collect();
+    m.fs.hold_fsyncs(n + 1);
+    let syncers: Vec<_> = files.into_iter().map(|f| std::thread::spawn(move || f.sync_all())).collect();
+    let t = Instant::now();
+    while m.fs.fsyncs_waiting() < n && t.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(m.fs.fsyncs_waiting(), n);
+    let syncs = m.fs.calls("sync_all");
+    std::thread::scope(|sc| {
+        let unmount = sc.spawn(|| m.handle.unmount_force());
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert!(!unmount.is_finished(), "unmount returned with fsyncs still running");
+        assert_eq!(m.fs.calls("sync_all"), syncs, "the file system was synced under running fsyncs");
+        m.fs.release_fsyncs();
+        unmount.join().unwrap().expect("unmount completes once the fsyncs are done");
+    });
+    assert_eq!(m.fs.fsyncs_waiting(), 0);
+    assert!(m.fs.calls("sync_all") > syncs, "unmount synced the file system after the fsyncs");
+    // The connection is gone: each caller hears of it (ENOTCONN), or of
+    // its fsync's success if the reply made it first.
+    for s in syncers {
+        let _ = s.join().unwrap();
+    }
 }
 
 /// Runs a command; `None` if the program is not installed.
