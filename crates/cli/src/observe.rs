@@ -642,7 +642,7 @@ type ArcColumn = (&'static str, &'static str, fn(&ArcMetrics) -> u64);
 
 /// zilstat's fields (OpenZFS's zilstat names where it has them) and what
 /// each counts; every one but `time` and `out` per second.
-pub const ZILSTAT_FIELDS: [(&str, &str); 11] = [
+pub const ZILSTAT_FIELDS: [(&str, &str); 15] = [
     ("time", "clock"),
     ("cc", "commits (fsync, O_SYNC, sync=always)"),
     ("cwc", "rounds written (a round carries every commit that joined it)"),
@@ -654,6 +654,10 @@ pub const ZILSTAT_FIELDS: [(&str, &str); 11] = [
     ("imnc", "log blocks written"),
     ("imnb", "log block bytes written (allocated)"),
     ("fb", "commits that synced the txg instead (tarn)"),
+    ("fl", "device flushes of log blocks (tarn; one serves every round written before it)"),
+    ("fius", "microseconds a round spent filling its records (tarn)"),
+    ("wrus", "microseconds a round spent writing its blocks (tarn)"),
+    ("flus", "microseconds a flush took (tarn)"),
 ];
 
 /// `explain`'s verdict on the intent logs: callers that spend most of the
@@ -705,6 +709,15 @@ pub fn zilstat_row(cur: &[PoolMetrics], prev: Option<&[PoolMetrics]>, secs: f64,
         row.push(if prev.is_some() && secs > 0.0 { format!("{}", (d as f64 / secs).round() as u64) } else { d.to_string() });
     }
     row.push(fb(cur).saturating_sub(prev.map(fb).unwrap_or(0)).to_string());
+    // Flushes as the other counts; then time per round and per flush.
+    let sum = |p: &[PoolMetrics], f: fn(&ZilMetrics) -> u64| p.iter().map(|m| f(&m.zil)).sum::<u64>();
+    let delta = |f: fn(&ZilMetrics) -> u64| sum(cur, f).saturating_sub(prev.map_or(0, |p| sum(p, f)));
+    let flushes = delta(|z| z.flushes);
+    row.push(if prev.is_some() && secs > 0.0 { format!("{}", (flushes as f64 / secs).round() as u64) } else { flushes.to_string() });
+    let rounds = delta(|z| z.commit_writer_count).max(1);
+    row.push((delta(|z| z.fill_ns) / 1000 / rounds).to_string());
+    row.push((delta(|z| z.write_ns) / 1000 / rounds).to_string());
+    row.push((delta(|z| z.flush_ns) / 1000 / flushes.max(1)).to_string());
     row
 }
 

@@ -249,6 +249,9 @@ tunables! {
     /// Most write data one copied log record carries; a longer copied write is split into records of this size (OpenZFS's `zil_maxcopied`). At most the largest record a log block holds.
     zil_maxcopied: u64 = 7680;
     range 512, tarn_ondisk::zil::WRITE_DATA_MAX as u64;
+    /// Percent of the last log round's write and flush time a commit that opens a round waits for other committers to join it (zil.c's zfs_commit_timeout_pct); no wait when it is the only one committing. 0: never wait.
+    zfs_commit_timeout_pct: u64 = 10;
+    range 0, 100;
     /// Events each pool's ring keeps (`pool events`); the oldest go first. At most 10,000: the ring is rewritten whole in each txg that changes it.
     zfs_zevent_len_max: u64 = 512;
     range 1, 10_000;
@@ -490,6 +493,22 @@ mod tests {
         assert!(t.set("tarn_scan_limit_bytes_per_sec", "2T").is_err(), "above its range");
         let bad = Tunables { tarn_scan_limit_bytes_per_sec: 5, ..Tunables::default() };
         assert!(bad.validate().expect_err("5 B/s").msg.contains("at least 64K"));
+    }
+
+    #[test]
+    fn the_commit_timeout_is_a_percentage() {
+        let mut t = Tunables::default();
+        assert_eq!(t.zfs_commit_timeout_pct, 10, "OpenZFS's default");
+        for bad in ["101", "-1", "ten", "1.5", "", "1000000"] {
+            let err = t.set("zfs_commit_timeout_pct", bad).expect_err(bad);
+            assert!(err.msg.contains("'zfs_commit_timeout_pct'"), "{bad}: {err}");
+            assert_eq!(t.zfs_commit_timeout_pct, 10, "{bad}: nothing changed");
+        }
+        assert!(t.set("zfs_commit_timeout_pct", "101").unwrap_err().msg.contains("out of its range 0 to 100"));
+        t.set("zfs_commit_timeout_pct", "0").expect("0: never wait");
+        t.set("zfs_commit_timeout_pct", "100").expect("100");
+        let bad = Tunables { zfs_commit_timeout_pct: 250, ..Tunables::default() };
+        assert!(bad.validate().expect_err("250").msg.contains("'zfs_commit_timeout_pct' is 250, out of its range 0 to 100"));
     }
 
     #[test]

@@ -204,6 +204,17 @@ pub struct ZilMetrics {
     pub round_ns: u64,
     #[serde(default)]
     pub commit_ns: u64,
+    /// Device flushes of log blocks (one serves every round written before
+    /// it), and where rounds' time went: filling records, writing blocks,
+    /// flushing, ns.
+    #[serde(default)]
+    pub flushes: u64,
+    #[serde(default)]
+    pub fill_ns: u64,
+    #[serde(default)]
+    pub write_ns: u64,
+    #[serde(default)]
+    pub flush_ns: u64,
 }
 
 fn normal_class() -> String {
@@ -370,6 +381,10 @@ fn zil_metrics(pool: &Pool) -> ZilMetrics {
         z.chain_waits += load(&s.chain_waits);
         z.round_ns += load(&s.round_ns);
         z.commit_ns += load(&s.commit_ns);
+        z.flushes += load(&s.flushes);
+        z.fill_ns += load(&s.fill_ns);
+        z.write_ns += load(&s.write_ns);
+        z.flush_ns += load(&s.flush_ns);
         z.outstanding += log.outstanding() as u64;
         for (k, c) in z.records_by_kind.iter_mut().zip(&s.records) {
             k.1 += load(c);

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use tarn_ondisk::zil::{self as ondisk, BlockHeader, BlockRead, LogPtr, Record, LOG_BLOCK_MIN};
 
-use super::log::{abandon_chain, retire_chain, Chain, Itx, LiveBlock, LogSource, Zil};
+use super::commit::{FillResult, Flight};
+use super::log::{abandon_chain, Chain, Itx, LiveBlock, LogSource, LogState, Zil};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{IoClass, WriteGroup};
 use crate::object::Tx;
@@ -70,20 +71,19 @@ impl PoolCore {
 pub(crate) type Walked = (Vec<(LogPtr, Vec<Record>)>, LogPtr);
 
 /// A block of a round, ready to be written.
-struct Planned {
-    ptr: LogPtr,
+pub(super) struct Planned {
+    pub ptr: LogPtr,
     records: Vec<Record>,
     next: LogPtr,
 }
 
 impl Zil {
-    /// Writes one round: fills the records, packs them into blocks (the
-    /// first at the chain's next place, each naming the next), writes them
-    /// together, flushes the devices written, and waits for the chain's
-    /// header when the chain is new. A failure falls back to a txg sync.
-    pub(super) fn write_round(&self, itxs: Vec<Itx>, src: &dyn LogSource) -> Result<()> {
+    /// Fills a round's records: a write's data read now. A round holding a
+    /// record made durable by its txg, or more bytes than
+    /// `tarn_zil_commit_max_bytes`, syncs the txg instead.
+    pub(super) fn fill_round(&self, itxs: Vec<Itx>, src: &dyn LogSource) -> Result<FillResult> {
         if let Some(i) = itxs.iter().find(|i| i.txg_sync) {
-            return self.fall_back(&format!("record {} is made durable by its txg", i.seq));
+            return Ok(FillResult::FallBack(format!("record {} is made durable by its txg", i.seq)));
         }
         let mut records = Vec::new();
         for itx in &itxs {
@@ -94,55 +94,25 @@ impl Zil {
             }
         }
         if records.is_empty() {
-            return Ok(());
+            return Ok(FillResult::Records(records));
         }
         let data: u64 = records.iter().map(|r| r.encoded_len() as u64).sum();
         let max = self.core.tunables.read().tarn_zil_commit_max_bytes;
         if data > max {
-            return self.fall_back(&format!("{} bytes of records, more than tarn_zil_commit_max_bytes ({})", data, max));
+            return Ok(FillResult::FallBack(format!("{} bytes of records, more than tarn_zil_commit_max_bytes ({})", data, max)));
         }
-        let data_vdevs = super::indirect::data_vdevs(&records);
-        let planned = match self.plan(records) {
-            Ok(p) => p,
-            Err(e) => return self.fall_back(&e.to_string()),
-        };
-        match self.write_blocks(&planned, &data_vdevs) {
-            Ok(()) => self.round_written(planned),
-            Err(e) => {
-                let mut st = self.st.lock();
-                st.inflight_first = None;
-                // The blocks may be torn: the chain ends at the first; free
-                // them all with it.
-                let guid = st.chain.map_or(0, |c| c.guid);
-                for p in &planned {
-                    st.blocks.push_back(LiveBlock { ptr: p.ptr, guid, max_txg: 0 });
-                }
-                // The chain's earlier blocks hold records fsync
-                // acknowledged, of txgs up to the one open now: it stays
-                // named until that txg syncs (`retire_chain`).
-                retire_chain(&mut st, self.core.txg.open_txg());
-                drop(st);
-                self.fall_back(&e.to_string())
-            }
-        }
+        Ok(FillResult::Records(records))
     }
 
-    /// Syncs the open txg instead of logging (the records are in it).
-    fn fall_back(&self, why: &str) -> Result<()> {
-        self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-        let _ = why;
-        self.core.txg.wait_synced(0).map_err(|e| e.context(self.what()))
-    }
-
-    /// Places the records in blocks: as many as fill each block, the rest
-    /// in the next. Starts a chain if there is none.
-    fn plan(&self, records: Vec<Record>) -> Result<Vec<Planned>> {
+    /// Places the records in blocks after the chain's last: as many as fill
+    /// each block, the rest in the next. Starts a chain if there is none.
+    /// Called in round order (the chain's order).
+    pub(super) fn plan(&self, st: &mut LogState, records: Vec<Record>) -> Result<Vec<Planned>> {
         let max_block = ondisk::LOG_BLOCK_MAX;
         let total: usize = records.iter().map(Record::encoded_len).sum();
-        let mut st = self.st.lock();
         if st.chain.is_some_and(|c| c.next.is_none()) {
             // Import could not claim its next place: a new chain.
-            abandon_chain(&mut st);
+            abandon_chain(st);
         }
         if st.chain.is_none() {
             st.chain = Some(self.new_chain(block_size(total, max_block))?);
@@ -179,7 +149,6 @@ impl Zil {
             cur = next;
         }
         st.chain = Some(Chain { next: cur, ..chain });
-        st.inflight_first = Some(chain.next);
         Ok(out)
     }
 
@@ -192,17 +161,15 @@ impl Zil {
         Ok(Chain { guid, next, durable_txg: tx.txg() })
     }
 
-    /// Writes the planned blocks and flushes their vdevs and `data_vdevs`
-    /// (where indirect records' blocks were written, before the round).
-    fn write_blocks(&self, planned: &[Planned], data_vdevs: &[u32]) -> Result<()> {
-        let (guid, durable_txg) = {
-            let st = self.st.lock();
-            let c = st.chain.expect("a round has a chain");
-            (c.guid, c.durable_txg)
-        };
+    /// Writes a round's blocks of chain `guid` together and waits for the
+    /// writes; returns the top-level vdevs to flush: those written, and
+    /// `data_vdevs` (where indirect records' blocks were written, before
+    /// the round).
+    pub(super) fn write_blocks(&self, guid: u64, planned: &[Planned], data_vdevs: &[u32]) -> Result<Vec<u32>> {
+        assert!(guid != 0, "{}: blocks of no chain", self.what());
         let group = WriteGroup::unparked();
         let txg = self.core.txg.open_txg();
-        let mut tops = Vec::new();
+        let mut tops: Vec<u32> = Vec::new();
         for p in planned {
             let h = BlockHeader { guid, dataset: self.dataset, seq: p.ptr.seq, used: 0, nrecords: p.records.len() as u32, next: p.next };
             let bytes = ondisk::encode_block(&h, &p.records, p.ptr.size as usize);
@@ -210,17 +177,24 @@ impl Zil {
             // Someone waits for a log write: a scan backs off (`pool::scan::idle`).
             self.core.foreground.note();
             top.write(IoClass::SyncWrite, p.ptr.offset, Arc::new(AlignedBuf::from_slice(&bytes)), &group, 0, txg);
-            if !tops.iter().any(|t: &Arc<crate::vdev::Vdev>| t.id() == top.id()) {
-                tops.push(top);
+            if !tops.contains(&top.id()) {
+                tops.push(top.id());
             }
         }
         group.wait().map_err(|e| Error::new(ErrorKind::Io, format!("{}: {}", self.what(), e)))?;
         for &v in data_vdevs {
-            if !tops.iter().any(|t| t.id() == v) {
-                tops.push(self.core.vdevs.top(v));
+            if !tops.contains(&v) {
+                tops.push(v);
             }
         }
-        for top in &tops {
+        Ok(tops)
+    }
+
+    /// Flushes the devices of top-level vdevs `tops`: every log block
+    /// written to them before is durable after.
+    pub(super) fn flush_tops(&self, tops: &[u32]) -> Result<()> {
+        for &id in tops {
+            let top = self.core.vdevs.top(id);
             for leaf in top.leaf_arcs().iter().filter(|l| l.up()) {
                 if let Some(l) = leaf.leaf() {
                     // A failed flush faults the leaf; the check below decides.
@@ -231,21 +205,25 @@ impl Zil {
                 return Err(Error::new(ErrorKind::Io, format!("{}: vdev {} lost its last device while the log was written", self.what(), top.path)));
             }
         }
-        if durable_txg > self.core.txg.synced_txg() {
-            self.stats.chain_waits.fetch_add(1, Ordering::Relaxed);
-            self.core.txg.wait_synced(durable_txg).map_err(|e| e.context(self.what()))?;
-        }
         Ok(())
     }
 
-    fn round_written(&self, planned: Vec<Planned>) -> Result<()> {
-        let mut st = self.st.lock();
-        st.inflight_first = None;
-        if let Some(c) = st.chain.as_mut() {
+    /// A round is acknowledged (in order): its blocks join the live list,
+    /// holding their records (`logged`) or nothing (its chain was dropped:
+    /// they are freed with it).
+    pub(super) fn round_written(&self, st: &mut LogState, f: &Flight, planned: Vec<Planned>, logged: bool) {
+        if !logged {
+            for p in planned {
+                st.blocks.push_back(LiveBlock { ptr: p.ptr, guid: f.guid, max_txg: 0 });
+            }
+            return;
+        }
+        if let Some(c) = st.chain.as_mut().filter(|c| c.guid == f.guid) {
             c.durable_txg = 0;
         }
-        let guid = st.chain.map_or(0, |c| c.guid);
-        self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        if !planned.is_empty() {
+            self.stats.rounds.fetch_add(1, Ordering::Relaxed);
+        }
         for p in planned {
             let max_txg = p.records.iter().map(|r| r.txg).max().unwrap_or(0);
             for r in &p.records {
@@ -259,9 +237,8 @@ impl Zil {
             self.stats.blocks.fetch_add(1, Ordering::Relaxed);
             self.stats.bytes_used.fetch_add(p.records.iter().map(|r| r.encoded_len() as u64).sum::<u64>() + ondisk::BLOCK_HEADER as u64, Ordering::Relaxed);
             self.stats.bytes_alloc.fetch_add(p.ptr.asize, Ordering::Relaxed);
-            st.blocks.push_back(LiveBlock { ptr: p.ptr, guid, max_txg });
+            st.blocks.push_back(LiveBlock { ptr: p.ptr, guid: f.guid, max_txg });
         }
-        Ok(())
     }
 
     /// Reads the block `ptr` names in chain `guid` (speculatively: a block

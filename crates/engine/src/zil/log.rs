@@ -8,7 +8,8 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 use tarn_ondisk::zil::{LogPtr, LogRecord, ZilHeader};
 
-use crate::error::{Error, Result};
+use super::commit::{check_flights, Flight, Flushes};
+use crate::error::Result;
 use crate::pool::core::PoolCore;
 
 /// A record in memory: a change and its place in the log's history. A
@@ -66,6 +67,17 @@ pub struct ZilStats {
     /// Replays that ended early at an indirect record whose block did not
     /// verify.
     pub replay_ended_bad_block: AtomicU64,
+    /// Where a round's time goes, in ns: filling its records, writing its
+    /// blocks (issue to completion), flushing devices.
+    pub fill_ns: AtomicU64,
+    pub write_ns: AtomicU64,
+    pub flush_ns: AtomicU64,
+    /// Device flushes of log blocks (one may serve several rounds), and
+    /// rounds that waited for company (`zfs_commit_timeout_pct`).
+    pub flushes: AtomicU64,
+    pub company_waits: AtomicU64,
+    /// The most rounds that were in flight at once.
+    pub in_flight_max: AtomicU64,
 }
 
 /// A block written and not yet freed.
@@ -97,15 +109,24 @@ pub(super) struct LogState {
     pub by_object: HashMap<u64, Vec<Itx>>,
     /// Records taken by commits, for the next round.
     pub pending: Vec<Itx>,
+    /// Rounds opened, placed on the chain, and acknowledged (each a count:
+    /// done <= planned <= started).
     pub rounds_started: u64,
+    pub rounds_planned: u64,
     pub rounds_done: u64,
-    pub writing: bool,
+    /// Rounds planned and not yet acknowledged, in round order.
+    pub flights: VecDeque<Flight>,
+    pub flushes: Flushes,
+    /// Callers inside `commit`, and whether one is opening a round (waiting
+    /// for company).
+    pub committers: u32,
+    pub opening: bool,
+    /// The last round's write and flush time, ns (the commit timeout is a
+    /// share of it).
+    pub latency_ns: u64,
     /// Rounds that failed and could not fall back (the error).
     pub failed: HashMap<u64, String>,
     pub chain: Option<Chain>,
-    /// The first block of the round being written (the header names it
-    /// while no earlier block of the chain is live).
-    pub inflight_first: Option<LogPtr>,
     pub blocks: VecDeque<LiveBlock>,
     /// Header fields kept across syncs.
     pub claim_txg: u64,
@@ -136,11 +157,15 @@ impl LogState {
             by_object: HashMap::new(),
             pending: Vec::new(),
             rounds_started: 0,
+            rounds_planned: 0,
             rounds_done: 0,
-            writing: false,
+            flights: VecDeque::new(),
+            flushes: Flushes::default(),
+            committers: 0,
+            opening: false,
+            latency_ns: 0,
             failed: HashMap::new(),
             chain,
-            inflight_first: None,
             blocks: VecDeque::new(),
             claim_txg: header.claim_txg,
             replay_seq: header.replay_seq,
@@ -172,9 +197,6 @@ pub struct Zil {
     /// `logbias=throughput` (`indirect.rs`).
     pub(super) throughput: AtomicBool,
 }
-
-/// Rounds' errors kept for late waiters.
-const FAILED_KEEP: u64 = 1024;
 
 impl Zil {
     /// The log of dataset `dataset` whose record holds `header` (the
@@ -224,48 +246,9 @@ impl Zil {
     pub fn commit(&self, obj: u64, src: &dyn LogSource) -> Result<()> {
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         let t0 = std::time::Instant::now();
-        let res = self.commit_inner(obj, src);
+        let res = self.commit_rounds(obj, src);
         self.stats.commit_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         res
-    }
-
-    fn commit_inner(&self, obj: u64, src: &dyn LogSource) -> Result<()> {
-        let mut st = self.st.lock();
-        take_for_commit(&mut st, obj);
-        // The round that will hold what was taken — or, with nothing new,
-        // the last one started, which may hold what this caller depends on.
-        let mine = if st.pending.is_empty() { st.rounds_started } else { st.rounds_started + 1 };
-        if mine <= st.rounds_done {
-            self.stats.commits_empty.fetch_add(1, Ordering::Relaxed);
-        }
-        loop {
-            if st.rounds_done >= mine {
-                return match st.failed.get(&mine) {
-                    Some(e) => Err(Error::new(crate::error::ErrorKind::Io, e.clone())),
-                    None => Ok(()),
-                };
-            }
-            if !st.writing && !st.pending.is_empty() {
-                st.writing = true;
-                st.rounds_started += 1;
-                let round = st.rounds_started;
-                let itxs = std::mem::take(&mut st.pending);
-                drop(st);
-                let t0 = std::time::Instant::now();
-                let res = self.write_round(itxs, src);
-                self.stats.round_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                st = self.st.lock();
-                st.writing = false;
-                st.rounds_done = round;
-                if let Err(e) = res {
-                    st.failed.insert(round, e.to_string());
-                }
-                st.failed.retain(|&r, _| r + FAILED_KEEP > round);
-                self.cv.notify_all();
-                continue;
-            }
-            self.cv.wait(&mut st);
-        }
     }
 
     /// Syncing context, txg `txg`: frees the blocks whose records are all
@@ -342,7 +325,7 @@ impl Zil {
         st.namespace.len() + st.pending.len() + st.by_object.values().map(Vec::len).sum::<usize>()
     }
 
-    /// Checks invariants 1 and 2 of the module docs.
+    /// Checks invariants 1, 2 and 4 of the module docs.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
         let st = self.st.lock();
         check_order(&st.namespace).map_err(|e| format!("{}: namespace list: {}", self.what(), e))?;
@@ -352,7 +335,8 @@ impl Zil {
                 return Err(format!("{}: a record of another object on object {}'s list", self.what(), o));
             }
         }
-        check_blocks(&st).map_err(|e| format!("{}: {}", self.what(), e))
+        check_blocks(&st).map_err(|e| format!("{}: {}", self.what(), e))?;
+        check_flights(&st).map_err(|e| format!("{}: {}", self.what(), e))
     }
 
     /// The header the last sync wrote (or import read).
@@ -376,9 +360,9 @@ impl Zil {
         }
         let from = self.core.txg.open_txg();
         let mut st = self.st.lock();
-        if st.writing {
-            // The round being written finishes on its blocks; the next
-            // call (`empty_log_vdev` loops) retires the chain.
+        if !st.flights.is_empty() {
+            // The rounds in flight finish on their blocks; the next call
+            // (`empty_log_vdev` loops) retires the chain.
             return;
         }
         retire_chain(&mut st, from);
@@ -399,7 +383,7 @@ impl Zil {
 
 /// Moves the namespace records and `obj`'s (every object's when 0) to
 /// the pending round, keeping sequence order.
-fn take_for_commit(st: &mut LogState, obj: u64) {
+pub(super) fn take_for_commit(st: &mut LogState, obj: u64) {
     let mut taken = std::mem::take(&mut st.namespace);
     if obj == 0 {
         for (_, v) in st.by_object.drain() {
@@ -424,7 +408,8 @@ pub(super) fn header_now(st: &LogState, txg: u64) -> ZilHeader {
     let Some(c) = st.chain else {
         return ZilHeader { guid: 0, first: LogPtr::default(), claim_txg: st.claim_txg, replay_seq: st.replay_seq };
     };
-    let first = st.blocks.iter().find(|b| b.guid == c.guid).map(|b| b.ptr).or(st.inflight_first).unwrap_or(c.next);
+    let in_flight = || st.flights.iter().find(|f| f.guid == c.guid).and_then(|f| f.first);
+    let first = st.blocks.iter().find(|b| b.guid == c.guid).map(|b| b.ptr).or_else(in_flight).unwrap_or(c.next);
     let replayed = st.replay_marks.iter().filter(|&&(t, _)| t <= txg).map(|&(_, s)| s).max();
     ZilHeader { guid: c.guid, first, claim_txg: st.claim_txg, replay_seq: replayed.unwrap_or(0).max(st.replay_seq) }
 }

@@ -58,18 +58,47 @@
 //! and they are freed with the chain. A block that does not verify was
 //! torn before its round's flush — never acknowledged — and ends the log.
 //!
-//! ## Commits: rounds
+//! ## Commits: a pipeline of rounds (OpenZFS's lwb pipeline)
 //! ```text
-//!  fsync A ─┐ takes ns + A's records ─▶ round 7 (leader: fills, packs, writes, flushes)
-//!  fsync B ─┤ takes B's records     ─▶ round 8 waits for 7, then one writer writes
-//!  fsync C ─┘ takes C's records     ─▶ round 8 too: B and C share its blocks and flush
+//!  fsync A ─┐ takes ns + A's records ─▶ round 7: fill, place, write ─┐ flush 4 ─▶ ack 7
+//!  fsync B ─┤ takes B's records     ─▶ round 8: fill, place, write ─┤ (covers 7, 8)
+//!  fsync C ─┘ takes C's records     ─▶ round 8 too (joined B's)     │
+//!  fsync D ──── takes D's records   ─▶ round 9: write ──────────────┴ flush 5 ─▶ ack 8, 9
 //! ```
-//! Records taken by a commit join the next round. One round is written at
-//! a time; the caller whose records open a round writes it (the leader),
-//! everyone waits for the round holding their records — and for the round
-//! before, which may hold namespace records they depend on. While a round is
-//! written, the next one fills up: with N concurrent fsyncers a round
-//! carries about N commits, one device flush for all of them.
+//! Records taken by a commit join the next round to open. A committer
+//! whose records are pending opens that round (leads it) unless one is
+//! being opened, and writes it; several rounds are in flight at once, at
+//! most `ROUNDS_IN_FLIGHT_MAX`. A round's life:
+//! 1. *open*: when other committers are logging, it waits
+//!    `zfs_commit_timeout_pct` % of the last round's write and flush time
+//!    for them to join (a lone writer never waits), then takes the
+//!    pending records;
+//! 2. *fill* (a write's data read) and *place*: its blocks go after the
+//!    previous round's on the chain, in round order (each block names the
+//!    next place, allocated then);
+//! 3. *write*: its blocks are written together;
+//! 4. *flush*: a flush of a device covers every block whose write had
+//!    completed when it started, so flushes are numbered and one at a
+//!    time: a round written while a flush runs waits for the next, which
+//!    serves every round written meanwhile (merged flushes);
+//! 5. *acknowledge*: after every earlier round (rounds complete in log
+//!    order), its blocks join the live list and its waiters wake — every
+//!    commit waits for the round holding its records, or with nothing new
+//!    for the last round opened, which may hold what it depends on.
+//!
+//! With N concurrent fsyncers a round carries about N commits and a flush
+//! several rounds; with one, a round is one commit, one write, one flush.
+//!
+//! ```text
+//!   wait for company (µs)
+//!     ▲          commit timeout = pct × last round's write+flush time
+//!   50┤                                    ╱  (pct 10: a 0.5 ms round
+//!     │                              ╱        lets the next wait 50 µs)
+//!     │                        ╱
+//!    0┼──────────────────╱──────────────────▶ last round (ms)
+//!     0                 0.25               0.5
+//!     (0 whenever the committer is alone)
+//! ```
 //!
 //! ## On disk: the chain (format.md §18, `tarn_ondisk::zil`)
 //! The dataset record keeps the log header: the chain's guid and the first
@@ -103,30 +132,43 @@
 //!
 //! ## Failure
 //! A round that cannot allocate or write its blocks, or flush, falls back
-//! to a txg sync (the fsync is still correct, only slower) and abandons the
-//! chain: later rounds start a new one. A suspended pool fails the commit
-//! with the pool's error instead of waiting.
+//! to a txg sync (the fsync is still correct, only slower) and retires the
+//! chain: rounds placed after start a new one. Every other round of that
+//! chain in flight falls back too: the ones after the failed block cannot
+//! be found past it (a torn block ends the chain), and the ones before are
+//! not acknowledged through a chain being dropped. A suspended pool fails
+//! the commit with the pool's error instead of waiting.
 //!
 //! ## Tunables
 //! `zil_replay_disable` (discard logs instead of replaying them),
 //! `tarn_zil_commit_max_bytes` (a commit carrying more bytes of records
 //! than this syncs the txg instead), `zfs_immediate_write_sz` and
-//! `zil_maxcopied` (indirect writes, above). Log blocks are 4 KiB to 128
-//! KiB (OpenZFS's `zil_maxblocksize`), sized to what the round carries.
+//! `zil_maxcopied` (indirect writes, above), `zfs_commit_timeout_pct` (how
+//! long an opening round waits for company, above). Log blocks are 4 KiB
+//! to 128 KiB (OpenZFS's `zil_maxblocksize`), sized to what the round
+//! carries.
 //!
 //! ## Invariants
 //! 1. Records on the lists are in sequence order, each list on its own
 //!    (`check_order`).
 //! 2. `blocks` holds the written blocks of the chain in chain order, older
 //!    chains' first (`check_blocks`).
-//! 3. A round acknowledges only when every earlier round is durable (rounds
-//!    complete in order: one is written at a time).
-//! 4. A block an indirect record names is owned by exactly one of: the
+//! 3. A round acknowledges only when every earlier round is durable:
+//!    rounds are placed on the chain and acknowledged in round order
+//!    (`plan_in_order` and `finish_round` wait for the round before, and
+//!    assert it), and a round is durable only after a flush that started
+//!    after its write completed (`make_durable`). So a block is
+//!    acknowledged only when every earlier block of its chain is durable.
+//! 4. Rounds in flight are those started and not acknowledged, at most
+//!    `ROUNDS_IN_FLIGHT_MAX` (`open_round` asserts it); `flights` holds
+//!    the placed ones in round order.
+//! 5. A block an indirect record names is owned by exactly one of: the
 //!    dirty record of its txg (until that txg's sync adopts or frees it),
 //!    or, after a crash, the chain that claimed it (`object/prewrite.rs`,
 //!    `indirect.rs`); the pool checker finds no leak once they are gone.
 
 mod chain;
+mod commit;
 mod indirect;
 mod log;
 
