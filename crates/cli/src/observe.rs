@@ -751,6 +751,7 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
         ("tarn_zil_blocks_total", "Intent-log blocks written.", |m| m.zil.blocks),
         ("tarn_zil_block_bytes_total", "Intent-log block bytes written, as allocated.", |m| m.zil.block_bytes),
         ("tarn_zil_fallbacks_total", "Commits that synced the txg instead of writing the log.", |m| m.zil.fallbacks),
+        ("tarn_zil_flushes_total", "Device flushes of intent-log blocks (one serves every round written before it).", |m| m.zil.flushes),
     ];
     for (name, help, f) in zil_counters {
         family(&mut out, name, "counter", help, each(&|m| f(m) as f64));
