@@ -742,7 +742,7 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     family(&mut out, "tarn_throttle_delayed_total", "counter", "Transactions delayed by the write throttle.", each(&|m| m.throttle.delayed as f64));
     family(&mut out, "tarn_throttle_stalled_total", "counter", "Transactions that waited at the dirty-data limit.", each(&|m| m.throttle.stalled_at_limit as f64));
     family(&mut out, "tarn_throttle_delay_seconds_total", "counter", "Time slept by delayed transactions.", each(&|m| m.throttle.delay_ns_total as f64 / 1e9));
-    let zil_counters: [MetricColumn; 8] = [
+    let zil_counters: [MetricColumn; 9] = [
         ("tarn_zil_commit_total", "Intent-log commits (zil_commit_count).", |m| m.zil.commit_count),
         ("tarn_zil_commit_writer_total", "Intent-log rounds written (zil_commit_writer_count).", |m| m.zil.commit_writer_count),
         ("tarn_zil_itx_total", "Intent-log records made (zil_itx_count).", |m| m.zil.itx_count),

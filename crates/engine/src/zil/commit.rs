@@ -53,6 +53,18 @@ pub(super) struct Flushes {
     pub busy: bool,
     /// Top-level vdevs written since the last flush started.
     pub tops: Vec<u32>,
+    /// When the flush under way started, and how long the last one took.
+    pub started_at: Option<Instant>,
+    pub last_ns: u64,
+}
+
+/// Rounds opened whose blocks are not yet written (with when each was
+/// opened), and how long the last one took from opening to written: what
+/// `catch_next_flush` predicts with.
+#[derive(Default, Debug)]
+pub(super) struct Writing {
+    pub rounds: Vec<(u64, Instant)>,
+    pub last_ns: u64,
 }
 
 /// How a round ends.
@@ -94,6 +106,14 @@ impl Zil {
                 };
             }
             if may_lead(&st) {
+                if let Some(at) = catch_next_flush(&st).filter(|&at| at > Instant::now()) {
+                    // Written now, the round would miss the flush it can
+                    // catch at the latest then: it waits for company
+                    // until then (or until something changes).
+                    self.stats.flush_holds.fetch_add(1, Ordering::Relaxed);
+                    self.cv.wait_until(&mut st, at);
+                    continue;
+                }
                 let (round, itxs) = self.open_round(&mut st, timeout_pct);
                 drop(st);
                 self.run_round(round, itxs, src);
@@ -122,7 +142,9 @@ impl Zil {
         }
         st.rounds_started += 1;
         assert!(st.rounds_started - st.rounds_done <= ROUNDS_IN_FLIGHT_MAX);
-        (st.rounds_started, std::mem::take(&mut st.pending))
+        let round = st.rounds_started;
+        st.writing.rounds.push((round, Instant::now()));
+        (round, std::mem::take(&mut st.pending))
     }
 
     /// Writes round `round` and acknowledges it in log order: fills its
@@ -199,6 +221,10 @@ impl Zil {
         let res = self.write_blocks(guid, planned, data_vdevs);
         self.stats.write_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let mut st = self.st.lock();
+        if let Some(&(_, opened)) = st.writing.rounds.iter().find(|(r, _)| *r == round) {
+            st.writing.last_ns = opened.elapsed().as_nanos() as u64;
+        }
+        written(&mut st, round);
         match res {
             Ok(tops) => {
                 let need = st.flushes.started + 1;
@@ -237,6 +263,7 @@ impl Zil {
                 continue;
             }
             st.flushes.busy = true;
+            st.flushes.started_at = Some(Instant::now());
             st.flushes.started += 1;
             let n = st.flushes.started;
             let tops = std::mem::take(&mut st.flushes.tops);
@@ -247,6 +274,8 @@ impl Zil {
             self.stats.flushes.fetch_add(1, Ordering::Relaxed);
             st = self.st.lock();
             st.flushes.busy = false;
+            st.flushes.started_at = None;
+            st.flushes.last_ns = t0.elapsed().as_nanos() as u64;
             st.flushes.done = n;
             if let Err(e) = res {
                 // Every round this flush was to cover may be lost.
@@ -316,6 +345,7 @@ impl Zil {
             }
             self.cv.wait(&mut st);
         }
+        written(&mut st, round);
         let f = st.flights.pop_front().expect("the round is in flight");
         assert_eq!(f.round, round, "rounds are acknowledged in order");
         // A round that fell back wrote its blocks on a doomed chain: they
@@ -351,6 +381,34 @@ fn may_lead(st: &LogState) -> bool {
     !st.pending.is_empty() && !st.opening && st.rounds_started - st.rounds_done < ROUNDS_IN_FLIGHT_MAX
 }
 
+/// Round `round` has written its blocks, or ends without (`Writing`).
+fn written(st: &mut LogState, round: u64) {
+    st.writing.rounds.retain(|(r, _)| *r != round);
+}
+
+/// When a round opened now would still have its blocks written before
+/// the next flush starts, at the latest — `None` when nothing is being
+/// written or flushed (open now). A flush covers only the writes that
+/// completed before it started, so a round written while a flush runs
+/// waits for the one after it anyway; opened later, until its write ends
+/// just as that flush can start, it carries every commit that came
+/// meanwhile for no more latency. Predicted from the last round's time
+/// from opening to written and the last flush's time: never more than
+/// one flush's time ahead.
+fn catch_next_flush(st: &LogState) -> Option<Instant> {
+    if st.writing.last_ns == 0 || st.flushes.last_ns == 0 {
+        return None;
+    }
+    let w = Duration::from_nanos(st.writing.last_ns);
+    let f = Duration::from_nanos(st.flushes.last_ns);
+    let next_flush_end = match (st.flushes.started_at, st.writing.rounds.first()) {
+        (Some(started), _) => started + f,
+        (None, Some(&(_, opened))) => opened + w + f,
+        (None, None) => return None,
+    };
+    next_flush_end.checked_sub(w)
+}
+
 fn flight(st: &LogState, round: u64) -> &Flight {
     st.flights.iter().find(|f| f.round == round).expect("the round is in flight")
 }
@@ -374,5 +432,55 @@ pub(super) fn check_flights(st: &LogState) -> std::result::Result<(), String> {
             Err(format!("{} rounds in flight, {} placed and not acknowledged", st.flights.len(), st.rounds_planned - st.rounds_done))
         }
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarn_ondisk::zil::ZilHeader;
+
+    fn state() -> LogState {
+        let mut st = LogState::new(ZilHeader::default());
+        st.writing.last_ns = 300_000;
+        st.flushes.last_ns = 1_000_000;
+        st
+    }
+
+    #[test]
+    fn a_round_waits_for_the_flush_it_would_miss_and_no_longer() {
+        // Nothing written or flushed, or no history: open now.
+        assert_eq!(catch_next_flush(&state()), None);
+        let mut fresh = LogState::new(ZilHeader::default());
+        fresh.flushes.started_at = Some(Instant::now());
+        assert_eq!(catch_next_flush(&fresh), None, "no history: no prediction");
+        // A flush under way since now, 1 ms a flush, 0.3 ms a write: a
+        // round opened before 0.7 ms from now would wait for the flush
+        // after this one anyway.
+        let mut st = state();
+        let t0 = Instant::now();
+        st.flushes.started_at = Some(t0);
+        let at = catch_next_flush(&st).expect("a flush is under way");
+        assert_eq!(at, t0 + Duration::from_micros(700));
+        // A round being written (opened at t0), no flush yet: its flush ends
+        // at t0 + 0.3 + 1 ms; the next round opens 0.3 ms before that.
+        let mut st = state();
+        st.writing.rounds.push((7, t0));
+        assert_eq!(catch_next_flush(&st), Some(t0 + Duration::from_micros(1000)));
+        // A flush that ran long: its predicted end is past, open now.
+        let mut st = state();
+        st.flushes.started_at = Some(t0 - Duration::from_millis(5));
+        assert!(catch_next_flush(&st).is_some_and(|at| at <= Instant::now()));
+    }
+
+    #[test]
+    fn written_forgets_the_round() {
+        let mut st = state();
+        let t = Instant::now();
+        st.writing.rounds.extend([(3, t), (4, t)]);
+        written(&mut st, 3);
+        assert_eq!(st.writing.rounds, vec![(4, t)]);
+        written(&mut st, 9);
+        assert_eq!(st.writing.rounds.len(), 1);
     }
 }

@@ -76,6 +76,9 @@ pub struct ZilStats {
     /// rounds that waited for company (`zfs_commit_timeout_pct`).
     pub flushes: AtomicU64,
     pub company_waits: AtomicU64,
+    /// Times a committer that could open a round waited to catch the next
+    /// flush instead (`commit::catch_next_flush`).
+    pub flush_holds: AtomicU64,
     /// The most rounds that were in flight at once.
     pub in_flight_max: AtomicU64,
 }
@@ -117,6 +120,7 @@ pub(super) struct LogState {
     /// Rounds planned and not yet acknowledged, in round order.
     pub flights: VecDeque<Flight>,
     pub flushes: Flushes,
+    pub writing: super::commit::Writing,
     /// Callers inside `commit`, and whether one is opening a round (waiting
     /// for company).
     pub committers: u32,
@@ -149,7 +153,7 @@ pub(super) struct LogState {
 impl LogState {
     /// The state of a log whose record holds `header`: its chain (if it
     /// names one) goes on at the header's first place, nothing in memory.
-    fn new(header: ZilHeader) -> LogState {
+    pub(super) fn new(header: ZilHeader) -> LogState {
         let chain = (header.guid != 0).then_some(Chain { guid: header.guid, next: header.first, durable_txg: 0 });
         LogState {
             next_seq: 1,
@@ -161,6 +165,7 @@ impl LogState {
             rounds_done: 0,
             flights: VecDeque::new(),
             flushes: Flushes::default(),
+            writing: Default::default(),
             committers: 0,
             opening: false,
             latency_ns: 0,

@@ -69,10 +69,15 @@
 //! whose records are pending opens that round (leads it) unless one is
 //! being opened, and writes it; several rounds are in flight at once, at
 //! most `ROUNDS_IN_FLIGHT_MAX`. A round's life:
-//! 1. *open*: when other committers are logging, it waits
-//!    `zfs_commit_timeout_pct` % of the last round's write and flush time
-//!    for them to join (a lone writer never waits), then takes the
-//!    pending records;
+//! 1. *open*: while a flush runs (or a round is being written, whose
+//!    flush comes next), a round written now could only be made durable
+//!    by the flush after that one: it is opened when its write would end
+//!    just as that flush can start, predicted from the last round's and
+//!    flush's times (`catch_next_flush`), gathering the commits that come
+//!    meanwhile for no more latency. Then, when other committers are
+//!    logging, it waits `zfs_commit_timeout_pct` % of the last round's
+//!    write and flush time for them to join (a lone writer never waits),
+//!    and takes the pending records;
 //! 2. *fill* (a write's data read) and *place*: its blocks go after the
 //!    previous round's on the chain, in round order (each block names the
 //!    next place, allocated then);
