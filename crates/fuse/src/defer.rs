@@ -25,9 +25,10 @@
 //! lost.
 //!
 //! A lone fsyncer should not pay the hand-over (a thread woken, a few tens
-//! of microseconds on these machines): while a mount has another worker
-//! free, a worker waits in the fsync itself ([`Inline`]); only fsyncs past
-//! that go to the pool.
+//! of microseconds on these machines): one worker of a mount at a time
+//! (when the mount has another) waits in the fsync itself ([`Inline`]);
+//! fsyncs past that go to the pool, leaving the other workers to the
+//! WRITEs and SETATTRs that concurrent fsyncs wait for.
 //!
 //! Each mount counts its jobs not yet finished ([`Outstanding`]): unmount
 //! waits for them after the session ends, before it syncs and closes the
@@ -121,8 +122,7 @@ fn serve() {
 }
 
 /// A worker waiting in a request itself, while fewer than a bound do
-/// (`enter`): the first waiters of a mount keep their workers, as long as
-/// one worker stays free to read requests; the others go to the pool.
+/// (`enter`); the others go to the pool.
 pub struct Inline<'a>(&'a AtomicUsize);
 
 impl<'a> Inline<'a> {

@@ -10,9 +10,9 @@
 //! completion before reading the next. A request that blocks in the file
 //! system (a cold read waiting for the disk) holds one worker; the others
 //! keep serving. fsyncs, which wait for the intent log's round, are the
-//! exception: past the first `threads − 1` waiting at once they are
-//! answered from a shared wait pool (`defer`), so with more fsyncers than
-//! workers they all reach the log and share its rounds. The kernel keeps up to
+//! exception: past the first waiting at once they are answered from a
+//! shared wait pool (`defer`), so with more fsyncers than workers they all
+//! reach the log and share its rounds. The kernel keeps up to
 //! `max_background` read-ahead and write-back requests in flight, so
 //! sequential streams keep several workers busy. There is no queue of our
 //! own: the kernel's request queue is the bound.

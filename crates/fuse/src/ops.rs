@@ -43,6 +43,10 @@ use crate::MountOptions;
 const DROP_PAGES_MAX: usize = 16;
 static DROPPING: AtomicUsize = AtomicUsize::new(0);
 
+/// fsyncs of a mount a worker waits in itself at once (`defer`); past
+/// them, the wait pool answers.
+const INLINE_FSYNCS: usize = 1;
+
 /// The `fuser::Filesystem` of one mount.
 pub struct Glue {
     pub table: Arc<FsTable>,
@@ -263,9 +267,11 @@ impl Glue {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         };
-        // While another worker is free, this one may wait: a lone fsyncer
-        // pays no hand-over to the pool.
-        match crate::defer::Inline::enter(&self.inline_fsyncs, self.opts.threads - 1) {
+        // One worker of the mount may wait in an fsync itself (with
+        // another left to read requests): a lone fsyncer pays no hand-over
+        // to the pool, and concurrent fsyncers leave the other workers to
+        // the WRITEs and SETATTRs their fsyncs wait for.
+        match crate::defer::Inline::enter(&self.inline_fsyncs, INLINE_FSYNCS.min(self.opts.threads - 1)) {
             Some(_inline) => answer(),
             None => crate::defer::run(&self.table.deferred, answer),
         }
