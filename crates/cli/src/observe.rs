@@ -721,6 +721,12 @@ pub fn zilstat_row(cur: &[PoolMetrics], prev: Option<&[PoolMetrics]>, secs: f64,
     row
 }
 
+/// Every device of a pool: its tree's leaves (data and log), then its
+/// cache devices, as `pool iostat -v` lists them.
+fn devices(m: &PoolMetrics) -> impl Iterator<Item = &VdevMetrics> {
+    m.vdevs.iter().chain(m.cache.iter())
+}
+
 /// The Prometheus text exposition of every pool's metrics and the ARC's
 /// (one ARC for all pools: its families carry no pool label).
 pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
@@ -810,7 +816,7 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     family(&mut out, "tarn_l2arc_allocated_bytes", "gauge", "Bytes the blocks occupy on cache devices (l2_asize).", each(&|m| m.l2.l2_asize as f64));
     let vl = |m: &PoolMetrics, v: &VdevMetrics| format!("pool=\"{}\",vdev=\"{}\"", esc(&m.pool), esc(&v.path));
     let per_vdev = |f: &dyn Fn(&VdevMetrics) -> u64| {
-        ms.iter().flat_map(|m| m.vdevs.iter().map(move |v| (format!("{{{}}}", vl(m, v)), f(v) as f64))).collect::<Vec<_>>()
+        ms.iter().flat_map(|m| devices(m).map(move |v| (format!("{{{}}}", vl(m, v)), f(v) as f64))).collect::<Vec<_>>()
     };
     family(&mut out, "tarn_vdev_read_ops_total", "counter", "Device read operations.", per_vdev(&|v| v.read_ops));
     family(&mut out, "tarn_vdev_write_ops_total", "counter", "Device write operations.", per_vdev(&|v| v.write_ops));
@@ -823,7 +829,7 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     // Prometheus exposes an enumeration.
     let states = ms
         .iter()
-        .flat_map(|m| m.vdevs.iter().flat_map(move |v| tarn_engine::vdev::State::ALL.iter().map(move |s| (format!("{{{},state=\"{}\"}}", vl(m, v), s.name()), f64::from(u8::from(v.state == s.name()))))))
+        .flat_map(|m| devices(m).flat_map(move |v| tarn_engine::vdev::State::ALL.iter().map(move |s| (format!("{{{},state=\"{}\"}}", vl(m, v), s.name()), f64::from(u8::from(v.state == s.name()))))))
         .collect::<Vec<_>>();
     family(&mut out, "tarn_vdev_state", "gauge", "The device's state (1 for the state it is in).", states);
     let events = ms
@@ -834,7 +840,7 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     family(&mut out, "tarn_events_dropped_total", "counter", "Checksum and I/O error events held back by zfs_checksum_events_per_second.", each(&|m| m.events.dropped as f64));
     let per_class = |f: &dyn Fn(&ClassIoSnapshot) -> u64| {
         ms.iter()
-            .flat_map(|m| m.vdevs.iter().flat_map(move |v| v.classes.iter().map(move |c| (format!("{{{},class=\"{}\"}}", vl(m, v), c.class), f(c) as f64))))
+            .flat_map(|m| devices(m).flat_map(move |v| v.classes.iter().map(move |c| (format!("{{{},class=\"{}\"}}", vl(m, v), c.class), f(c) as f64))))
             .collect::<Vec<_>>()
     };
     family(&mut out, "tarn_vdev_class_ops_total", "counter", "Device operations per I/O class.", per_class(&|c| c.ops));
@@ -842,7 +848,7 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
     let mut queued = Vec::new();
     let mut active = Vec::new();
     for m in ms {
-        for v in &m.vdevs {
+        for v in devices(m) {
             for q in &v.queues {
                 let l = format!("{{{},class=\"{}\"}}", vl(m, v), q.class);
                 queued.push((l.clone(), q.queued as f64));
@@ -860,7 +866,7 @@ pub fn prometheus(ms: &[PoolMetrics], arc: &ArcMetrics) -> String {
         let _ = writeln!(out, "# HELP {} {}", name, help);
         let _ = writeln!(out, "# TYPE {} histogram", name);
         for m in ms {
-            for v in &m.vdevs {
+            for v in devices(m) {
                 for c in &v.classes {
                     let h = pick(c);
                     let l = format!("{},class=\"{}\"", vl(m, v), c.class);
@@ -1030,6 +1036,11 @@ mod promtool {
         for (metric, want) in [("tarn_l2arc_feeds_total", m.l2.l2_feeds), ("tarn_l2arc_write_bytes_total", m.l2.l2_write_bytes), ("tarn_l2arc_allocated_bytes", m.l2.l2_asize)] {
             assert!(text.contains(&format!("{}{{pool=\"tank\"}} {}\n", metric, want)), "{} should be {}:\n{}", metric, want, text);
         }
+        // The cache device has rows of its own, as in `pool iostat -v`.
+        let c = &m.cache[0];
+        assert!(c.write_bytes > 0, "{:?}", c);
+        assert!(text.contains(&format!("tarn_vdev_write_bytes_total{{pool=\"tank\",vdev=\"cache0\"}} {}\n", c.write_bytes)), "{}", text);
+        assert!(text.contains("tarn_vdev_state{pool=\"tank\",vdev=\"cache0\",state=\"ONLINE\"} 1\n"), "{}", text);
         // The ARC is the process's: its families have no pool label.
         let want = arc.sizes.uncompressed_size;
         assert!(text.contains(&format!("tarn_arc_uncompressed_bytes {}\n", want)), "tarn_arc_uncompressed_bytes should be {}:\n{}", want, text);

@@ -201,6 +201,8 @@ fn writer_waits_for_clear(e: &Env, pool: &str, devs: &[&str], at: &dyn Fn(&str) 
     let held = writer(at("held"));
     let st = status_shows(e, pool, "1 writers wait");
     assert!(st.contains("state: SUSPENDED") && st.contains("1 writers wait") && st.contains(&format!("tarn pool clear {}", pool)), "{}", st);
+    let action = if devs.len() > 1 { "action: Make the devices whole again" } else { "action: Make the device whole again" };
+    assert!(st.contains(action), "the action names as many devices as are out: {}", st);
     assert!(held.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the writer waits");
     e.ok(&["inject", "-c", "all"]);
     e.ok(&["pool", "clear", pool]);

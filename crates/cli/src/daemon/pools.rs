@@ -505,10 +505,12 @@ fn print_status(s: &PoolStatus, errors: &[NamedError], verbose: bool, out: &mut 
         out.line(format!("status: The pool is suspended and cannot write: {}.", sus.reason));
         out.line(format!("        On disk is txg {} of {}; not written: {}.", sus.synced_txg, super::utc(sus.synced_time), lost_text(sus)));
         if sus.resumable {
-            out.line(format!("action: Make the device whole again, then `tarn pool clear {}` resumes the pool and writes what waits;", s.name));
+            let devices = if out_leaves(&s.vdevs) > 1 { "the devices" } else { "the device" };
+            out.line(format!("action: Make {} whole again, then `tarn pool clear {}` resumes the pool and writes what waits;", devices, s.name));
             out.line(format!("        or `tarn pool export -f {}` closes it without syncing, discarding what was not written.", s.name));
         } else {
-            out.line(format!("action: Restore or replace the device, then `tarn pool export -f {}` (closes the pool without syncing,", s.name));
+            let devices = if out_leaves(&s.vdevs) > 1 { "the devices" } else { "the device" };
+            out.line(format!("action: Restore or replace {}, then `tarn pool export -f {}` (closes the pool without syncing,", devices, s.name));
             out.line(format!("        discarding what was not written) and `tarn pool import {}`.", s.name));
         }
         if sus.waiting_writers > 0 {
@@ -635,6 +637,18 @@ fn status_leaves(v: &VdevStatus) -> Vec<&VdevStatus> {
         return vec![v];
     }
     v.children.iter().flat_map(status_leaves).collect()
+}
+
+/// Leaves under `vdevs` that are out (faulted, unavailable, removed):
+/// whether a suspended pool's `action:` speaks of one device or several.
+fn out_leaves(vdevs: &[VdevStatus]) -> usize {
+    vdevs
+        .iter()
+        .map(|v| match v.children.is_empty() {
+            true => usize::from(matches!(v.state.as_str(), "FAULTED" | "UNAVAIL" | "REMOVED")),
+            false => out_leaves(&v.children),
+        })
+        .sum()
 }
 
 /// zpool's "status:" and "action:" lines for a pool that runs degraded or
