@@ -252,6 +252,9 @@ tunables! {
     /// Percent of the last log round's write and flush time a commit that opens a round waits for other committers to join it (zil.c's zfs_commit_timeout_pct); no wait when it is the only one committing. 0: never wait.
     zfs_commit_timeout_pct: u64 = 10;
     range 0, 100;
+    /// Log rounds of one dataset in flight at once (opened and not yet acknowledged): the depth of the intent log's commit pipeline. 1 writes one round at a time, the next opened only when the one before is durable; more lets a round be written while an earlier one's flush runs (OpenZFS's lwbs in flight). At most 16.
+    tarn_zil_rounds_in_flight: u64 = 16;
+    range 1, 16;
     /// Events each pool's ring keeps (`pool events`); the oldest go first. At most 10,000: the ring is rewritten whole in each txg that changes it.
     zfs_zevent_len_max: u64 = 512;
     range 1, 10_000;

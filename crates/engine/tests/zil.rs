@@ -232,6 +232,41 @@ fn concurrent_fsyncs_share_rounds_and_all_survive() {
     verified(&pool, "concurrent fsyncs");
 }
 
+/// `tarn_zil_rounds_in_flight=1`: eight fsyncing threads still share
+/// rounds, but never more than one is in flight — the next opens only when
+/// the one before is durable. Set back, the log goes on.
+#[test]
+fn a_pipeline_depth_of_one_writes_one_round_at_a_time() {
+    let (_devs, pool) = new_pool();
+    let fs = mount_logged(&pool);
+    pool.core().tunables.write().set("tarn_zil_rounds_in_flight", "1").unwrap();
+    let inos: Vec<u64> = (0..8).map(|i| file(&fs, fs.root(), &format!("f{}", i))).collect();
+    let run = |seed: u64| {
+        std::thread::scope(|s| {
+            for (t, &ino) in inos.iter().enumerate() {
+                let fs = fs.clone();
+                s.spawn(move || {
+                    for k in 0..30u64 {
+                        fs.write(&ROOT, ino, k * 4096, &pattern(4096, seed + t as u64 * 1000 + k)).unwrap();
+                        fs.fsync(ino, false).unwrap();
+                    }
+                });
+            }
+        })
+    };
+    run(0);
+    let zil = pool.datasets().zil("tank").unwrap();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    let (commits, rounds) = (load(&zil.stats.commits), load(&zil.stats.rounds));
+    assert!(rounds < commits, "{} rounds for {} commits: none shared", rounds, commits);
+    assert_eq!(load(&zil.stats.in_flight_max), 1, "one round at a time");
+    pool.core().tunables.write().set("tarn_zil_rounds_in_flight", "16").unwrap();
+    run(7);
+    assert!(load(&zil.stats.in_flight_max) <= 16);
+    assert!(load(&zil.stats.commits) >= commits + 240);
+    zil.check_invariants().unwrap();
+}
+
 /// A device that refuses writes under an fsync: the log write fails, the
 /// commit falls back to a txg sync, which cannot complete either, so the
 /// pool suspends and fsync returns an error — at once, never a hang, and

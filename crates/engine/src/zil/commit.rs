@@ -13,8 +13,9 @@ use super::log::{retire_chain, take_for_commit, Itx, LogSource, LogState, Zil};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Most rounds planned on the chain and not yet acknowledged: a bound on
-/// the log blocks (and threads) in flight. A committer finding this many
-/// waits for the oldest to be acknowledged.
+/// the log blocks (and threads) in flight, and on the tunable
+/// `tarn_zil_rounds_in_flight`. A committer finding that many waits for
+/// the oldest to be acknowledged.
 pub(super) const ROUNDS_IN_FLIGHT_MAX: u64 = 16;
 
 /// Rounds' errors kept for late waiters.
@@ -82,7 +83,10 @@ impl Zil {
     /// holds them, leading a round when records are pending and no round
     /// is being opened.
     pub(super) fn commit_rounds(&self, obj: u64, src: &dyn LogSource) -> Result<()> {
-        let timeout_pct = self.core.tunables.read().zfs_commit_timeout_pct;
+        let (timeout_pct, depth) = {
+            let t = self.core.tunables.read();
+            (t.zfs_commit_timeout_pct, t.tarn_zil_rounds_in_flight.clamp(1, ROUNDS_IN_FLIGHT_MAX))
+        };
         let mut st = self.st.lock();
         take_for_commit(&mut st, obj);
         // The round that will hold what was taken — or, with nothing new,
@@ -105,7 +109,7 @@ impl Zil {
                     None => Ok(()),
                 };
             }
-            if may_lead(&st) {
+            if may_lead(&st, depth) {
                 if let Some(at) = catch_next_flush(&st).filter(|&at| at > Instant::now()) {
                     // Written now, the round would miss the flush it can
                     // catch at the latest then: it waits for company
@@ -375,10 +379,10 @@ pub(super) enum FillResult {
 }
 
 /// Whether a committer waiting for its round may open the next one:
-/// records are pending, no round is being opened, and the pipeline has
-/// room.
-fn may_lead(st: &LogState) -> bool {
-    !st.pending.is_empty() && !st.opening && st.rounds_started - st.rounds_done < ROUNDS_IN_FLIGHT_MAX
+/// records are pending, no round is being opened, and fewer than `depth`
+/// rounds are in flight (`tarn_zil_rounds_in_flight`).
+fn may_lead(st: &LogState, depth: u64) -> bool {
+    !st.pending.is_empty() && !st.opening && st.rounds_started - st.rounds_done < depth
 }
 
 /// Round `round` has written its blocks, or ends without (`Writing`).

@@ -68,7 +68,8 @@
 //! Records taken by a commit join the next round to open. A committer
 //! whose records are pending opens that round (leads it) unless one is
 //! being opened, and writes it; several rounds are in flight at once, at
-//! most `ROUNDS_IN_FLIGHT_MAX`. A round's life:
+//! most `tarn_zil_rounds_in_flight` (16, the bound `ROUNDS_IN_FLIGHT_MAX`;
+//! 1 makes the log write one round at a time). A round's life:
 //! 1. *open*: while a flush runs (or a round is being written, whose
 //!    flush comes next), a round written now could only be made durable
 //!    by the flush after that one: it is opened when its write would end
