@@ -219,6 +219,9 @@ tunables! {
     /// Most bytes a second a scrub reads or a resilver copies, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
     tarn_scan_limit_bytes_per_sec: u64 = 0;
     range 0, 1 << 40;
+    /// Bytes of a scrub's reads in flight per leaf device — issued and not yet checked — so every device has reads queued while earlier ones are checked (a run larger than this is read alone). OpenZFS's zfs_scan_vdev_limit, with its default. See pool::scan::issue.
+    zfs_scan_vdev_limit: u64 = 16 << 20;
+    range 0, 1 << 30;
     /// A scan (scrub, resilver, rebuild) backs off while foreground I/O reached the pool's devices less than this many milliseconds ago (0: never backs off). OpenZFS's zfs_scan_idle, 50 ticks (ms at 1000 Hz). See pool::scan::idle.
     zfs_scan_idle_ms: u64 = 50;
     range 0, 60_000;
