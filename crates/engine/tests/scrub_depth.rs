@@ -16,7 +16,6 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use common::{filled, mem_devs, named, small_tunables};
 use tarn_engine::io::inject::{Fault, InjectSpec, IoTypes, FREQ_ALWAYS};
