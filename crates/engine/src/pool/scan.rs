@@ -16,7 +16,8 @@
 //!                     vdev, child, offset) — each leaf in ascending
 //!                     offsets, all leaves at once (`ScanOrder`); drop the
 //!                     copies at or before the saved position
-//!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
+//!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT
+//!                     and tarn_scan_read_max_bytes, 128 KiB),
 //!                     issued in order without waiting, up to
 //!                     zfs_scan_vdev_limit bytes read and not yet checked
 //!                     per leaf; SCAN_WORKERS threads check each copy on
@@ -125,7 +126,7 @@
 //!   (as verify's walk), plus the figures of at most one entry per run
 //!   finished ahead of a slower worker;
 //! - per leaf, at most `zfs_scan_vdev_limit` bytes of runs (each ≤
-//!   `SCAN_EXTENT`, or one larger block) read and not yet checked — or one
+//!   `tarn_scan_read_max_bytes` and `SCAN_EXTENT`, or one larger block) read and not yet checked — or one
 //!   run, when a run alone exceeds it; `SCAN_WORKERS` threads check them;
 //!   at most `SCAN_ERRORS_KEPT` error messages kept (all counted);
 //! - pacing waits in slices of at most `PACE_SLICE`, so pause, cancel and

@@ -147,7 +147,8 @@ pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg:
         copies.retain(|c| order.key(&c.key()) > order.key(&p));
     }
     scanner.pass_gathered(walk_errors, copies.iter().map(|c| c.len).sum(), blocks.bps.len() as u64);
-    let runs = runs(&copies);
+    let read_max = core.tunables.read().tarn_scan_read_max_bytes.min(SCAN_EXTENT);
+    let runs = runs(&copies, read_max);
     let done = issue(core, &blocks, &runs, scanner, order);
     match scanner.halted() {
         _ if done == runs.len() => PassEnd::Finished,
@@ -182,18 +183,19 @@ fn copies_of(core: &PoolCore, bps: &[BlockPtr], order: ScanOrder, errors: &mut V
 }
 
 /// Splits copies into runs read as one extent: same vdev, each starting
-/// where the previous one's read ended, at most `SCAN_EXTENT` (a single
-/// larger copy is a run of its own). Sorted copies of adjacent blocks
+/// where the previous one's read ended, at most `read_max` bytes
+/// (`tarn_scan_read_max_bytes`, at most `SCAN_EXTENT`; a single larger
+/// copy is a run of its own). Sorted copies of adjacent blocks
 /// merge; in logical order only blocks the walk found one after the other
 /// that also lie one after the other on the same leaf do (a plain
 /// device's; a mirror's children alternate).
-fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
+fn runs(copies: &[Copy], read_max: u64) -> Vec<&[Copy]> {
     let mut out = Vec::new();
     let mut first = 0;
     for i in 1..=copies.len() {
         let split = i == copies.len() || {
             let (a, b, head) = (&copies[i - 1], &copies[i], &copies[first]);
-            b.vdev != a.vdev || b.child != a.child || b.offset != a.offset + a.len || b.offset + b.len - head.offset > SCAN_EXTENT
+            b.vdev != a.vdev || b.child != a.child || b.offset != a.offset + a.len || b.offset + b.len - head.offset > read_max
         };
         if split {
             out.push(&copies[first..i]);
