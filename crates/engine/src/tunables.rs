@@ -219,6 +219,12 @@ tunables! {
     /// Most bytes a second a scrub reads or a resilver copies, all devices together (0: no limit; else at least 64K). OpenZFS has none (it bounds scan I/O in flight per device).
     tarn_scan_limit_bytes_per_sec: u64 = 0;
     range 0, 1 << 40;
+    /// Bytes of a scrub's reads in flight per leaf device — issued and not yet checked — so every device has reads queued while earlier ones are checked (a run larger than this is read alone). OpenZFS's zfs_scan_vdev_limit, with its default. See pool::scan::issue.
+    zfs_scan_vdev_limit: u64 = 16 << 20;
+    range 0, 1 << 30;
+    /// Longest read a scrub makes of adjacent copies (at most 1 MiB, the sort's window; a larger block is read whole). OpenZFS reads each block alone and its queue merges them up to zfs_vdev_aggregation_limit_non_rotating, 128 KiB on SSDs; 128 KiB here too: on image files a scrub's 1 MiB reads took 3× as long for the same bytes (docs/benchmarks.md, "Where a scrub's time went").
+    tarn_scan_read_max_bytes: u64 = 128 << 10;
+    range 4 << 10, 16 << 20;
     /// A scan (scrub, resilver, rebuild) backs off while foreground I/O reached the pool's devices less than this many milliseconds ago (0: never backs off). OpenZFS's zfs_scan_idle, 50 ticks (ms at 1000 Hz). See pool::scan::idle.
     zfs_scan_idle_ms: u64 = 50;
     range 0, 60_000;

@@ -16,15 +16,19 @@
 //!                     vdev, child, offset) — each leaf in ascending
 //!                     offsets, all leaves at once (`ScanOrder`); drop the
 //!                     copies at or before the saved position
-//!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT),
-//!                     SCAN_WORKERS extents in flight, each copy checked on
-//!                     its own; IoClass::Scrub, so the scheduler gives
-//!                     foreground I/O priority; one run at a time
+//!  4. issue           adjacent copies read as one extent (≤ SCAN_EXTENT
+//!                     and tarn_scan_read_max_bytes, 128 KiB),
+//!                     issued in order without waiting, up to
+//!                     zfs_scan_vdev_limit bytes read and not yet checked
+//!                     per leaf; SCAN_WORKERS threads check each copy on
+//!                     its own as its run's read completes;
+//!                     IoClass::Scrub, so the scheduler gives foreground
+//!                     I/O priority; one run at a time
 //!                     after zfs_scrub_delay_ms while foreground I/O is
 //!                     recent (`idle`: the scheduler cannot see leaves
 //!                     that share a disk); paced by
 //!                     tarn_scan_limit_bytes_per_sec (each run charged
-//!                     after it is read)
+//!                     as it is issued)
 //!  5. repair          a bad copy at once: another copy of its block (on
 //!                     another child, or another DVA) read, checked and
 //!                     written over it, flushed (the scan keeps no data
@@ -121,9 +125,10 @@
 //! - memory of a pass: one entry per block and per copy of the synced tree
 //!   (as verify's walk), plus the figures of at most one entry per run
 //!   finished ahead of a slower worker;
-//! - at most `SCAN_WORKERS` runs of ≤ `SCAN_EXTENT` (or one larger block)
-//!   in flight; at most `SCAN_ERRORS_KEPT` error messages kept (all
-//!   counted);
+//! - per leaf, at most `zfs_scan_vdev_limit` bytes of runs (each ≤
+//!   `tarn_scan_read_max_bytes` and `SCAN_EXTENT`, or one larger block) read and not yet checked — or one
+//!   run, when a run alone exceeds it; `SCAN_WORKERS` threads check them;
+//!   at most `SCAN_ERRORS_KEPT` error messages kept (all counted);
 //! - pacing waits in slices of at most `PACE_SLICE`, so pause, cancel and
 //!   close are seen within one.
 //!
@@ -138,7 +143,14 @@
 //! the workers all read the same leaf, so a scrub of a mirror of two
 //! disks kept one idle and took twice the time its disks allow; windows
 //! of `SCAN_EXTENT` of offsets interleave the leaves while each still
-//! sees ascending offsets. Scans recorded before this order (no `order`
+//! sees ascending offsets.
+//!
+//! Why reads are issued ahead of the checks, per leaf: four workers that
+//! each read a run and then checksummed it kept about two reads on each
+//! of a mirror's devices, none queued while a checksum ran, and fewer
+//! than one per device on a pool of more than four; OpenZFS keeps
+//! `zfs_scan_vdev_limit` (16 MiB) in flight on every leaf, and so does
+//! `issue` now, whatever the number of leaves. Scans recorded before this order (no `order`
 //! in the record) continue leaf after leaf (`ScanOrder::ChildByChild`):
 //! their position means nothing in another order.
 //!
@@ -234,8 +246,10 @@ pub(crate) fn block_name(bp: &tarn_ondisk::bp::BlockPtr) -> String {
 
 /// The longest run of adjacent copies read in one request.
 pub const SCAN_EXTENT: u64 = 1 << 20;
-/// Reads a scan keeps in flight (the scrub class's queue limits still
-/// apply below: foreground I/O goes first).
+/// Threads that check a scrub's runs as their reads complete (the reads
+/// themselves are bounded per leaf by `zfs_scan_vdev_limit`); a resilver's
+/// copies in flight. The scrub class's queue limits still apply below:
+/// foreground I/O goes first.
 pub const SCAN_WORKERS: usize = 4;
 /// Error messages a scan keeps (all are counted).
 pub const SCAN_ERRORS_KEPT: usize = 100;
@@ -826,7 +840,7 @@ impl Scanner {
         }
     }
 
-    /// Charges `bytes` just read to `tarn_scan_limit_bytes_per_sec` (0: no
+    /// Charges `bytes` just issued or read to `tarn_scan_limit_bytes_per_sec` (0: no
     /// limit) and waits until the credit, refilled at the limit and at
     /// most `SCAN_EXTENT` ahead, is no longer negative; pause and halt cut
     /// the wait short (the debt stays). The limit is read anew every

@@ -15,13 +15,15 @@
 //!    intent-log writes)
 //!
 //!   before each scan I/O:   busy = now - last foreground < zfs_scan_idle_ms
-//!     idle  → issue at once, SCAN_WORKERS deep (full speed)
+//!     idle  → issue at once, zfs_scan_vdev_limit deep (full speed)
 //!     busy  → one scan I/O at a time, each started ≥ delay ms after the
 //!             previous one ended (zfs_scrub_delay_ms for a scrub,
 //!             zfs_resilver_delay_ms for a resilver or rebuild)
 //!
 //!   scan I/Os in flight
-//!      4 +------+                  +--------------  SCAN_WORKERS
+//!      n +------+                  +--------------  zfs_scan_vdev_limit
+//!        |      |                  |                a leaf (resilver:
+//!        |      |                  |                SCAN_WORKERS)
 //!        |      |                  |
 //!      1 +      +-+ +-+ +-+ +-+ +-+    one at a time, spaced by the delay
 //!        |      | | | | | | | | | |

@@ -4,20 +4,38 @@
 //! (`zfs_scan_legacy`) skips the sort and the skip: it reads the copies in
 //! the order the walk found their blocks, and commits no position.
 //!
-//! Workers take runs in order but finish them out of order; a run's
+//! The pass's thread issues the runs' reads in order, each without
+//! waiting for it, while the run's leaf has less than
+//! `zfs_scan_vdev_limit` bytes read and not yet checked (`InFlight`);
+//! a read's completion hands its data to the workers, which check and
+//! repair. So each device always has scan reads queued — the scheduler
+//! still issues at most `zfs_vdev_scrub_max_active` of them at once —
+//! and checksums never stand between two reads:
+//!
+//! ```text
+//!   pass thread:  run 0 → read_async ─┐   run 1 → read_async ─┐   (waits while
+//!                                     │                       │    the leaf is
+//!   leaf's issue threads:   preadv ───┤         preadv ───────┤    at its limit)
+//!                                     ▼                       ▼
+//!   workers (SCAN_WORKERS):   check run 0, repair     check run 1 …
+//!                             release its bytes → the pass thread may issue
+//! ```
+//!
+//! Workers finish runs out of order; a run's
 //! figures reach the scanner (and so the record) only when every run
 //! before it has finished too (`Progress`), so the position the record
 //! saves always has every copy at or before it checked — and repaired,
 //! since a bad copy is repaired, write flushed, before its run counts as
-//! finished. A run is taken only when it is read at once (no pause or
-//! pacing between), so when a halted pass ends every run it checked is
-//! committed: the figures of an export count each repair. (A power cut can still fall between a
+//! finished. Every run issued is checked (a read always completes), and
+//! once the pass is halted no more are issued, so when a halted pass ends
+//! every run it issued is committed: the figures of an export count each
+//! repair. (A power cut can still fall between a
 //! repair and the sync that records its run; the run is then checked
 //! again, finds the copy good, and the repair goes uncounted.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
 use tarn_ondisk::bp::BlockPtr;
@@ -25,6 +43,7 @@ use tarn_ondisk::bp::BlockPtr;
 use super::{block_name, ScanFunc, ScanOrder, ScanPosition, ScanReport, Scanner, SCAN_EXTENT, SCAN_WORKERS};
 use crate::io::block;
 use crate::io::{IoClass, Leaf};
+use crate::sys::buf::AlignedBuf;
 use crate::pool::core::{FailedCopy, PoolCore};
 use crate::pool::errlog::Bookmark;
 use crate::vdev::{Kind, ReadCheck, Vdev};
@@ -128,7 +147,8 @@ pub(crate) fn pass(core: &PoolCore, scanner: &Scanner, mos: &BlockPtr, tree_txg:
         copies.retain(|c| order.key(&c.key()) > order.key(&p));
     }
     scanner.pass_gathered(walk_errors, copies.iter().map(|c| c.len).sum(), blocks.bps.len() as u64);
-    let runs = runs(&copies);
+    let read_max = core.tunables.read().tarn_scan_read_max_bytes.min(SCAN_EXTENT);
+    let runs = runs(&copies, read_max);
     let done = issue(core, &blocks, &runs, scanner, order);
     match scanner.halted() {
         _ if done == runs.len() => PassEnd::Finished,
@@ -163,18 +183,19 @@ fn copies_of(core: &PoolCore, bps: &[BlockPtr], order: ScanOrder, errors: &mut V
 }
 
 /// Splits copies into runs read as one extent: same vdev, each starting
-/// where the previous one's read ended, at most `SCAN_EXTENT` (a single
-/// larger copy is a run of its own). Sorted copies of adjacent blocks
+/// where the previous one's read ended, at most `read_max` bytes
+/// (`tarn_scan_read_max_bytes`, at most `SCAN_EXTENT`; a single larger
+/// copy is a run of its own). Sorted copies of adjacent blocks
 /// merge; in logical order only blocks the walk found one after the other
 /// that also lie one after the other on the same leaf do (a plain
 /// device's; a mirror's children alternate).
-fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
+fn runs(copies: &[Copy], read_max: u64) -> Vec<&[Copy]> {
     let mut out = Vec::new();
     let mut first = 0;
     for i in 1..=copies.len() {
         let split = i == copies.len() || {
             let (a, b, head) = (&copies[i - 1], &copies[i], &copies[first]);
-            b.vdev != a.vdev || b.child != a.child || b.offset != a.offset + a.len || b.offset + b.len - head.offset > SCAN_EXTENT
+            b.vdev != a.vdev || b.child != a.child || b.offset != a.offset + a.len || b.offset + b.len - head.offset > read_max
         };
         if split {
             out.push(&copies[first..i]);
@@ -184,66 +205,242 @@ fn runs(copies: &[Copy]) -> Vec<&[Copy]> {
     out
 }
 
-/// Reads the runs with `SCAN_WORKERS` workers (each takes the next run in
-/// order, so in sorted order the device still sees ascending offsets),
-/// one at a time with a delay while foreground I/O is recent
-/// (`Scanner::yield_turn`), paced by `tarn_scan_limit_bytes_per_sec`,
-/// waiting while the scan is
-/// paused and taking no more runs once it is halted. Returns how many runs
-/// were committed: all of those taken. In logical order a run moves no
-/// position.
+/// Runs read and not yet checked, per leaf: the bytes `zfs_scan_vdev_limit`
+/// bounds, and the checks waiting for a worker (OpenZFS's scan queues:
+/// `zfs_scan_vdev_limit` bytes in flight per leaf, checked as they
+/// complete). Shared with the read completions, which run on the leaves'
+/// issue threads.
+#[derive(Default)]
+struct InFlight {
+    st: Mutex<InFlightState>,
+    /// For the issuer: a run's bytes were released (or a worker died).
+    room: parking_lot::Condvar,
+    /// For the workers: a check is ready, or no more will be. Two
+    /// condition variables, so a completion wakes one worker and a
+    /// release the issuer, not every thread of the pass.
+    work: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct InFlightState {
+    /// Bytes issued and not yet checked, by (vdev, child).
+    bytes: BTreeMap<(u32, u32), u64>,
+    /// Checks ready: the run, and what its read returned (None: the worker
+    /// reads it itself — a RAID-Z copy, or a leaf that is gone).
+    ready: std::collections::VecDeque<(usize, Option<std::io::Result<AlignedBuf>>)>,
+    /// The issuer took its last run: workers stop once every run is checked.
+    issued_all: bool,
+    /// A worker panicked: its run's bytes are never released, so the
+    /// issuer must not wait for them (the scope then passes the panic on).
+    broken: bool,
+}
+
+impl InFlight {
+    fn total(st: &InFlightState) -> u64 {
+        st.bytes.values().sum()
+    }
+
+    /// Waits until `bytes` more fit on `leaf` (or nothing is in flight on
+    /// it: a run larger than the limit goes alone), then counts them;
+    /// false when a worker died.
+    fn admit(&self, leaf: (u32, u32), bytes: u64, limit: u64) -> bool {
+        let mut st = self.st.lock();
+        loop {
+            let now = st.bytes.get(&leaf).copied().unwrap_or(0);
+            if st.broken {
+                return false;
+            }
+            if now == 0 || now + bytes <= limit {
+                *st.bytes.entry(leaf).or_insert(0) += bytes;
+                return true;
+            }
+            self.room.wait(&mut st);
+        }
+    }
+
+    /// Waits until nothing is in flight (the back-off's one run at a
+    /// time), or a worker died.
+    fn drain(&self) {
+        let mut st = self.st.lock();
+        while Self::total(&st) > 0 && !st.broken {
+            self.room.wait(&mut st);
+        }
+    }
+
+    fn broke(&self) {
+        self.st.lock().broken = true;
+        self.room.notify_all();
+    }
+
+    fn ready(&self, run: usize, data: Option<std::io::Result<AlignedBuf>>) {
+        self.st.lock().ready.push_back((run, data));
+        self.work.notify_one();
+    }
+
+    /// The next check, waiting for one; None once the issuer is done and
+    /// every run it issued was checked (a read still in flight has its
+    /// bytes counted until its check ends).
+    fn next(&self) -> Option<(usize, Option<std::io::Result<AlignedBuf>>)> {
+        let mut st = self.st.lock();
+        loop {
+            if let Some(c) = st.ready.pop_front() {
+                return Some(c);
+            }
+            if st.issued_all && Self::total(&st) == 0 {
+                return None;
+            }
+            self.work.wait(&mut st);
+        }
+    }
+
+    /// A run was checked: its bytes no longer count.
+    fn release(&self, leaf: (u32, u32), bytes: u64) {
+        let mut st = self.st.lock();
+        let now = st.bytes.get_mut(&leaf).expect("a run released on a leaf it was not admitted to");
+        assert!(*now >= bytes, "leaf {:?}: {} bytes released of {} in flight", leaf, bytes, now);
+        *now -= bytes;
+        if *now == 0 {
+            st.bytes.remove(&leaf);
+        }
+        let last = st.issued_all && Self::total(&st) == 0;
+        drop(st);
+        self.room.notify_one();
+        if last {
+            // The other workers wait for a check that will not come.
+            self.work.notify_all();
+        }
+    }
+
+    fn issued_all(&self) {
+        self.st.lock().issued_all = true;
+        self.work.notify_all();
+    }
+}
+
+/// The leaf a run's bytes count against, and the bytes: a RAID-Z copy
+/// counts against its top-level vdev (child 0 in its key), which reads
+/// its columns itself.
+fn run_extent(run: &[Copy]) -> ((u32, u32), u64) {
+    let (head, last) = (run[0], run[run.len() - 1]);
+    ((head.vdev, head.child), last.offset + last.len - head.offset)
+}
+
+/// Reads the runs in order and checks them as their reads complete: this
+/// thread issues each run's read without waiting for it, keeping at most
+/// `zfs_scan_vdev_limit` bytes read and not yet checked per leaf (a larger
+/// run alone), so every leaf has reads queued while earlier ones are
+/// checked; `SCAN_WORKERS` threads check what comes back and repair. While
+/// foreground I/O is recent one run at a time, after the delay, read and
+/// checked before the next (`Scanner::yield_turn`); paced by
+/// `tarn_scan_limit_bytes_per_sec` (each run charged as it is issued);
+/// waiting while the scan is paused, and issuing no more runs once it is
+/// halted — every run issued is checked and committed, so the committed
+/// runs are exactly those issued. Returns how many. In logical order a
+/// run moves no position.
 fn issue(core: &PoolCore, blocks: &Blocks, runs: &[&[Copy]], scanner: &Scanner, order: ScanOrder) -> usize {
-    let next = AtomicU64::new(0);
     let progress = Mutex::new(Progress { next: 0, pending: BTreeMap::new() });
+    let inflight = Arc::new(InFlight::default());
+    let mut taken = 0;
     std::thread::scope(|s| {
         for _ in 0..SCAN_WORKERS {
-            s.spawn(|| loop {
-                scanner.while_paused();
-                // While foreground I/O is recent: one run at a time, after
-                // the delay (`idle`); held until the run is read.
-                let turn = scanner.yield_turn(core, ScanFunc::Scrub);
-                if scanner.halted().is_some() {
-                    return;
+            s.spawn(|| {
+                // A panic in a check leaves its bytes counted: tell the
+                // issuer not to wait for them.
+                struct Worker<'a>(&'a InFlight);
+                impl Drop for Worker<'_> {
+                    fn drop(&mut self) {
+                        if std::thread::panicking() {
+                            self.0.broke();
+                        }
+                    }
                 }
-                // A run is taken only to be read at once: runs are taken
-                // in order, so when the workers stop, the runs checked —
-                // and repaired — are exactly the committed prefix, and a
-                // stopped scan's position covers every repair it made.
-                // Pacing charges a run after it was read.
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                if i >= runs.len() {
-                    return;
+                let _w = Worker(&inflight);
+                while let Some((i, data)) = inflight.next() {
+                    let mut fig = check_run(core, blocks, runs[i], data);
+                    let (leaf, bytes) = run_extent(runs[i]);
+                    inflight.release(leaf, bytes);
+                    if order == ScanOrder::Logical {
+                        fig.last = None;
+                    }
+                    progress.lock().finished(i, fig, scanner);
                 }
-                let mut fig = check_run(core, blocks, runs[i]);
-                drop(turn);
-                if order == ScanOrder::Logical {
-                    fig.last = None;
-                }
-                let bytes = fig.counts.bytes;
-                progress.lock().finished(i, fig, scanner);
-                scanner.pace(core, bytes);
             });
+        }
+        // Whatever happens below, the workers must hear that no more come.
+        struct Last<'a>(&'a InFlight);
+        impl Drop for Last<'_> {
+            fn drop(&mut self) {
+                self.0.issued_all();
+            }
+        }
+        let _last = Last(&inflight);
+        for (i, run) in runs.iter().enumerate() {
+            scanner.while_paused();
+            // While foreground I/O is recent: one run at a time, after
+            // the delay (`idle`); the turn is held until the run is checked.
+            let turn = scanner.yield_turn(core, ScanFunc::Scrub);
+            if scanner.halted().is_some() {
+                return;
+            }
+            if turn.is_some() {
+                inflight.drain();
+            }
+            let (leaf, bytes) = run_extent(run);
+            let limit = core.tunables.read().zfs_scan_vdev_limit;
+            if !inflight.admit(leaf, bytes, limit) {
+                return;
+            }
+            taken = i + 1;
+            start_read(core, run, i, &inflight);
+            if turn.is_some() {
+                inflight.drain();
+            }
+            drop(turn);
+            scanner.pace(core, bytes);
         }
     });
     let p = progress.into_inner();
-    let taken = (next.into_inner() as usize).min(runs.len());
     assert!(p.pending.is_empty() && p.next == taken, "{} runs committed of {} taken", p.next, taken);
     p.next
 }
 
-/// Reads one run and checks each copy in it, repairing bad ones at once;
-/// a failed read checks each copy alone, so one bad sector fails one copy.
-/// A RAID-Z vdev's copies are checked whole, one by one.
-fn check_run(core: &PoolCore, blocks: &Blocks, run: &[Copy]) -> RunFigures {
+/// Issues run `i`'s read; its completion hands the data to the workers.
+/// A RAID-Z copy, or a run whose leaf is gone, goes to them unread.
+fn start_read(core: &PoolCore, run: &[Copy], i: usize, inflight: &Arc<InFlight>) {
+    let head = run[0];
+    let leaf = match core.vdevs.top(head.vdev).kind {
+        Kind::Raidz(_) => None,
+        _ => head.leaf(core),
+    };
+    let Some((_, leaf)) = leaf else {
+        return inflight.ready(i, None);
+    };
+    let (_, len) = run_extent(run);
+    let to = inflight.clone();
+    leaf.read_async(IoClass::Scrub, head.offset, len, Box::new(move |res| to.ready(i, Some(res))));
+}
+
+/// Checks one run from what its read returned (`data`; None: read here),
+/// repairing bad copies at once; a failed read checks each copy alone, so
+/// one bad sector fails one copy. A RAID-Z vdev's copies are checked
+/// whole, one by one.
+fn check_run(core: &PoolCore, blocks: &Blocks, run: &[Copy], data: Option<std::io::Result<AlignedBuf>>) -> RunFigures {
     let mut fig = RunFigures::default();
-    match core.vdevs.top(run[0].vdev).kind {
-        Kind::Raidz(_) => run.iter().for_each(|c| check_columns(core, blocks, c, &mut fig.counts)),
-        _ => check_extent(core, blocks, run, &mut fig.counts),
+    let raidz = matches!(core.vdevs.top(run[0].vdev).kind, Kind::Raidz(_));
+    match data {
+        _ if raidz => run.iter().for_each(|c| check_columns(core, blocks, c, &mut fig.counts)),
+        Some(res) => {
+            fig.counts.reads += 1;
+            check_read(core, blocks, run, res, &mut fig.counts);
+        }
+        None => check_extent(core, blocks, run, &mut fig.counts),
     }
     fig.last = Some(run[run.len() - 1].key());
     fig
 }
 
+/// Reads a run here and checks it (a copy read again alone after its
+/// run's read failed, or a run whose leaf is gone).
 fn check_extent(core: &PoolCore, blocks: &Blocks, run: &[Copy], fig: &mut ScanReport) {
     let (head, last) = (run[0], run[run.len() - 1]);
     let Some((_, leaf)) = head.leaf(core) else {
@@ -251,7 +448,14 @@ fn check_extent(core: &PoolCore, blocks: &Blocks, run: &[Copy], fig: &mut ScanRe
         return run.iter().for_each(|c| checked(core, blocks, c, false, fig));
     };
     fig.reads += 1;
-    match leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset) {
+    let res = leaf.read(IoClass::Scrub, head.offset, last.offset + last.len - head.offset);
+    check_read(core, blocks, run, res, fig);
+}
+
+/// Checks each copy of a run against what the run's read returned.
+fn check_read(core: &PoolCore, blocks: &Blocks, run: &[Copy], res: std::io::Result<AlignedBuf>, fig: &mut ScanReport) {
+    let head = run[0];
+    match res {
         Ok(data) => {
             for c in run {
                 let at = (c.offset - head.offset) as usize;
