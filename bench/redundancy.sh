@@ -47,12 +47,19 @@ scrub_ms() {
 
 # fio: both images read sequentially at once (what a scrub of the mirror
 # reads), the allocated part only; MiB/s in total.
+# Both block sizes: on some hosts (these image files) a 1 MiB O_DIRECT read
+# costs three times a 128 KiB one per byte, and the scrub reads 128 KiB.
 fio_mib() {
-  drop
-  fio --name=a --filename="$DIR/a.img" --size="$SIZE" --bs=1M --rw=read --direct=1 --ioengine=psync \
-      --name=b --filename="$DIR/b.img" --size="$SIZE" --bs=1M --rw=read --direct=1 --ioengine=psync \
-      --group_reporting --output-format=json 2>/dev/null |
-    python3 -c "import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index('{'):])['jobs'][0]; print(j['read']['bw']/1024)"
+  local bs best=0 got
+  for bs in 1M 128k; do
+    drop
+    got=$(fio --name=a --filename="$DIR/a.img" --size="$SIZE" --bs=$bs --rw=read --direct=1 --ioengine=psync \
+        --name=b --filename="$DIR/b.img" --size="$SIZE" --bs=$bs --rw=read --direct=1 --ioengine=psync \
+        --group_reporting --output-format=json 2>/dev/null |
+      python3 -c "import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index('{'):])['jobs'][0]; print(j['read']['bw']/1024)")
+    best=$(python3 -c "print(max($best, ${got:-0}))")
+  done
+  echo "$best"
 }
 
 resilver_ms() {
@@ -109,7 +116,7 @@ echo
 echo "| measurement | median (min–max) |"
 echo "|---|---|"
 echo "| tarn scrub -w (ms), reads both children: 2 × $SIZE | $(median "${sc[@]}") |"
-echo "| fio, both images sequentially at once, O_DIRECT (MiB/s) | $(median "${fi[@]}") |"
+echo "| fio, both images sequentially at once, O_DIRECT, the faster of 1 MiB and 128 KiB reads (MiB/s) | $(median "${fi[@]}") |"
 echo "| tarn resilver of $SIZE: online → wait -t resilver (ms) | $(median "${rs[@]}") |"
 echo "| cp of $SIZE on the same disk, then sync (ms) | $(median "${cpv[@]}") |"
 echo "| zfs-fuse scrub of $SIZE on a 2-way mirror of files (ms) | $(median "${zs[@]}") |"
