@@ -77,6 +77,10 @@ cp_ms() {
   rm -f "$DIR/dst.bin" "$DIR/src.bin"
 }
 
+# zfs-fuse is started for the scrub if none runs, and stopped at the end
+# (fs-compare refuses to touch a zfs-fuse it did not start).
+ZFS_FUSE_BEFORE=$(pgrep -x zfs-fuse || true)
+
 zfs_scrub_ms() {
   command -v zpool >/dev/null || { echo "-"; return; }
   pgrep -x zfs-fuse >/dev/null || { zfs-fuse >/dev/null 2>&1 && sleep 2; }
@@ -109,6 +113,9 @@ for i in $(seq "$REPS"); do
   cpv+=("$(cp_ms)")
 done
 cleanup
+if [ -z "$ZFS_FUSE_BEFORE" ]; then
+  for p in $(pgrep -x zfs-fuse || true); do kill "$p" 2>/dev/null || true; done
+fi
 
 scrub_mib=$(python3 -c "print(2*$bytes/1048576/($(med "${sc[@]}")/1000))")
 echo "## Redundancy: scrub and resilver of a 2-way mirror holding $SIZE ($(date -u +%FT%TZ), $REPS runs, load $(cut -d' ' -f1 /proc/loadavg))"
