@@ -642,13 +642,7 @@ fn status_leaves(v: &VdevStatus) -> Vec<&VdevStatus> {
 /// Leaves under `vdevs` that are out (faulted, unavailable, removed):
 /// whether a suspended pool's `action:` speaks of one device or several.
 fn out_leaves(vdevs: &[VdevStatus]) -> usize {
-    vdevs
-        .iter()
-        .map(|v| match v.children.is_empty() {
-            true => usize::from(matches!(v.state.as_str(), "FAULTED" | "UNAVAIL" | "REMOVED")),
-            false => out_leaves(&v.children),
-        })
-        .sum()
+    vdevs.iter().flat_map(status_leaves).filter(|l| matches!(l.state.as_str(), "FAULTED" | "UNAVAIL" | "REMOVED")).count()
 }
 
 /// zpool's "status:" and "action:" lines for a pool that runs degraded or
