@@ -258,9 +258,10 @@ impl Glue {
         on_table(&self.table, nodeid, write, f)
     }
 
-    /// An fsync of `nodeid` (a file or directory), answered from the wait
-    /// pool (`defer`): the worker goes back to reading requests while the
-    /// commit waits for its log write and flush.
+    /// An fsync of `nodeid` (a file or directory): answered on this worker
+    /// while no other of the mount's workers waits in one, else from the
+    /// wait pool (`defer`), the worker going back to reading requests while
+    /// the commit waits for its log write and flush.
     fn fsync_deferred(&self, nodeid: u64, datasync: bool, reply: ReplyEmpty) {
         let table = self.table.clone();
         let answer = move || match on_table(&table, nodeid, false, |e, i| e.fs().fsync(i, datasync)) {
